@@ -1,0 +1,313 @@
+"""Conversion between the Responses API and chat completions, both ways.
+
+Model servers implement one endpoint and derive the other through these functions; the
+``openai_model`` plugin uses them to put a Responses API in front of chat-only backends.
+
+Shape mapping:
+
+- ``instructions`` ⇄ a leading system message;
+- a message item ⇄ a chat message of the same role (parts joined into text, images kept as parts);
+- consecutive ``function_call`` items ⇄ one assistant message with ``tool_calls`` (merged with the
+  assistant text just before them, as chat APIs emit them);
+- ``function_call_output`` ⇄ a ``tool`` message;
+- ``reasoning`` ⇄ ``reasoning_content`` on the next assistant message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec import UNSET
+
+from gym_core.schemas import (
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionRequest,
+    ChatMessage,
+    ChatToolCall,
+    ChatToolCallFunction,
+    ChatUsage,
+    FunctionCall,
+    FunctionCallOutput,
+    FunctionTool,
+    IncompleteDetails,
+    InputText,
+    Message,
+    OutputText,
+    Reasoning,
+    Response,
+    ResponseCreateParams,
+    SummaryText,
+    Usage,
+    new_id,
+)
+
+__all__ = [
+    "create_params_to_chat",
+    "chat_to_create_params",
+    "chat_completion_to_response",
+    "response_to_chat_completion",
+    "tools_to_chat",
+]
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    texts = []
+    for part in content:
+        if isinstance(part, dict):
+            texts.append(part.get("text") or "")
+        else:
+            texts.append(getattr(part, "text", None) or getattr(part, "refusal", None) or "")
+    return "".join(texts)
+
+
+def _message_content_to_chat(content: Any) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    if any(getattr(p, "image_url", None) for p in content):
+        parts: list[dict[str, Any]] = []
+        for p in content:
+            if getattr(p, "image_url", None):
+                parts.append({"type": "image_url", "image_url": {"url": p.image_url}})
+            else:
+                parts.append({"type": "text", "text": _content_text([p])})
+        return parts
+    return _content_text(content)
+
+
+def tools_to_chat(tools: list[FunctionTool]) -> list[dict[str, Any]]:
+    """Responses function tools (flat) → chat tools (nested under ``function``)."""
+    out = []
+    for tool in tools:
+        function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters or {"type": "object", "properties": {}}}
+        if tool.description is not None:
+            function["description"] = tool.description
+        if tool.strict is not None:
+            function["strict"] = tool.strict
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _tool_choice_to_chat(choice: Any) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function" and "name" in choice:
+        return {"type": "function", "function": {"name": choice["name"]}}
+    return choice
+
+
+def _tool_choice_from_chat(choice: Any) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
+        return {"type": "function", "name": choice["function"].get("name")}
+    return choice
+
+
+def create_params_to_chat(params: ResponseCreateParams) -> ChatCompletionRequest:
+    """A ``/v1/responses`` body as the equivalent ``/v1/chat/completions`` body."""
+    messages: list[ChatMessage] = []
+    if isinstance(params.instructions, str) and params.instructions:
+        messages.append(ChatMessage(role="system", content=params.instructions))
+    pending_reasoning: str | None = None
+    if isinstance(params.input, str):
+        messages.append(ChatMessage(role="user", content=params.input))
+    else:
+        for item in params.input:
+            if isinstance(item, Message):
+                msg = ChatMessage(role=item.role, content=_message_content_to_chat(item.content))
+                if item.role == "assistant" and pending_reasoning is not None:
+                    msg.reasoning_content = pending_reasoning
+                    pending_reasoning = None
+                messages.append(msg)
+            elif isinstance(item, FunctionCall):
+                call = ChatToolCall(id=item.call_id, function=ChatToolCallFunction(name=item.name, arguments=item.arguments))
+                last = messages[-1] if messages else None
+                if last is not None and last.role == "assistant":
+                    last.tool_calls = [*(last.tool_calls or []), call]
+                else:
+                    msg = ChatMessage(role="assistant", content=None, tool_calls=[call])
+                    if pending_reasoning is not None:
+                        msg.reasoning_content = pending_reasoning
+                        pending_reasoning = None
+                    messages.append(msg)
+            elif isinstance(item, FunctionCallOutput):
+                messages.append(ChatMessage(role="tool", tool_call_id=item.call_id, content=_content_text(item.output)))
+            elif isinstance(item, Reasoning):
+                text = "".join(s.text for s in item.summary) or _content_text(item.content or [])
+                pending_reasoning = (pending_reasoning or "") + text
+    request = ChatCompletionRequest(messages=messages)
+    request.model = params.model
+    if params.tools:
+        request.tools = tools_to_chat(params.tools)
+    if params.tool_choice is not UNSET:
+        request.tool_choice = _tool_choice_to_chat(params.tool_choice)
+    request.temperature = params.temperature
+    request.top_p = params.top_p
+    request.max_tokens = params.max_output_tokens
+    request.parallel_tool_calls = params.parallel_tool_calls
+    request.metadata = params.metadata
+    request.seed = params.seed
+    request.return_token_ids = params.return_token_ids
+    return request
+
+
+def chat_to_create_params(request: ChatCompletionRequest) -> ResponseCreateParams:
+    """A ``/v1/chat/completions`` body as the equivalent ``/v1/responses`` body."""
+    items: list[Any] = []
+    for msg in request.messages:
+        if msg.role == "tool":
+            items.append(FunctionCallOutput(call_id=msg.tool_call_id or "", output=_content_text(msg.content)))
+            continue
+        if msg.role == "assistant" and msg.reasoning_content:
+            items.append(Reasoning(id=new_id("rs"), summary=[SummaryText(text=msg.reasoning_content)]))
+        text = _content_text(msg.content)
+        if text or not msg.tool_calls:
+            role = msg.role if msg.role in ("user", "assistant", "system", "developer") else "user"
+            if role == "assistant":
+                items.append(Message(role="assistant", content=[OutputText(text=text)]))
+            elif isinstance(msg.content, list):
+                items.append(Message(role=role, content=[InputText(text=_content_text([p])) for p in msg.content]))
+            else:
+                items.append(Message(role=role, content=text))
+        for call in msg.tool_calls or []:
+            items.append(FunctionCall(call_id=call.id, name=call.function.name, arguments=call.function.arguments))
+    params = ResponseCreateParams(input=items)
+    params.model = request.model
+    if request.tools:
+        params.tools = [
+            FunctionTool(
+                name=t["function"]["name"],
+                parameters=t["function"].get("parameters"),
+                description=t["function"].get("description"),
+                strict=t["function"].get("strict"),
+            )
+            for t in request.tools
+            if t.get("type", "function") == "function"
+        ]
+    if request.tool_choice is not UNSET:
+        params.tool_choice = _tool_choice_from_chat(request.tool_choice)
+    params.temperature = request.temperature
+    params.top_p = request.top_p
+    max_tokens = request.max_completion_tokens if request.max_completion_tokens not in (UNSET, None) else request.max_tokens
+    params.max_output_tokens = max_tokens
+    params.parallel_tool_calls = request.parallel_tool_calls
+    params.metadata = request.metadata
+    params.seed = request.seed
+    params.return_token_ids = request.return_token_ids
+    return params
+
+
+def chat_completion_to_response(completion: ChatCompletion, params: ResponseCreateParams | None = None) -> Response:
+    """The first choice of a chat completion as a Responses API response.
+
+    Token ids and log-probs, when present, are attached to the last generated item.
+    """
+    output: list[Any] = []
+    choice = completion.choices[0] if completion.choices else None
+    finish_reason = choice.finish_reason if choice else "stop"
+    if choice is not None:
+        msg = choice.message
+        if msg.reasoning_content:
+            output.append(Reasoning(id=new_id("rs"), summary=[SummaryText(text=msg.reasoning_content)]))
+        text = _content_text(msg.content)
+        if text or not msg.tool_calls:
+            output.append(
+                Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=text)])
+            )
+        for call in msg.tool_calls or []:
+            output.append(
+                FunctionCall(
+                    id=new_id("fc"),
+                    call_id=call.id,
+                    name=call.function.name,
+                    arguments=call.function.arguments,
+                    status="completed",
+                )
+            )
+        if output and msg.generation_token_ids is not UNSET:
+            last = output[-1]
+            last.prompt_token_ids = msg.prompt_token_ids
+            last.generation_token_ids = msg.generation_token_ids
+            last.generation_log_probs = msg.generation_log_probs
+    usage = None
+    if completion.usage is not None:
+        usage = Usage(
+            input_tokens=completion.usage.prompt_tokens,
+            output_tokens=completion.usage.completion_tokens,
+            total_tokens=completion.usage.total_tokens,
+        )
+    response = Response(model=completion.model, output=output, usage=usage)
+    if finish_reason == "length":
+        response.status = "incomplete"
+        response.incomplete_details = IncompleteDetails(reason="max_output_tokens")
+    if params is not None:
+        _echo_params(response, params)
+    return response
+
+
+def _echo_params(response: Response, params: ResponseCreateParams) -> None:
+    """OpenAI echoes the request's settings in the response; clients read them back."""
+    if isinstance(params.instructions, str):
+        response.instructions = params.instructions
+    if isinstance(params.metadata, dict):
+        response.metadata = params.metadata
+    if isinstance(params.temperature, float | int):
+        response.temperature = float(params.temperature)
+    if isinstance(params.top_p, float | int):
+        response.top_p = float(params.top_p)
+    if isinstance(params.tools, list):
+        response.tools = params.tools
+    if params.tool_choice is not UNSET:
+        response.tool_choice = params.tool_choice
+    if isinstance(params.parallel_tool_calls, bool):
+        response.parallel_tool_calls = params.parallel_tool_calls
+    if isinstance(params.max_output_tokens, int):
+        response.max_output_tokens = params.max_output_tokens
+
+
+def response_to_chat_completion(response: Response) -> ChatCompletion:
+    """A Responses API response as a one-choice chat completion."""
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[ChatToolCall] = []
+    training: dict[str, Any] = {}
+    for item in response.output:
+        if isinstance(item, Message):
+            texts.append(_content_text(item.content))
+        elif isinstance(item, FunctionCall):
+            calls.append(ChatToolCall(id=item.call_id, function=ChatToolCallFunction(name=item.name, arguments=item.arguments)))
+        elif isinstance(item, Reasoning):
+            reasoning.append("".join(s.text for s in item.summary) or _content_text(item.content or []))
+        if getattr(item, "generation_token_ids", UNSET) is not UNSET:
+            training = {
+                "prompt_token_ids": item.prompt_token_ids,
+                "generation_token_ids": item.generation_token_ids,
+                "generation_log_probs": item.generation_log_probs,
+            }
+    message = ChatMessage(role="assistant", content="".join(texts) if texts or not calls else None, **training)
+    if calls:
+        message.tool_calls = calls
+    if reasoning:
+        message.reasoning_content = "".join(reasoning)
+    if calls:
+        finish_reason = "tool_calls"
+    elif response.status == "incomplete":
+        finish_reason = "length"
+    else:
+        finish_reason = "stop"
+    usage = None
+    if response.usage is not None:
+        usage = ChatUsage(
+            prompt_tokens=response.usage.input_tokens,
+            completion_tokens=response.usage.output_tokens,
+            total_tokens=response.usage.total_tokens,
+        )
+    return ChatCompletion(
+        id=response.id.replace("resp_", "chatcmpl_", 1),
+        created=int(response.created_at),
+        model=response.model,
+        choices=[ChatChoice(index=0, message=message, finish_reason=finish_reason)],
+        usage=usage,
+    )
+

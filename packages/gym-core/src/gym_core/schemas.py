@@ -1,0 +1,457 @@
+"""Wire schemas: the OpenAI Responses API as rollouts use it, chat completions, and rollout bodies.
+
+Every body that crosses HTTP between gym servers is one of these ``msgspec.Struct`` types.
+Decoding is lenient by design: fields we do not model are ignored, never rejected, so any valid
+OpenAI object can be sent to a gym server. Output items carry optional training fields
+(``prompt_token_ids``, ``generation_token_ids``, ``generation_log_probs``) that RL trainers need.
+
+Messages in the Responses API may omit ``"type": "message"`` (the "easy input message" form);
+:func:`decode_create_params` and :func:`decode_response` add it before typed decoding.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal, Union
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType, field
+
+__all__ = [
+    "InputText",
+    "OutputText",
+    "Refusal",
+    "InputImage",
+    "InputFile",
+    "SummaryText",
+    "ReasoningText",
+    "ContentPart",
+    "Message",
+    "FunctionCall",
+    "FunctionCallOutput",
+    "Reasoning",
+    "ItemReference",
+    "OtherItem",
+    "Item",
+    "FunctionTool",
+    "ReasoningConfig",
+    "ResponseCreateParams",
+    "Usage",
+    "IncompleteDetails",
+    "Response",
+    "ChatToolCallFunction",
+    "ChatToolCall",
+    "ChatMessage",
+    "ChatCompletionRequest",
+    "ChatChoice",
+    "ChatUsage",
+    "ChatCompletion",
+    "VerifyRequest",
+    "VerifyResponse",
+    "SeedSessionRequest",
+    "SeedSessionResponse",
+    "RunRequest",
+    "ErrorBody",
+    "decode_create_params",
+    "decode_response",
+    "new_id",
+    "response_text",
+    "function_calls",
+]
+
+
+class _Wire(Struct, omit_defaults=True, kw_only=True):
+    """Base of wire structs: unknown fields are ignored, defaults are not re-emitted."""
+
+
+def new_id(prefix: str) -> str:
+    """An id in OpenAI's style, e.g. ``msg_3f2a...``."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+# --- content parts ------------------------------------------------------------------------------
+
+
+class InputText(_Wire, tag_field="type", tag="input_text"):
+    text: str
+
+
+class OutputText(_Wire, tag_field="type", tag="output_text"):
+    text: str
+    annotations: list[Any] = field(default_factory=list)
+    logprobs: list[Any] | UnsetType = UNSET
+
+
+class Refusal(_Wire, tag_field="type", tag="refusal"):
+    refusal: str
+
+
+class InputImage(_Wire, tag_field="type", tag="input_image"):
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: str = "auto"
+
+
+class InputFile(_Wire, tag_field="type", tag="input_file"):
+    file_id: str | None = None
+    file_data: str | None = None
+    file_url: str | None = None
+    filename: str | None = None
+
+
+class SummaryText(_Wire, tag_field="type", tag="summary_text"):
+    text: str
+
+
+class ReasoningText(_Wire, tag_field="type", tag="reasoning_text"):
+    text: str
+
+
+ContentPart = Union[InputText, OutputText, Refusal, InputImage, InputFile, ReasoningText]
+
+
+# --- items --------------------------------------------------------------------------------------
+
+
+class _TrainingFields(_Wire):
+    """Token-level data a trainer needs, present on generated items only when asked for."""
+
+    prompt_token_ids: list[int] | UnsetType = UNSET
+    generation_token_ids: list[int] | UnsetType = UNSET
+    generation_log_probs: list[float] | UnsetType = UNSET
+
+
+class Message(_TrainingFields, tag_field="type", tag="message"):
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[ContentPart]
+    id: str | UnsetType = UNSET
+    status: str | UnsetType = UNSET
+
+
+class FunctionCall(_TrainingFields, tag_field="type", tag="function_call"):
+    call_id: str
+    name: str
+    arguments: str
+    id: str | UnsetType = UNSET
+    status: str | UnsetType = UNSET
+
+
+class FunctionCallOutput(_Wire, tag_field="type", tag="function_call_output"):
+    call_id: str
+    output: str | list[ContentPart]
+    id: str | UnsetType = UNSET
+    status: str | UnsetType = UNSET
+
+
+class Reasoning(_TrainingFields, tag_field="type", tag="reasoning"):
+    summary: list[SummaryText] = field(default_factory=list)
+    id: str | UnsetType = UNSET
+    content: list[ReasoningText] | UnsetType = UNSET
+    encrypted_content: str | None | UnsetType = UNSET
+    status: str | UnsetType = UNSET
+
+
+class ItemReference(_Wire, tag_field="type", tag="item_reference"):
+    id: str
+
+
+class OtherItem(_Wire, tag_field="type", tag="other"):
+    """Stands in for a Responses API item type gym does not model (web search calls, MCP, ...).
+
+    :func:`decode_create_params` maps unknown item types here, keeping the original type name
+    and fields in ``data`` so that the item is carried along rather than rejected.
+    """
+
+    original_type: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+Item = Union[Message, FunctionCall, FunctionCallOutput, Reasoning, ItemReference, OtherItem]
+_ITEM_TYPES = {"message", "function_call", "function_call_output", "reasoning", "item_reference"}
+_PART_TYPES = {"input_text", "output_text", "refusal", "input_image", "input_file", "reasoning_text"}
+
+
+class FunctionTool(_Wire, tag_field="type", tag="function"):
+    """A function tool in the Responses API's flat shape."""
+
+    name: str
+    parameters: dict[str, Any] | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+
+class ReasoningConfig(_Wire):
+    effort: str | None = None
+    summary: str | None = None
+
+
+class ResponseCreateParams(_Wire):
+    """``POST /v1/responses`` body. ``model`` is optional: gym model servers know their model."""
+
+    input: str | list[Item] = field(default_factory=list)
+    model: str | UnsetType = UNSET
+    instructions: str | None | UnsetType = UNSET
+    tools: list[FunctionTool] | UnsetType = UNSET
+    tool_choice: str | dict[str, Any] | UnsetType = UNSET
+    temperature: float | None | UnsetType = UNSET
+    top_p: float | None | UnsetType = UNSET
+    max_output_tokens: int | None | UnsetType = UNSET
+    parallel_tool_calls: bool | None | UnsetType = UNSET
+    metadata: dict[str, str] | None | UnsetType = UNSET
+    reasoning: ReasoningConfig | None | UnsetType = UNSET
+    stream: bool | UnsetType = UNSET
+    store: bool | None | UnsetType = UNSET
+    seed: int | None | UnsetType = UNSET
+    # gym extension: ask generated items for token ids and log-probs (training).
+    return_token_ids: bool | UnsetType = UNSET
+
+
+class InputTokensDetails(_Wire):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(_Wire):
+    reasoning_tokens: int = 0
+
+
+class Usage(_Wire):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    input_tokens_details: InputTokensDetails = field(default_factory=InputTokensDetails)
+    output_tokens_details: OutputTokensDetails = field(default_factory=OutputTokensDetails)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            input_tokens_details=InputTokensDetails(
+                cached_tokens=self.input_tokens_details.cached_tokens + other.input_tokens_details.cached_tokens
+            ),
+            output_tokens_details=OutputTokensDetails(
+                reasoning_tokens=self.output_tokens_details.reasoning_tokens
+                + other.output_tokens_details.reasoning_tokens
+            ),
+        )
+
+
+class IncompleteDetails(_Wire):
+    reason: str | None = None
+
+
+class Response(Struct, kw_only=True):
+    """A Responses API response object. Fields are always emitted: OpenAI clients require them."""
+
+    id: str = field(default_factory=lambda: new_id("resp"))
+    object: str = "response"
+    created_at: float = field(default_factory=lambda: float(int(time.time())))
+    model: str = ""
+    output: list[Item] = field(default_factory=list)
+    usage: Usage | None = None
+    status: str = "completed"
+    incomplete_details: IncompleteDetails | None = None
+    error: dict[str, Any] | None = None
+    instructions: str | None = None
+    metadata: dict[str, str] | None = None
+    parallel_tool_calls: bool = True
+    temperature: float | None = None
+    top_p: float | None = None
+    tool_choice: str | dict[str, Any] = "auto"
+    tools: list[FunctionTool] = field(default_factory=list)
+    max_output_tokens: int | None = None
+
+
+# --- chat completions ---------------------------------------------------------------------------
+
+
+class ChatToolCallFunction(_Wire):
+    name: str
+    arguments: str
+
+
+class ChatToolCall(_Wire):
+    id: str
+    function: ChatToolCallFunction
+    type: str = "function"
+
+
+class ChatMessage(_Wire):
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+    name: str | UnsetType = UNSET
+    tool_calls: list[ChatToolCall] | UnsetType = UNSET
+    tool_call_id: str | UnsetType = UNSET
+    reasoning_content: str | None | UnsetType = UNSET
+    refusal: str | None | UnsetType = UNSET
+    # gym extension, mirrors the Responses training fields.
+    prompt_token_ids: list[int] | UnsetType = UNSET
+    generation_token_ids: list[int] | UnsetType = UNSET
+    generation_log_probs: list[float] | UnsetType = UNSET
+
+
+class ChatCompletionRequest(_Wire):
+    messages: list[ChatMessage]
+    model: str | UnsetType = UNSET
+    tools: list[dict[str, Any]] | UnsetType = UNSET
+    tool_choice: str | dict[str, Any] | UnsetType = UNSET
+    temperature: float | None | UnsetType = UNSET
+    top_p: float | None | UnsetType = UNSET
+    max_tokens: int | None | UnsetType = UNSET
+    max_completion_tokens: int | None | UnsetType = UNSET
+    stop: str | list[str] | None | UnsetType = UNSET
+    n: int | None | UnsetType = UNSET
+    seed: int | None | UnsetType = UNSET
+    logprobs: bool | None | UnsetType = UNSET
+    top_logprobs: int | None | UnsetType = UNSET
+    parallel_tool_calls: bool | None | UnsetType = UNSET
+    metadata: dict[str, str] | None | UnsetType = UNSET
+    stream: bool | None | UnsetType = UNSET
+    return_token_ids: bool | UnsetType = UNSET
+
+
+class ChatChoice(Struct, kw_only=True):
+    index: int
+    message: ChatMessage
+    finish_reason: str | None = "stop"
+    logprobs: dict[str, Any] | None = None
+
+
+class ChatUsage(_Wire):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class ChatCompletion(Struct, kw_only=True):
+    id: str = field(default_factory=lambda: new_id("chatcmpl"))
+    object: str = "chat.completion"
+    created: int = field(default_factory=lambda: int(time.time()))
+    model: str = ""
+    choices: list[ChatChoice] = field(default_factory=list)
+    usage: ChatUsage | None = None
+
+
+# --- rollout bodies -----------------------------------------------------------------------------
+
+
+class SeedSessionRequest(_Wire):
+    """``POST /seed_session``: the task row. Resources servers subclass it with their task fields."""
+
+
+class SeedSessionResponse(_Wire):
+    pass
+
+
+class RunRequest(_Wire):
+    """``POST /run`` on an agent: one task row. Other fields of the row reach seed_session and verify."""
+
+    responses_create_params: ResponseCreateParams
+
+
+class VerifyRequest(_Wire):
+    """``POST /verify``: the task's create params and the model's final response, plus task fields.
+
+    Resources servers subclass it with the task fields they need (``expected_answer``...).
+    """
+
+    responses_create_params: ResponseCreateParams
+    response: Response
+
+
+class VerifyResponse(_Wire):
+    """The verdict. Subclasses add their own fields (an extracted answer, a judge's reasoning...)."""
+
+    reward: float
+
+
+class ErrorBody(Struct):
+    """Every gym server answers errors as ``{"error": {"message", "type", "status"}}``."""
+
+    message: str
+    type: str
+    status: int
+
+
+# --- decoding with normalisation ----------------------------------------------------------------
+
+_create_params_decoder = msgspec.json.Decoder(ResponseCreateParams)
+_response_decoder = msgspec.json.Decoder(Response)
+
+
+def _normalise_part(part: Any) -> Any:
+    if isinstance(part, dict) and part.get("type") not in _PART_TYPES:
+        # Unknown or missing part type: keep its text, if any, as input text rather than reject it.
+        text = part.get("text")
+        return {"type": "input_text", "text": text if isinstance(text, str) else msgspec.json.encode(part).decode()}
+    return part
+
+
+def _normalise_item(item: Any) -> Any:
+    if not isinstance(item, dict):
+        return item
+    kind = item.get("type")
+    if kind is None and "role" in item:
+        item = {**item, "type": "message"}
+        kind = "message"
+    if kind not in _ITEM_TYPES:
+        return {"type": "other", "original_type": str(kind), "data": item}
+    if kind == "message" and isinstance(item.get("content"), list):
+        item = {**item, "content": [_normalise_part(p) for p in item["content"]]}
+    return item
+
+
+def _normalise_items(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    items = obj.get(key)
+    if isinstance(items, list):
+        obj = {**obj, key: [_normalise_item(i) for i in items]}
+    return obj
+
+
+def decode_create_params(data: bytes | str | dict[str, Any]) -> ResponseCreateParams:
+    """Decode a ``/v1/responses`` body, accepting every shape OpenAI accepts.
+
+    The typed decoder runs first (the common case costs one pass); only bodies it rejects are
+    normalised (messages without ``type``, unknown item types) and converted.
+    """
+    if not isinstance(data, dict):
+        try:
+            return _create_params_decoder.decode(data)
+        except msgspec.ValidationError:
+            data = msgspec.json.decode(data)
+    return msgspec.convert(_normalise_items(data, "input"), ResponseCreateParams)
+
+
+def decode_response(data: bytes | str | dict[str, Any]) -> Response:
+    """Decode a Responses API response object, as lenient as :func:`decode_create_params`."""
+    if not isinstance(data, dict):
+        try:
+            return _response_decoder.decode(data)
+        except msgspec.ValidationError:
+            data = msgspec.json.decode(data)
+    return msgspec.convert(_normalise_items(data, "output"), Response)
+
+
+# --- reading responses --------------------------------------------------------------------------
+
+
+def _part_text(part: Any) -> str:
+    return getattr(part, "text", None) or getattr(part, "refusal", None) or ""
+
+
+def response_text(response: Response) -> str:
+    """The text of the assistant messages of a response, joined by newlines."""
+    texts = []
+    for item in response.output:
+        if isinstance(item, Message) and item.role == "assistant":
+            if isinstance(item.content, str):
+                texts.append(item.content)
+            else:
+                texts.extend(_part_text(p) for p in item.content)
+    return "\n".join(t for t in texts if t)
+
+
+def function_calls(response: Response) -> list[FunctionCall]:
+    """The function calls a response asks for, in order."""
+    return [item for item in response.output if isinstance(item, FunctionCall)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal, Union
+from typing import Any, Generic, Literal, TypeVar, Union
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
@@ -53,12 +53,16 @@ __all__ = [
     "SeedSessionResponse",
     "RunRequest",
     "ErrorBody",
+    "LenientDecoder",
     "decode_create_params",
     "decode_response",
     "new_id",
     "response_text",
     "function_calls",
 ]
+
+
+T = TypeVar("T")
 
 
 class _Wire(Struct, omit_defaults=True, kw_only=True):
@@ -73,38 +77,38 @@ def new_id(prefix: str) -> str:
 # --- content parts ------------------------------------------------------------------------------
 
 
-class InputText(_Wire, tag_field="type", tag="input_text"):
+class InputText(_Wire, tag_field="type", tag="input_text", kw_only=True):
     text: str
 
 
-class OutputText(_Wire, tag_field="type", tag="output_text"):
+class OutputText(_Wire, tag_field="type", tag="output_text", kw_only=True, omit_defaults=False):
     text: str
     annotations: list[Any] = field(default_factory=list)
     logprobs: list[Any] | UnsetType = UNSET
 
 
-class Refusal(_Wire, tag_field="type", tag="refusal"):
+class Refusal(_Wire, tag_field="type", tag="refusal", kw_only=True):
     refusal: str
 
 
-class InputImage(_Wire, tag_field="type", tag="input_image"):
+class InputImage(_Wire, tag_field="type", tag="input_image", kw_only=True):
     image_url: str | None = None
     file_id: str | None = None
     detail: str = "auto"
 
 
-class InputFile(_Wire, tag_field="type", tag="input_file"):
+class InputFile(_Wire, tag_field="type", tag="input_file", kw_only=True):
     file_id: str | None = None
     file_data: str | None = None
     file_url: str | None = None
     filename: str | None = None
 
 
-class SummaryText(_Wire, tag_field="type", tag="summary_text"):
+class SummaryText(_Wire, tag_field="type", tag="summary_text", kw_only=True):
     text: str
 
 
-class ReasoningText(_Wire, tag_field="type", tag="reasoning_text"):
+class ReasoningText(_Wire, tag_field="type", tag="reasoning_text", kw_only=True):
     text: str
 
 
@@ -114,7 +118,7 @@ ContentPart = Union[InputText, OutputText, Refusal, InputImage, InputFile, Reaso
 # --- items --------------------------------------------------------------------------------------
 
 
-class _TrainingFields(_Wire):
+class _TrainingFields(_Wire, kw_only=True):
     """Token-level data a trainer needs, present on generated items only when asked for."""
 
     prompt_token_ids: list[int] | UnsetType = UNSET
@@ -122,14 +126,14 @@ class _TrainingFields(_Wire):
     generation_log_probs: list[float] | UnsetType = UNSET
 
 
-class Message(_TrainingFields, tag_field="type", tag="message"):
+class Message(_TrainingFields, tag_field="type", tag="message", kw_only=True):
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[ContentPart]
     id: str | UnsetType = UNSET
     status: str | UnsetType = UNSET
 
 
-class FunctionCall(_TrainingFields, tag_field="type", tag="function_call"):
+class FunctionCall(_TrainingFields, tag_field="type", tag="function_call", kw_only=True):
     call_id: str
     name: str
     arguments: str
@@ -137,14 +141,14 @@ class FunctionCall(_TrainingFields, tag_field="type", tag="function_call"):
     status: str | UnsetType = UNSET
 
 
-class FunctionCallOutput(_Wire, tag_field="type", tag="function_call_output"):
+class FunctionCallOutput(_Wire, tag_field="type", tag="function_call_output", kw_only=True):
     call_id: str
     output: str | list[ContentPart]
     id: str | UnsetType = UNSET
     status: str | UnsetType = UNSET
 
 
-class Reasoning(_TrainingFields, tag_field="type", tag="reasoning"):
+class Reasoning(_TrainingFields, tag_field="type", tag="reasoning", kw_only=True):
     summary: list[SummaryText] = field(default_factory=list)
     id: str | UnsetType = UNSET
     content: list[ReasoningText] | UnsetType = UNSET
@@ -152,11 +156,11 @@ class Reasoning(_TrainingFields, tag_field="type", tag="reasoning"):
     status: str | UnsetType = UNSET
 
 
-class ItemReference(_Wire, tag_field="type", tag="item_reference"):
+class ItemReference(_Wire, tag_field="type", tag="item_reference", kw_only=True):
     id: str
 
 
-class OtherItem(_Wire, tag_field="type", tag="other"):
+class OtherItem(_Wire, tag_field="type", tag="other", kw_only=True):
     """Stands in for a Responses API item type gym does not model (web search calls, MCP, ...).
 
     :func:`decode_create_params` maps unknown item types here, keeping the original type name
@@ -172,7 +176,7 @@ _ITEM_TYPES = {"message", "function_call", "function_call_output", "reasoning", 
 _PART_TYPES = {"input_text", "output_text", "refusal", "input_image", "input_file", "reasoning_text"}
 
 
-class FunctionTool(_Wire, tag_field="type", tag="function"):
+class FunctionTool(_Wire, tag_field="type", tag="function", kw_only=True):
     """A function tool in the Responses API's flat shape."""
 
     name: str
@@ -181,12 +185,12 @@ class FunctionTool(_Wire, tag_field="type", tag="function"):
     strict: bool | None = None
 
 
-class ReasoningConfig(_Wire):
+class ReasoningConfig(_Wire, kw_only=True):
     effort: str | None = None
     summary: str | None = None
 
 
-class ResponseCreateParams(_Wire):
+class ResponseCreateParams(_Wire, kw_only=True):
     """``POST /v1/responses`` body. ``model`` is optional: gym model servers know their model."""
 
     input: str | list[Item] = field(default_factory=list)
@@ -207,15 +211,15 @@ class ResponseCreateParams(_Wire):
     return_token_ids: bool | UnsetType = UNSET
 
 
-class InputTokensDetails(_Wire):
+class InputTokensDetails(_Wire, kw_only=True, omit_defaults=False):
     cached_tokens: int = 0
 
 
-class OutputTokensDetails(_Wire):
+class OutputTokensDetails(_Wire, kw_only=True, omit_defaults=False):
     reasoning_tokens: int = 0
 
 
-class Usage(_Wire):
+class Usage(_Wire, kw_only=True, omit_defaults=False):
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
@@ -237,7 +241,7 @@ class Usage(_Wire):
         )
 
 
-class IncompleteDetails(_Wire):
+class IncompleteDetails(_Wire, kw_only=True):
     reason: str | None = None
 
 
@@ -266,18 +270,18 @@ class Response(Struct, kw_only=True):
 # --- chat completions ---------------------------------------------------------------------------
 
 
-class ChatToolCallFunction(_Wire):
+class ChatToolCallFunction(_Wire, kw_only=True):
     name: str
     arguments: str
 
 
-class ChatToolCall(_Wire):
+class ChatToolCall(_Wire, kw_only=True):
     id: str
     function: ChatToolCallFunction
     type: str = "function"
 
 
-class ChatMessage(_Wire):
+class ChatMessage(_Wire, kw_only=True):
     role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | UnsetType = UNSET
@@ -291,7 +295,7 @@ class ChatMessage(_Wire):
     generation_log_probs: list[float] | UnsetType = UNSET
 
 
-class ChatCompletionRequest(_Wire):
+class ChatCompletionRequest(_Wire, kw_only=True):
     messages: list[ChatMessage]
     model: str | UnsetType = UNSET
     tools: list[dict[str, Any]] | UnsetType = UNSET
@@ -318,7 +322,7 @@ class ChatChoice(Struct, kw_only=True):
     logprobs: dict[str, Any] | None = None
 
 
-class ChatUsage(_Wire):
+class ChatUsage(_Wire, kw_only=True, omit_defaults=False):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
@@ -336,21 +340,21 @@ class ChatCompletion(Struct, kw_only=True):
 # --- rollout bodies -----------------------------------------------------------------------------
 
 
-class SeedSessionRequest(_Wire):
+class SeedSessionRequest(_Wire, kw_only=True):
     """``POST /seed_session``: the task row. Resources servers subclass it with their task fields."""
 
 
-class SeedSessionResponse(_Wire):
+class SeedSessionResponse(_Wire, kw_only=True):
     pass
 
 
-class RunRequest(_Wire):
+class RunRequest(_Wire, kw_only=True):
     """``POST /run`` on an agent: one task row. Other fields of the row reach seed_session and verify."""
 
     responses_create_params: ResponseCreateParams
 
 
-class VerifyRequest(_Wire):
+class VerifyRequest(_Wire, kw_only=True):
     """``POST /verify``: the task's create params and the model's final response, plus task fields.
 
     Resources servers subclass it with the task fields they need (``expected_answer``...).
@@ -360,7 +364,7 @@ class VerifyRequest(_Wire):
     response: Response
 
 
-class VerifyResponse(_Wire):
+class VerifyResponse(_Wire, kw_only=True):
     """The verdict. Subclasses add their own fields (an extracted answer, a judge's reasoning...)."""
 
     reward: float
@@ -375,10 +379,6 @@ class ErrorBody(Struct):
 
 
 # --- decoding with normalisation ----------------------------------------------------------------
-
-_create_params_decoder = msgspec.json.Decoder(ResponseCreateParams)
-_response_decoder = msgspec.json.Decoder(Response)
-
 
 def _normalise_part(part: Any) -> Any:
     if isinstance(part, dict) and part.get("type") not in _PART_TYPES:
@@ -409,28 +409,58 @@ def _normalise_items(obj: dict[str, Any], key: str) -> dict[str, Any]:
     return obj
 
 
-def decode_create_params(data: bytes | str | dict[str, Any]) -> ResponseCreateParams:
-    """Decode a ``/v1/responses`` body, accepting every shape OpenAI accepts.
+def _normalise_payload(obj: dict[str, Any]) -> dict[str, Any]:
+    """Add what typed decoding needs to the places Responses items appear in gym bodies."""
+    obj = _normalise_items(obj, "input")
+    obj = _normalise_items(obj, "output")
+    for key in ("responses_create_params", "response"):
+        nested = obj.get(key)
+        if isinstance(nested, dict):
+            obj = {**obj, key: _normalise_items(_normalise_items(nested, "input"), "output")}
+    return obj
+
+
+class LenientDecoder(Generic[T]):
+    """A JSON decoder for a gym body type that accepts every shape OpenAI accepts.
 
     The typed decoder runs first (the common case costs one pass); only bodies it rejects are
-    normalised (messages without ``type``, unknown item types) and converted.
+    normalised (messages without ``type``, unknown item types) and converted. A body that is
+    still invalid raises the typed decoder's ``msgspec.ValidationError``.
     """
-    if not isinstance(data, dict):
+
+    def __init__(self, type: type[T]):
+        self.type = type
+        self._decoder = msgspec.json.Decoder(type)
+
+    def decode(self, data: bytes | str) -> T:
         try:
-            return _create_params_decoder.decode(data)
-        except msgspec.ValidationError:
-            data = msgspec.json.decode(data)
-    return msgspec.convert(_normalise_items(data, "input"), ResponseCreateParams)
+            return self._decoder.decode(data)
+        except msgspec.ValidationError as first:
+            obj = msgspec.json.decode(data)
+            if not isinstance(obj, dict):
+                raise first from None
+            return self.convert(obj)
+
+    def convert(self, obj: dict[str, Any]) -> T:
+        return msgspec.convert(_normalise_payload(obj), self.type)
+
+
+_create_params_decoder = LenientDecoder(ResponseCreateParams)
+_response_decoder = LenientDecoder(Response)
+
+
+def decode_create_params(data: bytes | str | dict[str, Any]) -> ResponseCreateParams:
+    """Decode a ``/v1/responses`` body (bytes or an already-parsed dict), leniently."""
+    if isinstance(data, dict):
+        return _create_params_decoder.convert(data)
+    return _create_params_decoder.decode(data)
 
 
 def decode_response(data: bytes | str | dict[str, Any]) -> Response:
-    """Decode a Responses API response object, as lenient as :func:`decode_create_params`."""
-    if not isinstance(data, dict):
-        try:
-            return _response_decoder.decode(data)
-        except msgspec.ValidationError:
-            data = msgspec.json.decode(data)
-    return msgspec.convert(_normalise_items(data, "output"), Response)
+    """Decode a Responses API response object, leniently."""
+    if isinstance(data, dict):
+        return _response_decoder.convert(data)
+    return _response_decoder.decode(data)
 
 
 # --- reading responses --------------------------------------------------------------------------

@@ -1,0 +1,210 @@
+"""ServerClient: how gym servers (and the collector) call each other.
+
+One pooled ``aiohttp.ClientSession`` per client, server names resolved to URLs through the global
+config (the head server's), cookies carried explicitly per rollout, and retries that are always
+bounded: connection failures and 429/502/503/504 answers are retried with exponential backoff and
+jitter, up to ``max_attempts`` and within ``deadline_s``; every request has a timeout. Failures
+raise :class:`~gym_core.errors.ServerCallError` subclasses naming server, path, status and attempts.
+
+Cookies are per rollout, not per client: a shared cookie jar would mix the sessions of the
+thousands of rollouts that share one connection pool. Callers pass a ``dict`` that collects the
+cookies servers set and is sent back on every later call of the same rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import msgspec
+
+from gym_core.errors import ServerCallError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError, did_you_mean
+
+if TYPE_CHECKING:
+    from gym_core.config import GlobalConfig
+
+__all__ = ["ClientConfig", "ServerClient", "RETRY_STATUSES"]
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_encoder = msgspec.json.Encoder()
+
+
+class ClientConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Limits of calls to other servers. Generous defaults: model calls can take minutes."""
+
+    timeout_s: float = 600.0
+    connect_timeout_s: float = 10.0
+    max_attempts: int = 3
+    backoff_s: float = 0.25
+    backoff_max_s: float = 8.0
+    deadline_s: float = 3600.0
+    retry_timeouts: bool = False  # a timed-out POST may have run: retrying could apply a tool twice
+    pool_limit: int = 100_000
+    pool_limit_per_host: int = 1_000
+
+
+class ServerClient:
+    """Calls gym servers by instance name (``"math"``) or by absolute URL."""
+
+    def __init__(
+        self,
+        global_config: GlobalConfig | None = None,
+        *,
+        config: ClientConfig | None = None,
+        urls: dict[str, str] | None = None,
+    ):
+        self.global_config = global_config
+        self.config = config or ClientConfig()
+        self._urls = dict(urls or {})
+        self._session: aiohttp.ClientSession | None = None
+
+    @classmethod
+    async def from_head(cls, head_url: str, *, config: ClientConfig | None = None) -> ServerClient:
+        """A client resolving names through the global config published by a running head server."""
+        from gym_core.config import GlobalConfig
+
+        probe = cls(config=config)
+        try:
+            text = await probe.request("GET", head_url.rstrip("/"), "/global_config_dict_yaml", server_name="head")
+        finally:
+            await probe.close()
+        return cls(GlobalConfig.from_yaml(text.decode()), config=config)
+
+    def url(self, server: str) -> str:
+        """The base URL of a server instance (``http://host:port``), or ``server`` itself if a URL."""
+        if server.startswith(("http://", "https://")):
+            return server.rstrip("/")
+        url = self._urls.get(server)
+        if url is None:
+            if self.global_config is None:
+                raise ServerCallError(server, "", "no global config to resolve server names; pass urls= or a config")
+            instances = self.global_config.instances
+            if server not in instances:
+                raise ServerCallError(
+                    server, "", f"no server instance named {server!r}{did_you_mean(server, instances)}"
+                )
+            url = self._urls[server] = instances[server].url
+        return url
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self.config.pool_limit, limit_per_host=self.config.pool_limit_per_host, ttl_dns_cache=300
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=aiohttp.ClientTimeout(total=self.config.timeout_s, connect=self.config.connect_timeout_s),
+                json_serialize=lambda o: _encoder.encode(o).decode(),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> ServerClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def request(
+        self,
+        method: str,
+        server: str,
+        path: str,
+        *,
+        body: Any = None,
+        cookies: dict[str, str] | None = None,
+        timeout_s: float | None = None,
+        server_name: str | None = None,
+    ) -> bytes:
+        """Send one request with bounded retries; the response body on 2xx, else a typed error.
+
+        ``body`` is any msgspec-encodable object or raw ``bytes``; ``cookies`` is updated in place
+        with the cookies the server sets.
+        """
+        base = self.url(server)
+        name = server_name or server
+        cfg = self.config
+        data = body if body is None or isinstance(body, bytes) else _encoder.encode(body)
+        headers = {"content-type": "application/json"} if data is not None else None
+        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
+        deadline = time.monotonic() + cfg.deadline_s
+        session = self._get_session()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                async with session.request(
+                    method, base + path, data=data, headers=headers, cookies=cookies, timeout=timeout
+                ) as resp:
+                    payload = await resp.read()
+                    if cookies is not None and resp.cookies:
+                        for key, morsel in resp.cookies.items():
+                            cookies[key] = morsel.value
+                    if resp.status < 400:
+                        return payload
+                    error: ServerCallError = ServerHTTPError(
+                        name, path, _error_message(payload), status=resp.status, attempts=attempt
+                    )
+                    retryable = resp.status in RETRY_STATUSES
+            except asyncio.TimeoutError:
+                limit = timeout_s if timeout_s is not None else cfg.timeout_s
+                error = ServerTimeoutError(name, path, f"no answer within {limit:g} s", attempts=attempt)
+                retryable = cfg.retry_timeouts
+            except aiohttp.ClientConnectionError as exc:
+                error = ServerUnavailableError(name, path, f"{type(exc).__name__}: {exc}", attempts=attempt)
+                retryable = True
+            except aiohttp.ClientError as exc:
+                error = ServerCallError(name, path, f"{type(exc).__name__}: {exc}", attempts=attempt)
+                retryable = False
+            if not retryable or attempt >= cfg.max_attempts:
+                raise error
+            delay = min(cfg.backoff_max_s, cfg.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random())
+            if time.monotonic() + delay > deadline:
+                raise type(error)(name, path, f"{error.detail}; overall deadline of {cfg.deadline_s:g} s reached",
+                                  status=error.status, attempts=attempt)
+            await asyncio.sleep(delay)
+
+    async def post(
+        self,
+        server: str,
+        path: str,
+        body: Any = None,
+        *,
+        cookies: dict[str, str] | None = None,
+        type: Any = Any,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """POST a JSON body and decode the JSON answer (as ``type`` when given)."""
+        payload = await self.request("POST", server, path, body=body, cookies=cookies, timeout_s=timeout_s)
+        try:
+            return msgspec.json.decode(payload, type=type)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ServerCallError(server, path, f"unexpected answer: {exc}") from exc
+
+    async def get(self, server: str, path: str, *, type: Any = Any, timeout_s: float | None = None) -> Any:
+        payload = await self.request("GET", server, path, timeout_s=timeout_s)
+        return msgspec.json.decode(payload, type=type)
+
+
+def _error_message(payload: bytes) -> str:
+    """The message of a gym JSON error body, else the start of whatever the server sent."""
+    try:
+        body = msgspec.json.decode(payload)
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict) and "message" in error:
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if isinstance(body, dict) and "detail" in body:
+            return str(body["detail"])
+    except msgspec.DecodeError:
+        pass
+    return payload[:500].decode(errors="replace")

@@ -1,0 +1,355 @@
+"""Configuration: YAML files, then ``env.yaml`` (secrets), then command-line overrides; later wins.
+
+A config is a mapping whose entries are server instances, written ``name: {plugin: X, ...options}``,
+plus a few reserved keys (``head_server``, ``ray_head_node_address``, ``ray``) and free variables
+(scalars, or mappings whose name starts with ``_``) usable through OmegaConf interpolation.
+Overrides use Hydra's grammar: ``math.port=9000``, ``+math.new_key=1``, ``++a.b=2``, ``~a.b``.
+
+Options are validated against each plugin's config struct (a :class:`~gym_core.servers.ServerConfig`
+subclass) with the path of the bad key; fields typed :data:`ModelRef`, :data:`ResourcesRef`,
+:data:`AgentRef` or :data:`ServerRef` must name another instance (did-you-mean included). Every
+problem found is reported at once in a :class:`~gym_core.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import typing
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import msgspec
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from gym_core.errors import ConfigError, GymError, did_you_mean
+
+if TYPE_CHECKING:
+    from gym_core.plugins import PluginManager
+
+__all__ = [
+    "GlobalConfig",
+    "InstanceConfig",
+    "load_config",
+    "ServerRef",
+    "ModelRef",
+    "ResourcesRef",
+    "AgentRef",
+    "DEFAULT_HEAD_PORT",
+    "RESERVED_KEYS",
+    "validate_instance_options",
+]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_HEAD_PORT = 11000
+RESERVED_KEYS = frozenset({"head_server", "ray_head_node_address", "ray"})
+CONFIG_ENV = "GYM_CONFIG"  # the resolved global config (JSON), given to every server process
+INSTANCE_ENV = "GYM_INSTANCE"  # which instance of it a server process is
+
+
+@dataclass(frozen=True)
+class _Ref:
+    kind: str | None  # None: any kind
+
+
+ServerRef = Annotated[str, _Ref(None)]
+ModelRef = Annotated[str, _Ref("model")]
+ResourcesRef = Annotated[str, _Ref("resources")]
+AgentRef = Annotated[str, _Ref("agent")]
+
+
+@dataclass
+class InstanceConfig:
+    name: str
+    plugin: str
+    host: str
+    port: int
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+class GlobalConfig:
+    """The resolved configuration shared by every process of one ``gym run``."""
+
+    def __init__(self, data: dict[str, Any]):
+        self.data = data
+        self.instances: dict[str, InstanceConfig] = {}
+        for name, value in data.items():
+            if _is_instance(name, value):
+                options = {k: v for k, v in value.items() if k != "plugin"}
+                self.instances[name] = InstanceConfig(
+                    name, value["plugin"], value.get("host", DEFAULT_HOST), int(value.get("port") or 0), options
+                )
+        head = data.get("head_server") or {}
+        self.head_host: str = head.get("host", DEFAULT_HOST)
+        self.head_port: int = int(head.get("port", DEFAULT_HEAD_PORT))
+
+    @property
+    def head_url(self) -> str:
+        return f"http://{self.head_host}:{self.head_port}"
+
+    @property
+    def ray_head_node_address(self) -> str | None:
+        return self.data.get("ray_head_node_address")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.data, sort_keys=False)
+
+    def to_json(self) -> str:
+        return json.dumps(self.data)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> GlobalConfig:
+        return cls(yaml.safe_load(text) or {})
+
+    @classmethod
+    def from_json(cls, text: str) -> GlobalConfig:
+        return cls(json.loads(text))
+
+    @classmethod
+    def from_env(cls) -> GlobalConfig:
+        text = os.environ.get(CONFIG_ENV)
+        if not text:
+            raise ConfigError(f"${CONFIG_ENV} is not set: server processes are started by `gym run`")
+        return cls.from_json(text)
+
+
+def _is_instance(name: str, value: Any) -> bool:
+    return isinstance(value, dict) and name not in RESERVED_KEYS and not name.startswith("_") and "plugin" in value
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def load_config(
+    config_paths: Sequence[str | Path] = (),
+    overrides: Sequence[str] = (),
+    *,
+    env_file: str | Path | None = "env.yaml",
+    base: dict[str, Any] | None = None,
+    plugins: PluginManager | None = None,
+    allocate_ports: bool = True,
+) -> GlobalConfig:
+    """Merge config files, ``env_file`` (skipped when absent) and overrides; validate; assign ports.
+
+    ``base`` is merged first (programmatic defaults). With ``plugins``, each instance's options
+    are validated against its plugin's config struct and references between instances checked.
+    """
+    problems: list[str] = []
+    layers: list[DictConfig] = [OmegaConf.create(base or {})]
+    for path in config_paths:
+        layers.append(_load_yaml(Path(path)))
+    if env_file is not None and Path(env_file).is_file():
+        layers.append(_load_yaml(Path(env_file)))
+    try:
+        cfg = OmegaConf.merge(*layers)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"cannot merge config files: {exc}") from exc
+    assert isinstance(cfg, DictConfig)
+    _apply_overrides(cfg, overrides)
+    for key in sorted(OmegaConf.missing_keys(cfg)):
+        problems.append(f"{key}: missing required value (set it in a config file, env.yaml, or as {key}=...)")
+    if problems:
+        raise ConfigError(problems)
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"cannot resolve interpolation: {exc}") from exc
+    assert isinstance(data, dict)
+
+    for name, value in data.items():
+        if name in RESERVED_KEYS or name.startswith("_") or not isinstance(value, dict):
+            continue
+        if "plugin" not in value:
+            problems.append(
+                f"{name}: a server instance needs a 'plugin' key ({name}: {{plugin: <plugin name>, ...}});"
+                " prefix the key with '_' if it is a variable block"
+            )
+    config = GlobalConfig(data)
+    if plugins is not None:
+        problems.extend(_validate_against_plugins(config, plugins))
+    if problems:
+        raise ConfigError(problems)
+    if allocate_ports:
+        assign_ports(config)
+    return config
+
+
+def _load_yaml(path: Path) -> DictConfig:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        cfg = OmegaConf.load(path)
+    except (OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(cfg, DictConfig):
+        raise ConfigError(f"{path}: the top level must be a mapping of server instances")
+    return cfg
+
+
+def _apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
+    """Apply overrides in Hydra's grammar, with Hydra's rules for ``+``, ``++`` and ``~``."""
+    if not overrides:
+        return
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides=list(overrides))
+    except HydraException as exc:
+        raise ConfigError(f"bad override: {exc}") from exc
+    problems = []
+    for override in parsed:
+        key = override.key_or_group
+        text = override.input_line
+        if override.is_sweep_override():
+            problems.append(f"{text}: sweeps are not supported here")
+            continue
+        exists = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False) is not _ABSENT
+        if override.is_delete():
+            if not exists:
+                problems.append(f"{text}: cannot delete {key!r}, it is not in the config")
+                continue
+            parent_key, _, leaf = key.rpartition(".")
+            parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+            del parent[leaf]
+            continue
+        value = override.value()
+        if override.is_add() and exists:
+            problems.append(f"{text}: {key!r} is already in the config; use {key}=... to change it or ++{key}=... to force")
+            continue
+        if not (override.is_add() or override.is_force_add()) and not exists:
+            problems.append(f"{text}: {key!r} is not in the config; use +{key}=... to add it")
+            continue
+        OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+    if problems:
+        raise ConfigError(problems)
+
+
+_ABSENT = object()
+
+
+# --- validation against plugins ----------------------------------------------------------------
+
+
+def _validate_against_plugins(config: GlobalConfig, plugins: PluginManager) -> list[str]:
+    problems: list[str] = []
+    known = plugins.servers()
+    for name, instance in config.instances.items():
+        if instance.plugin not in known:
+            if instance.plugin in plugins.load_errors:
+                problems.append(f"{name}.plugin: plugin {instance.plugin!r} failed to import: {plugins.load_errors[instance.plugin]}")
+            else:
+                problems.append(
+                    f"{name}.plugin: unknown plugin {instance.plugin!r}{did_you_mean(instance.plugin, known)};"
+                    f" known: {', '.join(sorted(known)) or 'none'}"
+                )
+            continue
+        try:
+            validate_instance_options(config, name, known[instance.plugin].config, known)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    return problems
+
+
+def validate_instance_options(
+    config: GlobalConfig, name: str, config_type: type[msgspec.Struct], known_plugins: dict[str, Any] | None = None
+) -> msgspec.Struct:
+    """Convert an instance's options to its plugin's config struct, or a ConfigError with paths."""
+    instance = config.instances[name]
+    problems = []
+    field_names = {f.name for f in msgspec.structs.fields(config_type)}
+    for f in msgspec.structs.fields(config_type):
+        if f.required and f.encode_name not in instance.options:
+            problems.append(f"{name}.{f.encode_name}: missing required option of plugin {instance.plugin!r}")
+    for key in instance.options:
+        if key not in field_names:
+            problems.append(
+                f"{name}.{key}: unknown option of plugin {instance.plugin!r}{did_you_mean(key, field_names)}"
+            )
+    if problems:
+        raise ConfigError(problems)
+    try:
+        struct = msgspec.convert(instance.options, config_type, str_keys=True)
+    except msgspec.ValidationError as exc:
+        message = str(exc).replace("`$.", f"`{name}.").replace("`$`", f"`{name}`")
+        raise ConfigError(f"{name}: {message}") from exc
+    hints = typing.get_type_hints(config_type, include_extras=True)
+    for field_name, hint in hints.items():
+        ref = _ref_of(hint)
+        value = getattr(struct, field_name, None)
+        if ref is None or not isinstance(value, str):
+            continue
+        target = config.instances.get(value)
+        if target is None:
+            problems.append(
+                f"{name}.{field_name}: no server instance named {value!r}{did_you_mean(value, config.instances)};"
+                f" instances: {', '.join(sorted(config.instances)) or 'none'}"
+            )
+        elif ref.kind and known_plugins and target.plugin in known_plugins:
+            target_kind = known_plugins[target.plugin].kind
+            if target_kind != ref.kind:
+                problems.append(f"{name}.{field_name}: {value!r} is a {target_kind} server, expected a {ref.kind} server")
+    if problems:
+        raise ConfigError(problems)
+    return struct
+
+
+def _ref_of(hint: Any) -> _Ref | None:
+    for meta in getattr(hint, "__metadata__", ()):
+        if isinstance(meta, _Ref):
+            return meta
+    args = typing.get_args(hint)  # Optional[ModelRef] and friends
+    for arg in args:
+        found = _ref_of(arg)
+        if found:
+            return found
+    return None
+
+
+# --- ports --------------------------------------------------------------------------------------
+
+
+def free_port(host: str = DEFAULT_HOST, avoid: Iterable[int] = ()) -> int:
+    """A port the OS reports free now, not in ``avoid``."""
+    avoid = set(avoid)
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in avoid:
+            return port
+    raise GymError("could not find a free port")
+
+
+def assign_ports(config: GlobalConfig) -> None:
+    """Give every instance without a port a free one; no two instances share a port."""
+    used = {i.port for i in config.instances.values() if i.port}
+    explicit: dict[int, str] = {}
+    for instance in config.instances.values():
+        if instance.port:
+            if instance.port in explicit:
+                raise ConfigError(f"{instance.name}.port: port {instance.port} is also used by {explicit[instance.port]}")
+            explicit[instance.port] = instance.name
+    head = config.data.setdefault("head_server", {})
+    if not head.get("port"):
+        if "port" in head:  # port: 0 asks for any free port
+            head["port"] = free_port(avoid=used)
+        else:
+            head["port"] = DEFAULT_HEAD_PORT
+    config.head_port = int(head["port"])
+    used.add(config.head_port)
+    for instance in config.instances.values():
+        if not instance.port:
+            instance.port = free_port(instance.host, avoid=used)
+            used.add(instance.port)
+            config.data[instance.name]["port"] = instance.port
+        config.data[instance.name].setdefault("host", instance.host)

@@ -1,0 +1,91 @@
+"""Exceptions gym raises. Every message says what is wrong, where, and when possible the fix."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = [
+    "GymError",
+    "PluginError",
+    "UnknownPluginError",
+    "ConfigError",
+    "ServerCallError",
+    "ServerUnavailableError",
+    "ServerTimeoutError",
+    "ServerHTTPError",
+    "ToolError",
+    "did_you_mean",
+]
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` when a close match exists, else an empty string."""
+    matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""
+
+
+class GymError(Exception):
+    """Base of gym's errors: the message is meant for the user, as is."""
+
+
+class PluginError(GymError):
+    """A plugin is broken: it failed to import, registered badly, or misspelled a hook."""
+
+
+class UnknownPluginError(PluginError):
+    def __init__(self, name: str, known: Iterable[str], what: str = "plugin"):
+        known = sorted(known)
+        self.name = name
+        super().__init__(
+            f"unknown {what} {name!r}{did_you_mean(name, known)}; known: {', '.join(known) or 'none'}"
+        )
+
+
+class ConfigError(GymError):
+    """The configuration is invalid. ``problems`` lists every problem found, each with its path."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        if len(self.problems) == 1:
+            super().__init__(f"invalid config: {self.problems[0]}")
+        else:
+            super().__init__("invalid config:\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class ServerCallError(GymError):
+    """A call to another gym server failed for good (after the retries it was allowed)."""
+
+    def __init__(self, server: str, path: str, message: str, *, status: int | None = None, attempts: int = 1):
+        self.server = server
+        self.path = path
+        self.status = status
+        self.attempts = attempts
+        self.detail = message
+        status_text = f" status {status}" if status is not None else ""
+        super().__init__(f"{server} {path}:{status_text} {message} (after {attempts} attempt{'s' * (attempts != 1)})")
+
+    @property
+    def reason(self) -> str:
+        """A short, stable name of the failure kind, for failure files and metrics."""
+        return type(self).__name__
+
+
+class ServerUnavailableError(ServerCallError):
+    """The server could not be reached (connection refused or reset)."""
+
+
+class ServerTimeoutError(ServerCallError):
+    """The server did not answer within the per-request timeout or the overall deadline."""
+
+
+class ServerHTTPError(ServerCallError):
+    """The server answered with an error status."""
+
+
+class ToolError(GymError):
+    """Raised by a tool to tell the model its call failed; the message is what the model sees."""
+
+    def __init__(self, message: str, status: int = 400):
+        self.status = status
+        super().__init__(message)

@@ -1,0 +1,48 @@
+"""The head server: publishes the resolved config so that servers and clients find each other.
+
+``GET /global_config_dict_yaml`` (the config as YAML), ``GET /server_instances`` (each instance
+with plugin, kind and URL), ``GET /health``. ``gym run`` serves it in a thread of the CLI process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from litestar import Litestar, get
+from litestar.response import Response
+
+from gym_core.config import GlobalConfig
+
+__all__ = ["build_head_app"]
+
+
+def build_head_app(config: GlobalConfig, describe: Callable[[], list[dict[str, Any]]] | None = None) -> Litestar:
+    """The head server's app. ``describe`` returns the live instance list (kind, pid, status...);
+    without it, the list comes from the config alone."""
+
+    def instances() -> list[dict[str, Any]]:
+        if describe is not None:
+            return describe()
+        return [
+            {"name": i.name, "plugin": i.plugin, "url": i.url, "host": i.host, "port": i.port}
+            for i in config.instances.values()
+        ]
+
+    @get("/global_config_dict_yaml", sync_to_thread=False)
+    def global_config_dict_yaml() -> Response:
+        return Response(content=config.to_yaml(), media_type="text/plain")
+
+    @get("/server_instances", sync_to_thread=False)
+    def server_instances() -> list[dict[str, Any]]:
+        return instances()
+
+    @get("/health", sync_to_thread=False)
+    def health() -> dict[str, str]:
+        return {"status": "ok", "name": "head", "kind": "head"}
+
+    return Litestar(
+        route_handlers=[global_config_dict_yaml, server_instances, health],
+        openapi_config=None,
+        logging_config=None,
+    )

@@ -1,0 +1,433 @@
+"""Base servers on Litestar: every gym server is one of these, run by uvicorn.
+
+- :class:`GymServer`: liveness (``GET /health``) and readiness (``GET /ready``), config injection,
+  JSON errors without stack traces, a request body size limit, sessions, a :class:`ServerClient`.
+- :class:`ResourcesServer`: ``POST /seed_session``, ``POST /verify``, and one ``POST /<tool>`` per
+  method decorated with :func:`tool`; ``GET /tools`` lists them as OpenAI function tools.
+- :class:`ModelServer`: ``POST /v1/responses`` and ``POST /v1/chat/completions``; implement one,
+  the other is derived through :mod:`gym_core.convert`.
+- :class:`AgentServer`: ``POST /run`` (one rollout) and ``POST /v1/responses``.
+
+Handlers read and write bodies with msgspec directly: one decode, one encode per request.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import typing
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar
+
+import msgspec
+from litestar import Litestar, Request, Response, get, post
+from litestar.exceptions import HTTPException
+from litestar.middleware import DefineMiddleware
+
+from gym_core.client import RETRY_STATUSES, ClientConfig, ServerClient
+from gym_core.convert import (
+    chat_completion_to_response,
+    chat_to_create_params,
+    create_params_to_chat,
+    response_to_chat_completion,
+)
+from gym_core.errors import GymError, ServerCallError, ServerTimeoutError, ServerUnavailableError, ToolError
+from gym_core.schemas import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    FunctionTool,
+    LenientDecoder,
+    Response as ResponsesResponse,
+    ResponseCreateParams,
+    SeedSessionRequest,
+    VerifyRequest,
+    VerifyResponse,
+    decode_create_params,
+)
+from gym_core.sessions import SCOPE_KEY, Session, SessionMiddleware, SessionSigner, SessionStore, cookie_name_for
+
+if typing.TYPE_CHECKING:
+    from gym_core.config import GlobalConfig
+
+__all__ = [
+    "ServerConfig",
+    "GymServer",
+    "ResourcesServer",
+    "ModelServer",
+    "AgentServer",
+    "tool",
+    "ToolSpec",
+]
+
+_encoder = msgspec.json.Encoder()
+JSON = "application/json"
+
+
+class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Options every server instance accepts. Plugins subclass it with their own options."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    max_body_bytes: int = 64 * 1024 * 1024
+    session_ttl_s: float = 3600.0
+    session_secret: str | None = None
+    client: ClientConfig = msgspec.field(default_factory=ClientConfig)
+
+
+def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    body = obj if isinstance(obj, bytes) else _encoder.encode(obj)
+    return Response(content=body, status_code=status, media_type=JSON, headers=headers)
+
+
+def error_response(message: str, status: int, kind: str) -> Response:
+    return json_response({"error": {"message": message, "type": kind, "status": status}}, status)
+
+
+class GymServer:
+    """Base of every gym server. Subclasses add routes by overriding :meth:`routes`."""
+
+    kind: ClassVar[str] = ""
+
+    def __init__(self, config: ServerConfig | None = None, *, name: str | None = None, global_config: GlobalConfig | None = None):
+        self.config = config if config is not None else ServerConfig()
+        self.name = name or type(self).__name__
+        self.global_config = global_config
+        self.log = logging.getLogger(f"gym.server.{self.name}")
+        self.sessions: SessionStore[Any] = SessionStore(self.config.session_ttl_s)
+        self._signer = SessionSigner(self.config.session_secret)
+        self.cookie_name = cookie_name_for(self.name)
+        self._client: ServerClient | None = None
+        self.is_ready = False
+
+    # --- lifecycle: override startup/shutdown to load models, open pools... ---
+
+    async def startup(self) -> None:
+        """Called once before the server accepts requests."""
+
+    async def shutdown(self) -> None:
+        """Called once when the server stops."""
+
+    @property
+    def client(self) -> ServerClient:
+        """The pooled client this server uses to call other gym servers (created at start-up)."""
+        if self._client is None:
+            self._client = ServerClient(self.global_config, config=self.config.client)
+        return self._client
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Litestar) -> AsyncIterator[None]:
+        await self.startup()
+        self.is_ready = True
+        try:
+            yield
+        finally:
+            self.is_ready = False
+            await self.shutdown()
+            if self._client is not None:
+                await self._client.close()
+
+    # --- sessions ---
+
+    def session(self, request: Request) -> Session:
+        """The caller's session (created, and its cookie set, on first use of ``.id``)."""
+        return request.scope[SCOPE_KEY]  # type: ignore[literal-required]
+
+    def session_state(self, request: Request, factory: Callable[[], Any] = dict) -> Any:
+        """The state this server keeps for the caller's session, created by ``factory`` if new."""
+        return self.sessions.get_or_create(self.session(request).id, factory)
+
+    # --- routes ---
+
+    def routes(self) -> list[Any]:
+        @get("/health", sync_to_thread=False)
+        def health() -> Response:
+            return json_response({"status": "ok", "name": self.name, "kind": self.kind})
+
+        @get("/ready", sync_to_thread=False)
+        def ready() -> Response:
+            if self.is_ready:
+                return json_response({"status": "ready", "name": self.name})
+            return error_response(f"{self.name} is starting", 503, "not_ready")
+
+        return [health, ready]
+
+    def post_json(self, path: str, fn: Callable[[Request], Awaitable[Any]]) -> Any:
+        """A ``POST path`` route whose handler returns any msgspec-encodable object."""
+
+        async def handler(request: Request) -> Response:
+            result = await fn(request)
+            return result if isinstance(result, Response) else json_response(result)
+
+        handler.__name__ = f"post_{path.strip('/').replace('/', '_') or 'root'}"
+        return post(path)(handler)
+
+    def build_app(self) -> Litestar:
+        """The Litestar application serving this server."""
+        return Litestar(
+            route_handlers=self.routes(),
+            middleware=[DefineMiddleware(SessionMiddleware, cookie_name=self.cookie_name, signer=self._signer)],
+            exception_handlers={Exception: self._handle_exception},
+            lifespan=[self._lifespan],
+            request_max_body_size=self.config.max_body_bytes,
+            openapi_config=None,
+            logging_config=None,
+            debug=False,
+        )
+
+    def _handle_exception(self, request: Request, exc: Exception) -> Response:
+        # Clients get one clear line; tracebacks stay in this server's log.
+        if isinstance(exc, HTTPException):
+            return error_response(str(exc.detail), exc.status_code, type(exc).__name__)
+        if isinstance(exc, msgspec.ValidationError):
+            return error_response(f"invalid request body for {request.url.path}: {exc}", 422, "validation_error")
+        if isinstance(exc, msgspec.DecodeError):
+            return error_response(f"request body of {request.url.path} is not valid JSON: {exc}", 400, "decode_error")
+        if isinstance(exc, ToolError):
+            return error_response(str(exc), exc.status, "tool_error")
+        if isinstance(exc, ServerCallError):
+            # Transient upstream trouble stays retryable for our caller (502/504); a definite
+            # upstream refusal becomes 424 so that nobody retries it.
+            self.log.warning("upstream call failed: %s", exc)
+            if isinstance(exc, ServerTimeoutError):
+                status = 504
+            elif isinstance(exc, ServerUnavailableError) or exc.status in RETRY_STATUSES:
+                status = 502
+            else:
+                status = 424
+            return error_response(str(exc), status, exc.reason)
+        if isinstance(exc, GymError):
+            return error_response(str(exc), 400, type(exc).__name__)
+        self.log.exception("unhandled error in %s %s", request.method, request.url.path)
+        return error_response(f"internal error in {self.name}: {type(exc).__name__}: {exc}", 500, "internal_error")
+
+
+# --- resources servers --------------------------------------------------------------------------
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    name: str
+    description: str
+    args_type: type
+    method_name: str
+    injected: tuple[str, ...]
+
+    def definition(self) -> FunctionTool:
+        schema = msgspec.json.schema(self.args_type)
+        defs = schema.pop("$defs", {})
+        params = dict(defs.pop(self.args_type.__name__, schema))
+        params.pop("title", None)
+        params.setdefault("properties", {})
+        if defs:
+            params["$defs"] = defs
+        return FunctionTool(name=self.name, description=self.description, parameters=params)
+
+
+def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None) -> Any:
+    """Mark a resources-server method as a tool, served at ``POST /<name>``.
+
+    The parameters after ``self`` are the tool's arguments (JSON object body); their annotations
+    (``Annotated[int, msgspec.Meta(description=...)]`` for a description) give the JSON schema the
+    model sees. A parameter named ``session`` receives the caller's :class:`Session`, one named
+    ``request`` the Litestar request. The docstring's first paragraph is the tool's description.
+    Raise :class:`gym_core.ToolError` to report a failed call to the model.
+    """
+
+    def mark(method: Callable[..., Any]) -> Callable[..., Any]:
+        method._gym_tool = {"name": name or method.__name__, "description": description}  # type: ignore[attr-defined]
+        return method
+
+    return mark(fn) if fn is not None else mark
+
+
+_INJECTED = ("session", "request")
+_RESERVED_PATHS = {"seed_session", "verify", "health", "ready", "tools", "close_session"}
+
+
+def _tool_spec(cls: type, method: Callable[..., Any]) -> ToolSpec:
+    meta = method._gym_tool  # type: ignore[attr-defined]
+    hints = typing.get_type_hints(method, include_extras=True)
+    fields: list[tuple[Any, ...]] = []
+    injected = []
+    for pname, param in list(inspect.signature(method).parameters.items())[1:]:
+        if pname in _INJECTED:
+            injected.append(pname)
+            continue
+        hint = hints.get(pname, Any)
+        fields.append((pname, hint) if param.default is inspect.Parameter.empty else (pname, hint, param.default))
+    description = meta["description"] or inspect.cleandoc(method.__doc__ or "").split("\n\n")[0].replace("\n", " ")
+    args_type = msgspec.defstruct(f"{cls.__name__}_{meta['name']}_args", fields, kw_only=True)
+    return ToolSpec(meta["name"], description, args_type, method.__name__, tuple(injected))
+
+
+def _body_type(method: Callable[..., Any], fallback: type) -> type:
+    """The annotation of a handler method's ``body`` parameter (subclasses narrow it)."""
+    hint = typing.get_type_hints(method).get("body")
+    return hint if isinstance(hint, type) and issubclass(hint, msgspec.Struct) else fallback
+
+
+class ResourcesServer(GymServer):
+    """An environment: session state, tools, and a verifier that turns a response into a reward.
+
+    Override :meth:`seed_session` and :meth:`verify`, and decorate tool methods with :func:`tool`.
+    Annotate their ``body`` parameter with your subclass of the request struct to receive your
+    task fields (``expected_answer``...).
+    """
+
+    kind = "resources"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.tools: dict[str, ToolSpec] = {}
+        for attr in dir(type(self)):
+            method = getattr(type(self), attr, None)
+            if callable(method) and hasattr(method, "_gym_tool"):
+                spec = _tool_spec(type(self), method)
+                if spec.name in _RESERVED_PATHS:
+                    raise TypeError(f"{type(self).__name__}: tool name {spec.name!r} collides with a built-in route")
+                self.tools[spec.name] = spec
+        self._seed_decoder = LenientDecoder(_body_type(self.seed_session, SeedSessionRequest))
+        self._verify_decoder = LenientDecoder(_body_type(self.verify, VerifyRequest))
+
+    async def seed_session(self, session: Session, body: SeedSessionRequest) -> Any:
+        """Initialise the session's state from the task row. Default: nothing to do."""
+        return None
+
+    async def verify(self, session: Session, body: VerifyRequest) -> VerifyResponse:
+        """Score the model's final response; return at least ``reward``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement verify()")
+
+    def tool_definitions(self) -> list[FunctionTool]:
+        """The tools as OpenAI function-tool definitions (Responses API shape)."""
+        return [spec.definition() for spec in self.tools.values()]
+
+    def routes(self) -> list[Any]:
+        async def seed(request: Request) -> Any:
+            body = self._seed_decoder.decode(await request.body())
+            result = await self.seed_session(self.session(request), body)
+            return {} if result is None else result
+
+        async def verify(request: Request) -> Any:
+            body = self._verify_decoder.decode(await request.body())
+            return await self.verify(self.session(request), body)
+
+        async def close_session(request: Request) -> Any:
+            session = self.session(request)
+            return {"closed": session.exists and self.sessions.close(session.id)}
+
+        @get("/tools", sync_to_thread=False)
+        def list_tools() -> Response:
+            return json_response(self.tool_definitions())
+
+        handlers = [
+            *super().routes(),
+            self.post_json("/seed_session", seed),
+            self.post_json("/verify", verify),
+            self.post_json("/close_session", close_session),
+            list_tools,
+        ]
+        handlers.extend(self.post_json(f"/{spec.name}", self._tool_handler(spec)) for spec in self.tools.values())
+        return handlers
+
+    def _tool_handler(self, spec: ToolSpec) -> Callable[[Request], Awaitable[Any]]:
+        decoder = msgspec.json.Decoder(spec.args_type)
+        method = getattr(self, spec.method_name)
+        names = [f.name for f in msgspec.structs.fields(spec.args_type)]
+        takes_session = "session" in spec.injected
+        takes_request = "request" in spec.injected
+
+        async def call(request: Request) -> Any:
+            raw = await request.body()
+            args = decoder.decode(raw or b"{}")
+            kwargs = {n: getattr(args, n) for n in names}
+            if takes_session:
+                kwargs["session"] = self.session(request)
+            if takes_request:
+                kwargs["request"] = request
+            result = method(**kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return call
+
+
+# --- model servers ------------------------------------------------------------------------------
+
+
+class ModelServer(GymServer):
+    """An OpenAI-compatible model. Implement :meth:`responses` or :meth:`chat_completions`."""
+
+    kind = "model"
+    model_name: str = "gym-model"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        cls = type(self)
+        if cls.responses is ModelServer.responses and cls.chat_completions is ModelServer.chat_completions:
+            raise TypeError(f"{cls.__name__} must implement responses() or chat_completions()")
+        self._chat_decoder = msgspec.json.Decoder(ChatCompletionRequest)
+
+    async def responses(self, params: ResponseCreateParams) -> ResponsesResponse:
+        """``POST /v1/responses``. Default: through :meth:`chat_completions`."""
+        completion = await self.chat_completions(create_params_to_chat(params))
+        return chat_completion_to_response(completion, params)
+
+    async def chat_completions(self, request: ChatCompletionRequest) -> ChatCompletion:
+        """``POST /v1/chat/completions``. Default: through :meth:`responses`."""
+        return response_to_chat_completion(await self.responses(chat_to_create_params(request)))
+
+    def routes(self) -> list[Any]:
+        async def responses(request: Request) -> Any:
+            params = decode_create_params(await request.body())
+            if params.stream is True:
+                raise HTTPException(status_code=400, detail="streaming is not supported by gym model servers; send stream=false")
+            return await self.responses(params)
+
+        async def chat(request: Request) -> Any:
+            body = self._chat_decoder.decode(await request.body())
+            if body.stream is True:
+                raise HTTPException(status_code=400, detail="streaming is not supported by gym model servers; send stream=false")
+            return await self.chat_completions(body)
+
+        @get("/v1/models", sync_to_thread=False)
+        def models() -> Response:
+            return json_response({"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "gym"}]})
+
+        return [
+            *super().routes(),
+            self.post_json("/v1/responses", responses),
+            self.post_json("/v1/chat/completions", chat),
+            models,
+        ]
+
+
+# --- agent servers ------------------------------------------------------------------------------
+
+
+class AgentServer(GymServer):
+    """Orchestrates rollouts. Implement :meth:`run`; :meth:`responses` is optional."""
+
+    kind = "agent"
+
+    async def run(self, task: dict[str, Any]) -> dict[str, Any]:
+        """``POST /run``: one rollout of a task row; returns the verify response and the trajectory."""
+        raise NotImplementedError(f"{type(self).__name__} must implement run()")
+
+    async def responses(self, params: ResponseCreateParams) -> ResponsesResponse:
+        """``POST /v1/responses``: the agent's multi-step interaction without verification."""
+        raise HTTPException(status_code=501, detail=f"{type(self).__name__} does not serve /v1/responses")
+
+    def routes(self) -> list[Any]:
+        async def run(request: Request) -> Any:
+            task = msgspec.json.decode(await request.body())
+            if not isinstance(task, dict) or "responses_create_params" not in task:
+                raise HTTPException(status_code=422, detail="POST /run needs a JSON object with 'responses_create_params'")
+            return await self.run(task)
+
+        async def responses(request: Request) -> Any:
+            return await self.responses(decode_create_params(await request.body()))
+
+        return [*super().routes(), self.post_json("/run", run), self.post_json("/v1/responses", responses)]
+
+

@@ -1,0 +1,123 @@
+"""Running servers: uvicorn settings shared by every gym server, in a thread or as a process.
+
+``python -m gym_core.serve`` is what ``gym run`` starts for each instance: it reads the global
+config and its instance name from the environment, finds the plugin through the hooks, validates
+the options, and serves the app until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+import uvicorn
+
+from gym_core.config import CONFIG_ENV, INSTANCE_ENV, GlobalConfig, validate_instance_options
+from gym_core.errors import GymError
+from gym_core.plugins import PluginManager, get_plugin_manager
+from gym_core.servers import GymServer
+
+__all__ = ["uvicorn_config", "ServerThread", "build_server", "main"]
+
+
+def uvicorn_config(app: Any, host: str, port: int, **overrides: Any) -> uvicorn.Config:
+    """Uvicorn settings for gym servers: no access log on the hot path, long keep-alive so pooled
+    client connections are not closed under them, uvloop/httptools when installed."""
+    settings: dict[str, Any] = dict(
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_keep_alive=75,
+        backlog=4096,
+        log_config=None,
+    )
+    settings.update(overrides)
+    return uvicorn.Config(app, **settings)
+
+
+class ServerThread:
+    """A uvicorn server in a daemon thread of this process (head server, tests, benchmarks)."""
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, **overrides: Any):
+        self.server = uvicorn.Server(uvicorn_config(app, host, port, **overrides))
+        self.host = host
+        self._thread = threading.Thread(target=self.server.run, daemon=True, name=f"uvicorn-{host}:{port}")
+
+    @property
+    def port(self) -> int:
+        return self.server.servers[0].sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> ServerThread:
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.server.started:
+            if not self._thread.is_alive():
+                raise GymError(f"server on {self.host} failed to start (port in use or start-up error)")
+            if time.monotonic() > deadline:
+                raise GymError(f"server on {self.host} did not start within {timeout_s:g} s")
+            time.sleep(0.01)
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout_s)
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def build_server(global_config: GlobalConfig, instance: str, plugins: PluginManager | None = None) -> GymServer:
+    """The server object of one instance of the config, its options validated."""
+    plugins = plugins or get_plugin_manager()
+    if instance not in global_config.instances:
+        raise GymError(f"no server instance named {instance!r} in the config")
+    plugin = plugins.server(global_config.instances[instance].plugin)
+    options = validate_instance_options(global_config, instance, plugin.config, plugins.servers())
+    server_class = plugin.load_server_class()
+    return server_class(options, name=instance, global_config=global_config)
+
+
+def configure_logging(instance: str) -> None:
+    logging.basicConfig(
+        level=os.environ.get("GYM_LOG_LEVEL", "INFO").upper(),
+        format=f"%(asctime)s %(levelname)s [{instance}] %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main() -> int:
+    """Entry point of a server process started by ``gym run``."""
+    instance = os.environ.get(INSTANCE_ENV, "")
+    configure_logging(instance or "?")
+    try:
+        if not instance:
+            raise GymError(f"${INSTANCE_ENV} is not set: server processes are started by `gym run`")
+        config = GlobalConfig.from_env()
+        server = build_server(config, instance)
+        settings = config.instances[instance]
+        uvicorn_server = uvicorn.Server(uvicorn_config(server.build_app(), settings.host, settings.port))
+    except GymError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    uvicorn_server.run()
+    # uvicorn returns normally on SIGINT/SIGTERM; a failed start-up (port taken, lifespan error) leaves started False.
+    return 0 if uvicorn_server.started else 1
+
+
+def run_forever() -> None:  # pragma: no cover - used by `python -m gym_core.serve`
+    sys.exit(main())
+
+

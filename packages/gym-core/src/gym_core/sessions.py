@@ -1,0 +1,173 @@
+"""Sessions: a signed cookie per caller, and a per-server store of session state with an idle TTL.
+
+Each server instance uses its own cookie name (``gym_session_<instance>``): cookies do not isolate
+by port, so two servers on 127.0.0.1 would otherwise overwrite each other's session id in the
+caller's cookie jar. A session id is only created, and its cookie only set, when a handler asks
+for it, so stateless endpoints cost nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+__all__ = ["Session", "SessionStore", "SessionMiddleware", "SessionSigner", "cookie_name_for"]
+
+T = TypeVar("T")
+SCOPE_KEY = "gym_session"
+
+
+def cookie_name_for(instance: str) -> str:
+    """The cookie name a server instance uses; only characters valid in a cookie name."""
+    return "gym_session_" + re.sub(r"[^A-Za-z0-9_\-]", "_", instance)
+
+
+class SessionSigner:
+    """Signs session ids so that a client cannot pick another caller's session."""
+
+    def __init__(self, secret: bytes | str | None = None):
+        if secret is None:
+            secret = secrets.token_bytes(32)
+        self._key = secret.encode() if isinstance(secret, str) else secret
+
+    def _mac(self, session_id: str) -> str:
+        return hmac.new(self._key, session_id.encode(), hashlib.blake2s).hexdigest()[:32]
+
+    def sign(self, session_id: str) -> str:
+        return f"{session_id}.{self._mac(session_id)}"
+
+    def unsign(self, value: str) -> str | None:
+        session_id, _, mac = value.partition(".")
+        if session_id and mac and hmac.compare_digest(mac, self._mac(session_id)):
+            return session_id
+        return None
+
+
+class Session:
+    """A handler's view of its caller's session. ``id`` creates the session on first access."""
+
+    __slots__ = ("_id", "created")
+
+    def __init__(self, session_id: str | None):
+        self._id = session_id
+        self.created = False
+
+    @property
+    def id(self) -> str:
+        if self._id is None:
+            self._id = uuid.uuid4().hex
+            self.created = True
+        return self._id
+
+    @property
+    def exists(self) -> bool:
+        """Whether the caller presented a valid session cookie (or one was created in this request)."""
+        return self._id is not None
+
+
+class SessionStore(Generic[T]):
+    """State per session id, evicted after ``ttl_s`` seconds without access, or on :meth:`close`.
+
+    Entries are kept in access order, so eviction only looks at the expired ones at the front.
+    """
+
+    def __init__(self, ttl_s: float = 3600.0, *, clock: Callable[[], float] = time.monotonic):
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._entries: OrderedDict[str, tuple[float, T]] = OrderedDict()
+        self._next_sweep = 0.0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._entries
+
+    def get(self, session_id: str, default: T | None = None) -> T | None:
+        now = self._sweep_if_due()
+        entry = self._entries.get(session_id)
+        if entry is None:
+            return default
+        if now - entry[0] > self.ttl_s:
+            del self._entries[session_id]
+            return default
+        self._entries[session_id] = (now, entry[1])
+        self._entries.move_to_end(session_id)
+        return entry[1]
+
+    def set(self, session_id: str, state: T) -> None:
+        now = self._sweep_if_due()
+        self._entries[session_id] = (now, state)
+        self._entries.move_to_end(session_id)
+
+    def get_or_create(self, session_id: str, factory: Callable[[], T]) -> T:
+        state = self.get(session_id)
+        if state is None:
+            state = factory()
+            self.set(session_id, state)
+        return state
+
+    def close(self, session_id: str) -> bool:
+        """Forget a session now; whether it existed."""
+        return self._entries.pop(session_id, None) is not None
+
+    def sweep(self) -> int:
+        """Evict every idle session; how many were evicted."""
+        now = self._clock()
+        evicted = 0
+        while self._entries:
+            session_id, (last_used, _) = next(iter(self._entries.items()))
+            if now - last_used <= self.ttl_s:
+                break
+            del self._entries[session_id]
+            evicted += 1
+        return evicted
+
+    def _sweep_if_due(self) -> float:
+        now = self._clock()
+        if now >= self._next_sweep:
+            self.sweep()
+            self._next_sweep = now + max(self.ttl_s / 10, 0.001)
+        return now
+
+
+class SessionMiddleware:
+    """ASGI middleware: reads the signed session cookie, exposes a :class:`Session` in the scope,
+    and sets the cookie on the response when the handler created a session."""
+
+    def __init__(self, app: Any, *, cookie_name: str, signer: SessionSigner):
+        self.app = app
+        self.cookie_name = cookie_name
+        self.signer = signer
+        self._cookie_prefix = cookie_name.encode() + b"="
+
+    def _read_cookie(self, scope: dict[str, Any]) -> str | None:
+        for key, value in scope["headers"]:
+            if key == b"cookie" and self._cookie_prefix in value:
+                for part in value.split(b";"):
+                    part = part.strip()
+                    if part.startswith(self._cookie_prefix):
+                        return self.signer.unsign(part[len(self._cookie_prefix) :].decode("latin-1"))
+        return None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        session = Session(self._read_cookie(scope))
+        scope[SCOPE_KEY] = session
+
+        async def send_with_cookie(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and session.created:
+                cookie = f"{self.cookie_name}={self.signer.sign(session.id)}; Path=/; HttpOnly; SameSite=Lax"
+                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie.encode())]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)

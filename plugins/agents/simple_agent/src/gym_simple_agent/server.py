@@ -1,0 +1,108 @@
+"""The workhorse agent: seed the session, loop model → tool calls → tool outputs, then verify.
+
+One rollout (``POST /run``):
+
+1. ``POST /seed_session`` on the resources server with the task row;
+2. ``POST /v1/responses`` on the model with the conversation so far;
+3. each ``function_call`` becomes ``POST /<name>`` on the resources server (same session cookie),
+   and its answer a ``function_call_output`` item; a tool that fails (4xx/5xx) yields an error
+   output the model sees, not a crashed rollout;
+4. repeat 2-3 until the model calls no tool or ``max_steps`` model calls were made;
+5. ``POST /verify`` with the task row and the whole trajectory; return its verdict, the
+   trajectory and the summed usage.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET
+
+from gym_core import AgentServer, ModelRef, ResourcesRef, ServerConfig, ServerHTTPError
+from gym_core.schemas import (
+    FunctionCallOutput,
+    FunctionTool,
+    Message,
+    Response,
+    ResponseCreateParams,
+    Usage,
+    decode_create_params,
+    function_calls,
+)
+
+
+class SimpleAgentConfig(ServerConfig, kw_only=True):
+    model_server: ModelRef
+    resources_server: ResourcesRef
+    max_steps: int = 10
+    # Offer the resources server's tools when the task's params name none.
+    offer_resources_tools: bool = True
+
+
+_response_decoder = msgspec.json.Decoder(Response)
+_tools_decoder = msgspec.json.Decoder(list[FunctionTool])
+
+
+class SimpleAgent(AgentServer):
+    config: SimpleAgentConfig
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._resources_tools: list[FunctionTool] | None = None
+
+    async def _default_tools(self) -> list[FunctionTool]:
+        if self._resources_tools is None:
+            raw = await self.client.request("GET", self.config.resources_server, "/tools")
+            self._resources_tools = _tools_decoder.decode(raw)
+        return self._resources_tools
+
+    async def responses(self, params: ResponseCreateParams, cookies: dict[str, str] | None = None) -> Response:
+        """Model ⇄ tools until the model stops calling tools; the response holds every output item."""
+        cfg = self.config
+        cookies = {} if cookies is None else cookies
+        if params.tools is UNSET and cfg.offer_resources_tools:
+            params.tools = await self._default_tools() or UNSET
+        conversation: list[Any] = (
+            [Message(role="user", content=params.input)] if isinstance(params.input, str) else list(params.input)
+        )
+        outputs: list[Any] = []
+        usage = Usage()
+        response: Response | None = None
+        for _ in range(max(cfg.max_steps, 1)):
+            params.input = conversation
+            raw = await self.client.request("POST", cfg.model_server, "/v1/responses", body=params, cookies=cookies)
+            response = _response_decoder.decode(raw)
+            outputs.extend(response.output)
+            conversation.extend(response.output)
+            if response.usage is not None:
+                usage = usage + response.usage
+            calls = function_calls(response)
+            if not calls:
+                break
+            for call in calls:
+                try:
+                    result = await self.client.request(
+                        "POST", cfg.resources_server, f"/{call.name}", body=call.arguments.encode(), cookies=cookies
+                    )
+                    text = result.decode()
+                except ServerHTTPError as exc:
+                    text = msgspec.json.encode({"error": exc.detail}).decode()
+                item = FunctionCallOutput(call_id=call.call_id, output=text)
+                outputs.append(item)
+                conversation.append(item)
+        assert response is not None
+        response.output = outputs
+        response.usage = usage
+        return response
+
+    async def run(self, task: dict[str, Any]) -> dict[str, Any]:
+        cfg = self.config
+        cookies: dict[str, str] = {}
+        await self.client.request("POST", cfg.resources_server, "/seed_session", body=task, cookies=cookies)
+        params = decode_create_params(task["responses_create_params"])
+        response = await self.responses(params, cookies)
+        verify_body = {**task, "response": response}
+        raw = await self.client.request("POST", cfg.resources_server, "/verify", body=verify_body, cookies=cookies)
+        verdict = msgspec.json.decode(raw)
+        return {**verdict, "response": response}

@@ -1,0 +1,109 @@
+"""A model that answers from a script: the same input always gets the same output.
+
+The script is a list of turns. The reply to a request is the turn whose index is the number of
+model turns already in the request's input (each run of assistant messages and function calls
+counts as one), so a rollout walks through the script turn by turn while the server stays
+stateless. A turn is ``{"text": "..."}`` and/or ``{"tool_calls": [{"name": ..., "arguments": {...}}]}``.
+A request may bring its own script as JSON in ``metadata["scripted_turns"]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import msgspec
+
+from gym_core import ModelServer, ServerConfig, ToolError
+from gym_core.schemas import (
+    FunctionCall,
+    Message,
+    OutputText,
+    Reasoning,
+    Response,
+    ResponseCreateParams,
+    Usage,
+    new_id,
+)
+
+
+class ScriptedToolCall(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ScriptedTurn(msgspec.Struct, forbid_unknown_fields=True):
+    text: str | None = None
+    tool_calls: list[ScriptedToolCall] = msgspec.field(default_factory=list)
+
+
+class ScriptedModelConfig(ServerConfig, kw_only=True):
+    turns: list[ScriptedTurn] = msgspec.field(default_factory=lambda: [ScriptedTurn(text="Hello from the scripted model.")])
+    # After the last turn: repeat it ("last") or start again ("cycle").
+    after_last: str = "last"
+    delay_s: float = 0.0
+    model_name: str = "scripted"
+
+
+def model_turns_in(params: ResponseCreateParams) -> int:
+    """How many model turns the input already holds (runs of assistant output items)."""
+    if isinstance(params.input, str):
+        return 0
+    turns = 0
+    in_turn = False
+    for item in params.input:
+        generated = isinstance(item, (FunctionCall, Reasoning)) or (isinstance(item, Message) and item.role == "assistant")
+        if generated and not in_turn:
+            turns += 1
+        in_turn = generated
+    return turns
+
+
+class ScriptedModel(ModelServer):
+    config: ScriptedModelConfig
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.model_name = self.config.model_name
+        self._turns_decoder = msgspec.json.Decoder(list[ScriptedTurn])
+
+    def _script(self, params: ResponseCreateParams) -> list[ScriptedTurn]:
+        metadata = params.metadata if isinstance(params.metadata, dict) else None
+        if metadata and "scripted_turns" in metadata:
+            try:
+                return self._turns_decoder.decode(metadata["scripted_turns"])
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise ToolError(f"metadata.scripted_turns is not a valid script: {exc}", 422) from exc
+        return self.config.turns
+
+    async def responses(self, params: ResponseCreateParams) -> Response:
+        if self.config.delay_s:
+            await asyncio.sleep(self.config.delay_s)
+        script = self._script(params)
+        if not script:
+            raise ToolError("the script has no turns", 422)
+        index = model_turns_in(params)
+        if index >= len(script):
+            index = index % len(script) if self.config.after_last == "cycle" else len(script) - 1
+        turn = script[index]
+        output: list[Any] = []
+        if turn.text is not None:
+            output.append(Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=turn.text)]))
+        for call in turn.tool_calls:
+            output.append(
+                FunctionCall(
+                    id=new_id("fc"),
+                    call_id=new_id("call"),
+                    name=call.name,
+                    arguments=json.dumps(call.arguments, separators=(",", ":")),
+                    status="completed",
+                )
+            )
+        words_in = len(params.input.split()) if isinstance(params.input, str) else len(params.input)
+        words_out = len((turn.text or "").split()) + len(turn.tool_calls)
+        return Response(
+            model=self.model_name,
+            output=output,
+            usage=Usage(input_tokens=words_in, output_tokens=words_out, total_tokens=words_in + words_out),
+        )

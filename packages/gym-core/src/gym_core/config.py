@@ -136,12 +136,15 @@ def load_config(
     env_file: str | Path | None = "env.yaml",
     base: dict[str, Any] | None = None,
     plugins: PluginManager | None = None,
+    external_plugins: Iterable[str] = (),
     allocate_ports: bool = True,
 ) -> GlobalConfig:
     """Merge config files, ``env_file`` (skipped when absent) and overrides; validate; assign ports.
 
     ``base`` is merged first (programmatic defaults). With ``plugins``, each instance's options
-    are validated against its plugin's config struct and references between instances checked.
+    are validated against its plugin's config struct and references between instances checked;
+    plugins named in ``external_plugins`` (installed only in their own isolated environment) are
+    accepted as they are and validated by their server process.
     """
     problems: list[str] = []
     layers: list[DictConfig] = [OmegaConf.create(base or {})]
@@ -175,7 +178,7 @@ def load_config(
             )
     config = GlobalConfig(data)
     if plugins is not None:
-        problems.extend(_validate_against_plugins(config, plugins))
+        problems.extend(_validate_against_plugins(config, plugins, set(external_plugins)))
     if problems:
         raise ConfigError(problems)
     if allocate_ports:
@@ -240,17 +243,19 @@ _ABSENT = object()
 # --- validation against plugins ----------------------------------------------------------------
 
 
-def _validate_against_plugins(config: GlobalConfig, plugins: PluginManager) -> list[str]:
+def _validate_against_plugins(config: GlobalConfig, plugins: PluginManager, external: set[str]) -> list[str]:
     problems: list[str] = []
     known = plugins.servers()
     for name, instance in config.instances.items():
+        if instance.plugin not in known and instance.plugin in external:
+            continue
         if instance.plugin not in known:
             if instance.plugin in plugins.load_errors:
                 problems.append(f"{name}.plugin: plugin {instance.plugin!r} failed to import: {plugins.load_errors[instance.plugin]}")
             else:
                 problems.append(
-                    f"{name}.plugin: unknown plugin {instance.plugin!r}{did_you_mean(instance.plugin, known)};"
-                    f" known: {', '.join(sorted(known)) or 'none'}"
+                    f"{name}.plugin: unknown plugin {instance.plugin!r}{did_you_mean(instance.plugin, {*known, *external})};"
+                    f" known: {', '.join(sorted({*known, *external})) or 'none'}"
                 )
             continue
         try:

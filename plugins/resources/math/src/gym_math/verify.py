@@ -18,13 +18,13 @@ Why worker processes: sympy can spin for hours (or until memory runs out) on inp
 ``9^{9^{9^{9}}}``. ``math_verify`` bounds its own work with ``signal.alarm``, which only works in
 the main thread and cannot interrupt long C-level big-integer arithmetic, so its timeouts are
 disabled here (``parsing_timeout=None`` / ``timeout_seconds=None``) and the comparison runs in a
-small pool of persistent worker processes instead. A call sends the two strings over a pipe and
-waits at most ``timeout_s``; on expiry the worker is SIGKILLed and replaced, so the caller's wall
-time is bounded by ``timeout_s`` plus a few milliseconds no matter what sympy does. Warm workers
-keep sympy imported and math_verify's parser caches initialised, so a simple answer costs the pipe
-round trip (a fraction of a millisecond) plus the comparison itself. Cases decidable by plain
-string normalisation (e.g. ``"12"`` vs ``"12"``) are answered in the calling process without
-touching a worker.
+small pool of persistent worker processes instead. A call sends the two strings over a socket and
+waits at most ``timeout_s``; on expiry the worker is SIGKILLed and a fresh one is forked from a
+pre-warmed "zygote" process, so the caller's wall time is bounded by ``timeout_s`` plus a few
+milliseconds no matter what sympy does. Warm workers keep sympy imported and math_verify's parser
+caches initialised, so a simple answer costs the socket round trip (~0.1-0.2 ms) plus the
+comparison itself. Cases decidable by plain string normalisation (e.g. ``"12"`` vs ``"12"``,
+``"Paris"`` vs ``"paris"``) are answered in the calling process without touching a worker.
 
 Equivalence (:func:`answers_equivalent`), in order:
 
@@ -46,15 +46,19 @@ import asyncio
 import atexit
 import functools
 import logging
-import multiprocessing
 import os
 import queue
 import re
 import signal
+import socket
+import struct
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
+from multiprocessing.connection import Connection
 from typing import Any
 
 __all__ = [
@@ -160,7 +164,10 @@ def _strip_math_delimiters(s: str) -> str:
         changed = False
         for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
             if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
-                s = s[len(left) : len(s) - len(right)].strip()
+                inner = s[len(left) : len(s) - len(right)]
+                if left in inner or right in inner:  # "$1$ and $2$" is not one math span
+                    continue
+                s = inner.strip()
                 changed = True
                 break
     return s
@@ -330,35 +337,26 @@ def answers_equivalent(predicted: str, expected: str) -> bool:
 
 # --------------------------------------------------------------------------------------------
 # Worker processes
+#
+# A "zygote" process is started once per pool with subprocess (a fresh interpreter: no fork of a
+# multi-threaded server, and unlike multiprocessing's spawn/forkserver it never re-imports the
+# caller's __main__). It imports sympy/math_verify, warms the parser caches, and then forks a
+# worker whenever the pool asks for one, handing the worker's end of a new socket pair back over
+# the control socket (SCM_RIGHTS). Workers are therefore ready within milliseconds, also right
+# after a timed-out worker was killed. Workers talk to the pool with
+# multiprocessing.connection.Connection framing (pickled tuples).
 # --------------------------------------------------------------------------------------------
 
 _WARMUP = (("\\frac{1}{2}", "0.5"), ("x+1", "1+x"), ("\\{1,2\\}", "\\{2,1\\}"), ("3.0", "3"))
+_PID = struct.Struct("!q")
 
 
-def _worker_main(conn: Any, memory_limit_mb: int | None) -> None:
+def _serve(conn: Connection) -> None:
     """Loop of one worker process: receive (predicted, expected), answer ("ok", bool)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    if memory_limit_mb:
-        try:
-            import resource
-
-            limit = memory_limit_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        except (ImportError, ValueError, OSError):
-            pass
-    try:
-        for p, e in _WARMUP:
-            answers_equivalent(p, e)
-    except Exception:  # noqa: BLE001
-        pass
-    try:
-        conn.send(("ready", os.getpid()))
-    except (OSError, EOFError):
-        return
     while True:
         try:
             msg = conn.recv()
-        except (EOFError, OSError, KeyboardInterrupt):
+        except (EOFError, OSError):
             return
         if msg is None:
             return
@@ -372,71 +370,135 @@ def _worker_main(conn: Any, memory_limit_mb: int | None) -> None:
             return
 
 
-def _mp_context() -> Any:
-    methods = multiprocessing.get_all_start_methods()
-    if "forkserver" in methods:
-        ctx = multiprocessing.get_context("forkserver")
-        # Only takes effect if the fork server is not running yet; then every (re)started worker
-        # is forked with sympy and math_verify already imported.
-        ctx.set_forkserver_preload(["math_verify", __name__])
-        return ctx
-    return multiprocessing.get_context("spawn")
+def _zygote_main(ctrl_fd: int, memory_limit_mb: int) -> None:
+    """Entry point of the zygote process (see above). Exits when the pool closes its end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped automatically
+    ctrl = socket.socket(fileno=ctrl_fd)
+    try:
+        for p, e in _WARMUP:
+            answers_equivalent(p, e)
+    except Exception:  # noqa: BLE001
+        pass
+    ctrl.sendall(b"R")
+    commands = ctrl.makefile("rb")
+    for line in commands:
+        if line.strip() != b"spawn":
+            continue
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:  # worker
+            code = 0
+            try:
+                commands.close()
+                ctrl.close()
+                ours.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                if memory_limit_mb > 0:
+                    try:
+                        import resource
+
+                        limit = memory_limit_mb * 1024 * 1024
+                        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+                    except (ImportError, ValueError, OSError):
+                        pass
+                _serve(Connection(theirs.detach()))
+            except BaseException:  # noqa: BLE001
+                code = 1
+            finally:
+                os._exit(code)
+        theirs.close()
+        socket.send_fds(ctrl, [_PID.pack(pid)], [ours.fileno()])
+        ours.close()
 
 
-class _Worker:
-    def __init__(self, ctx: Any, memory_limit_mb: int | None) -> None:
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(
-            target=_worker_main, args=(child, memory_limit_mb), name="gym-math-verify", daemon=True
+class _Zygote:
+    def __init__(self, memory_limit_mb: int | None) -> None:
+        ours, theirs = socket.socketpair()
+        src_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        code = (
+            "import sys; sys.path.insert(0, sys.argv[1]); "
+            "from gym_math.verify import _zygote_main; _zygote_main(int(sys.argv[2]), int(sys.argv[3]))"
         )
-        self.proc.start()
-        child.close()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code, src_root, str(theirs.fileno()), str(memory_limit_mb or 0)],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        self.ctrl = ours
         self.ready = False
 
-    def wait_ready(self, timeout_s: float) -> None:
-        if self.ready:
-            return
-        if not self.conn.poll(timeout_s):
-            raise TimeoutError(f"verifier worker not ready after {timeout_s:.0f} s")
-        msg = self.conn.recv()
-        if not (isinstance(msg, tuple) and msg and msg[0] == "ready"):
-            raise RuntimeError(f"unexpected message from verifier worker: {msg!r}")
-        self.ready = True
+    def spawn(self, startup_timeout_s: float) -> _Worker:
+        """Fork one worker (waits for the zygote's start-up the first time)."""
+        if not self.ready:
+            self.ctrl.settimeout(startup_timeout_s)
+            try:
+                if self.ctrl.recv(1) != b"R":
+                    raise EOFError("verifier zygote exited during start-up")
+            finally:
+                self.ctrl.settimeout(None)
+            self.ready = True
+        self.ctrl.sendall(b"spawn\n")
+        data, fds, _flags, _addr = socket.recv_fds(self.ctrl, _PID.size, 1)
+        while data and len(data) < _PID.size:
+            more = self.ctrl.recv(_PID.size - len(data))
+            if not more:
+                break
+            data += more
+        if len(data) != _PID.size or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise EOFError("verifier zygote went away")
+        os.set_inheritable(fds[0], False)
+        return _Worker(_PID.unpack(data)[0], Connection(fds[0]))
+
+    def close(self) -> None:
+        try:
+            self.ctrl.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@dataclass
+class _Worker:
+    pid: int
+    conn: Connection
 
     def kill(self) -> None:
         try:
-            self.proc.kill()
-            self.proc.join(timeout=2.0)
-        except Exception:  # noqa: BLE001
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
             pass
-        try:
-            self.conn.close()
-        except Exception:  # noqa: BLE001
-            pass
+        self.conn.close()
 
     def stop(self) -> None:
         try:
-            self.conn.send(None)
-            self.proc.join(timeout=0.5)
-        except Exception:  # noqa: BLE001
+            self.conn.send(None)  # the worker exits at its next recv
+        except OSError:
             pass
-        if self.proc.is_alive():
-            self.kill()
-        else:
-            self.conn.close()
+        self.conn.close()
 
 
 class VerifierPool:
     """A fixed number of persistent worker processes running :func:`answers_equivalent`.
 
     Thread safe: a call takes an idle worker (waiting if all are busy), so at most ``size``
-    comparisons run at once. A worker that exceeds its time limit is killed and a fresh one is
-    started right away (its start-up does not count against anyone's ``timeout_s``; a call that
-    picks up a worker still starting waits up to ``startup_timeout_s`` for it).
+    comparisons run at once. A worker that exceeds its time limit is SIGKILLed and a fresh one is
+    forked from the pool's zygote process (milliseconds). Start-up (the zygote importing sympy,
+    a few seconds) happens in the background from construction on; a call that arrives earlier
+    waits for it, up to ``startup_timeout_s``, without that counting against its ``timeout_s``.
+    Call :meth:`wait_ready` at server start-up to get it over with.
 
     ``size`` defaults to ``$GYM_MATH_VERIFY_WORKERS`` or ``min(4, cpu_count)``.
-    ``memory_limit_mb`` caps each worker's address space (RLIMIT_AS; None for no cap), so a runaway
-    expression fails with MemoryError (→ "wrong") instead of exhausting the machine.
+    ``memory_limit_mb`` caps each worker's address space (RLIMIT_AS; None for no cap), so a
+    runaway expression fails with MemoryError (→ "wrong") instead of exhausting the machine.
+    POSIX only (fork, SCM_RIGHTS).
     """
 
     def __init__(
@@ -454,29 +516,48 @@ class VerifierPool:
         self.size = size
         self.memory_limit_mb = memory_limit_mb
         self.startup_timeout_s = startup_timeout_s
-        self._ctx = _mp_context()
-        self._idle: queue.LifoQueue[_Worker] = queue.LifoQueue()
-        self._lock = threading.Lock()
+        self.pid = os.getpid()
+        self._lock = threading.Lock()  # guards the zygote (spawning) and close()
         self._closed = False
         self._executor: ThreadPoolExecutor | None = None
-        self.pid = os.getpid()
+        self._zygote: _Zygote | None = _Zygote(memory_limit_mb)
+        # Idle slots: a live worker, or None for "fork one when needed".
+        self._idle: queue.LifoQueue[_Worker | None] = queue.LifoQueue()
         for _ in range(size):
-            self._idle.put(_Worker(self._ctx, memory_limit_mb))
+            self._idle.put(None)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _spawn(self) -> _Worker:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("VerifierPool is closed")
+            for attempt in range(2):
+                if self._zygote is None:
+                    self._zygote = _Zygote(self.memory_limit_mb)
+                try:
+                    return self._zygote.spawn(self.startup_timeout_s)
+                except (OSError, EOFError):  # zygote died (or timed out): start over once
+                    self._zygote.close()
+                    self._zygote = None
+                    if attempt:
+                        raise
+            raise AssertionError("unreachable")
 
     def wait_ready(self) -> None:
-        """Block until every idle worker has started (e.g. at server start-up)."""
-        workers = []
+        """Block until every worker is running (e.g. at server start-up)."""
+        slots: list[_Worker | None] = []
         try:
-            while True:
-                workers.append(self._idle.get_nowait())
-        except queue.Empty:
-            pass
-        try:
-            for w in workers:
-                w.wait_ready(self.startup_timeout_s)
+            while len(slots) < self.size:
+                slots.append(self._idle.get())
+            for i, slot in enumerate(slots):
+                if slot is None:
+                    slots[i] = self._spawn()
         finally:
-            for w in workers:
-                self._idle.put(w)
+            for slot in slots:
+                self._idle.put(slot)
 
     def check(self, predicted: str, expected: str, timeout_s: float | None) -> tuple[str, Any]:
         """Run ``answers_equivalent(predicted, expected)`` in a worker.
@@ -485,40 +566,44 @@ class VerifierPool:
         """
         if self._closed:
             raise RuntimeError("VerifierPool is closed")
-        worker = self._idle.get()
-        replace = False
+        slot = self._idle.get()
+        keep = False
         try:
+            if slot is None:
+                try:
+                    slot = self._spawn()
+                except (OSError, EOFError, RuntimeError) as exc:
+                    return "error", f"cannot start a verifier worker: {exc}"
             try:
-                worker.wait_ready(self.startup_timeout_s)
-            except (TimeoutError, RuntimeError, EOFError, OSError) as exc:
-                replace = True
-                return "error", f"worker start-up failed: {exc}"
-            try:
-                worker.conn.send((predicted, expected))
-                if worker.conn.poll(timeout_s):
-                    return worker.conn.recv()
-            except (EOFError, OSError) as exc:  # worker died (e.g. OOM-killed)
-                replace = True
-                return "error", f"worker died: {type(exc).__name__}"
-            replace = True
+                slot.conn.send((predicted, expected))
+                if slot.conn.poll(timeout_s):
+                    reply = slot.conn.recv()
+                    keep = True
+                    return reply
+            except (EOFError, OSError) as exc:  # the worker died (e.g. killed for memory)
+                return "error", f"verifier worker died: {type(exc).__name__}"
             return "timeout", None
-        except BaseException:
-            replace = True  # interrupted mid-request: the pipe state is unknown
-            raise
         finally:
-            if replace:
-                worker.kill()
-                if not self._closed:
-                    self._idle.put(_Worker(self._ctx, self.memory_limit_mb))
-            elif self._closed:
-                worker.stop()
+            if slot is not None and not keep:
+                slot.kill()
+                slot = None
+            if self._closed:
+                if slot is not None:
+                    slot.stop()
             else:
-                self._idle.put(worker)
+                if slot is None:  # replace now: forking is cheap and keeps the next call fast
+                    try:
+                        slot = self._spawn()
+                    except (OSError, EOFError, RuntimeError):
+                        slot = None
+                self._idle.put(slot)
 
     @property
     def executor(self) -> ThreadPoolExecutor:
         """Threads that wait on workers for :func:`averify_answer` (one per worker)."""
         with self._lock:
+            if self._closed:
+                raise RuntimeError("VerifierPool is closed")
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
                     max_workers=self.size, thread_name_prefix="gym-math-verify"
@@ -526,19 +611,26 @@ class VerifierPool:
             return self._executor
 
     def close(self) -> None:
-        """Stop idle workers; busy ones are stopped when their call returns."""
+        """Stop the zygote and idle workers; busy workers are stopped when their call returns."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
             executor, self._executor = self._executor, None
+            zygote, self._zygote = self._zygote, None
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
         if os.getpid() != self.pid:
-            return  # a forked copy: the workers belong to the parent
+            return  # a forked copy: the processes belong to the parent
         while True:
             try:
-                self._idle.get_nowait().stop()
+                slot = self._idle.get_nowait()
             except queue.Empty:
                 break
+            if slot is not None:
+                slot.stop()
+        if zygote is not None:
+            zygote.close()
 
     def __enter__(self) -> VerifierPool:
         return self
@@ -555,7 +647,7 @@ def get_default_pool() -> VerifierPool:
     """The process-wide pool used by :func:`verify_answer`, created on first use."""
     global _default_pool
     with _default_lock:
-        if _default_pool is None or _default_pool._closed or _default_pool.pid != os.getpid():
+        if _default_pool is None or _default_pool.closed or _default_pool.pid != os.getpid():
             _default_pool = VerifierPool()
         return _default_pool
 

@@ -1,0 +1,3 @@
+from gym_cli.main import main
+
+main()

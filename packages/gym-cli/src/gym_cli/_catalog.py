@@ -1,0 +1,88 @@
+"""The gym catalog, ``workspace.toml``: which plugins exist, their kind, and where they come from.
+
+Found by ``$GYM_WORKSPACE`` or by walking up from the current directory. Outside a workspace the
+catalog is empty and plugins come from the current environment only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomlkit
+
+from gym_core.errors import GymError
+
+__all__ = ["CatalogEntry", "Catalog", "find_catalog"]
+
+CATALOG_FILE = "workspace.toml"
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    kind: str | None
+    path: Path | None = None
+    requirement: str | None = None
+
+    @property
+    def source(self) -> str:
+        return str(self.path) if self.path is not None else (self.requirement or "")
+
+
+class Catalog:
+    def __init__(self, file: Path | None):
+        self.file = file
+        self.root = file.parent if file is not None else Path.cwd()
+        self._doc = tomlkit.parse(file.read_text()) if file is not None and file.is_file() else tomlkit.document()
+        self.entries: dict[str, CatalogEntry] = {}
+        for name, spec in (self._doc.get("plugins") or {}).items():
+            path = spec.get("path")
+            self.entries[name] = CatalogEntry(
+                name=name,
+                kind=spec.get("kind"),
+                path=(self.root / path).resolve() if path else None,
+                requirement=spec.get("requirement"),
+            )
+
+    @property
+    def core_path(self) -> Path | None:
+        """gym-core's package directory, installed into every isolated environment."""
+        path = (self._doc.get("core") or {}).get("path")
+        return (self.root / path).resolve() if path else None
+
+    def add(self, name: str, *, kind: str | None, path: Path | None = None, requirement: str | None = None) -> CatalogEntry:
+        """Record a plugin (replacing an entry of that name) and save the file, comments kept."""
+        if self.file is None:
+            raise GymError(f"no {CATALOG_FILE} found here or above; create one or set $GYM_WORKSPACE")
+        table = tomlkit.table()
+        if kind:
+            table["kind"] = kind
+        if path is not None:
+            try:
+                table["path"] = str(path.resolve().relative_to(self.root))
+            except ValueError:
+                table["path"] = str(path.resolve())
+        if requirement:
+            table["requirement"] = requirement
+        plugins = self._doc.setdefault("plugins", tomlkit.table(is_super_table=True))
+        plugins[name] = table
+        self.file.write_text(tomlkit.dumps(self._doc))
+        entry = CatalogEntry(name, kind, path.resolve() if path else None, requirement)
+        self.entries[name] = entry
+        return entry
+
+
+def find_catalog(start: Path | None = None) -> Catalog:
+    """The catalog of the workspace containing ``start`` (default: the current directory)."""
+    env = os.environ.get("GYM_WORKSPACE")
+    if env:
+        path = Path(env)
+        return Catalog(path / CATALOG_FILE if path.is_dir() else path)
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / CATALOG_FILE
+        if candidate.is_file():
+            return Catalog(candidate)
+    return Catalog(None)

@@ -1,0 +1,115 @@
+"""``gym profile``: rollouts → per-task and overall reward statistics, pass@k and majority@k."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from gym_core.errors import GymError
+from gym_core.metrics import profile_rollouts
+from gym_core.plugins import get_plugin_manager
+
+DEFAULT_KS = (1, 4, 16)
+ANSWER_FIELDS = ("extracted_answer", "answer")
+
+
+def read_rollouts(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise GymError(f"rollouts file not found: {path}")
+    rows = []
+    with path.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = msgspec.json.decode(line)
+            except msgspec.DecodeError as exc:
+                raise GymError(f"{path}:{number}: not valid JSON ({exc})") from None
+            if not isinstance(row, dict) or "reward" not in row or "task_index" not in row:
+                raise GymError(f"{path}:{number}: not a rollout row (needs task_index and reward)")
+            row.pop("response", None)  # the trajectory is not needed for statistics and is the bulk
+            rows.append(row)
+    if not rows:
+        raise GymError(f"{path}: no rollouts")
+    return rows
+
+
+def build_profile(rows: list[dict[str, Any]], ks=DEFAULT_KS, answer_field: str | None = None) -> dict[str, Any]:
+    """The profile of rollout rows, with every plugin's aggregate metrics under ``plugin_metrics``."""
+    if answer_field is None:
+        answer_field = next((f for f in ANSWER_FIELDS if any(f in row for row in rows)), None)
+    profile = profile_rollouts(rows, ks=ks, answer_field=answer_field)
+    profile["plugin_metrics"] = get_plugin_manager().aggregate_metrics(rows)
+    profile["answer_field"] = answer_field
+    return profile
+
+
+def profile_file(path: Path, output: Path | None = None, ks=DEFAULT_KS, answer_field: str | None = None) -> dict[str, Any]:
+    """Profile a rollouts file and write the JSON next to it (``<stem>.profile.json``)."""
+    profile = build_profile(read_rollouts(path), ks, answer_field)
+    output = output or path.with_name(path.stem + ".profile.json")
+    output.write_text(json.dumps(profile, indent=2, default=str))
+    profile["_written_to"] = str(output)
+    return profile
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30) -> None:
+    overall = profile["overall"]
+    metric_keys = [k for k in overall if k.startswith(("pass@", "majority@"))]
+    table = Table(title=f"reward profile: {overall['num_tasks']} tasks, {overall['num_rollouts']} rollouts")
+    for column in ("field", "mean", "std", "min", "median", "max"):
+        table.add_column(column, justify="right" if column != "field" else "left")
+    for name, s in overall["fields"].items():
+        table.add_row(name, *(_fmt(s[k]) for k in ("mean", "std", "min", "median", "max")))
+    console.print(table)
+
+    k_table = Table(title="pass@k / majority@k (overall: mean over tasks)")
+    k_table.add_column("task")
+    k_table.add_column("n", justify="right")
+    k_table.add_column("mean reward", justify="right")
+    for key in metric_keys:
+        k_table.add_column(key, justify="right")
+    tasks = profile["tasks"]
+    for index, (task, block) in enumerate(tasks.items()):
+        if index >= max_tasks:
+            k_table.add_row(f"… {len(tasks) - max_tasks} more", "", "", *[""] * len(metric_keys))
+            break
+        k_table.add_row(str(task), str(block["num_rollouts"]), _fmt(block["fields"]["reward"]["mean"]),
+                        *(_fmt(block.get(k, "-")) for k in metric_keys))
+    k_table.add_row("[bold]overall", str(overall["num_rollouts"]), _fmt(overall["fields"]["reward"]["mean"]),
+                    *(f"[bold]{_fmt(overall[k])}" for k in metric_keys))
+    console.print(k_table)
+    for name, value in profile.get("plugin_metrics", {}).items():
+        console.print(f"{name}: {_fmt(value)}")
+    if "_written_to" in profile:
+        console.print(f"profile written to {profile['_written_to']}")
+
+
+@click.command()
+@click.argument("rollouts", type=click.Path(path_type=Path))
+@click.option("--output", type=click.Path(path_type=Path), help="JSON file (default: ROLLOUTS with .profile.json).")
+@click.option("-k", "ks", type=click.IntRange(min=1), multiple=True, help="k of pass@k (repeatable; default 1, 4, 16).")
+@click.option("--answer-field", help="Field holding the extracted answer, for majority@k (default: auto).")
+def profile(rollouts: Path, output: Path | None, ks: tuple[int, ...], answer_field: str | None) -> None:
+    """Reward statistics of a rollouts file: per task and overall, with pass@k and majority@k.
+
+    \b
+    Example:
+      gym profile rollouts.jsonl -k 1 -k 4
+    """
+    try:
+        print_profile(profile_file(rollouts, output, ks or DEFAULT_KS, answer_field), Console())
+    except GymError as exc:
+        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        sys.exit(2)

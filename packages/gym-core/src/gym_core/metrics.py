@@ -1,0 +1,302 @@
+"""Reward statistics over rollouts: pass@k, expected max@k, majority@k and plain summaries.
+
+Pure Python (``math``/``statistics``); used by ``gym profile``.
+
+Estimators (all exact, no sampling):
+
+- :func:`pass_at_k` — the unbiased estimator of pass@k from ``n`` samples with ``c`` correct:
+  ``1 - C(n-c, k) / C(n, k)``, the probability that a uniformly random ``k``-subset of the ``n``
+  samples contains at least one correct one.
+- :func:`expected_max_at_k` — the expected maximum reward of a uniformly random ``k``-subset of
+  the ``n`` rewards; the generalisation of pass@k to non-binary rewards (equal to it on 0/1 rewards).
+- :func:`majority_at_k` — the expected score of the majority-vote answer of a uniformly random
+  ``k``-subset (definition in its docstring).
+- :func:`summarize` — count, mean, min, max, median and *population* standard deviation.
+
+:func:`profile_rollouts` output (key names are stable)::
+
+    {
+      "overall": {
+        "num_tasks": int,          # distinct task_index values
+        "num_rollouts": int,       # rows
+        "fields": {name: summary, ...},
+        "pass@<k>": float, ...     # mean over tasks with num_rollouts >= k
+        "majority@<k>": float, ... # only with answer_field, mean over tasks that have it
+      },
+      "tasks": {
+        <task_index:int>: {        # ascending task_index
+          "num_rollouts": int,
+          "binary": bool,          # all rewards of the task are 0 or 1
+          "fields": {name: summary, ...},
+          "pass@<k>": float, ...   # only for k <= num_rollouts
+          "majority@<k>": float, ...
+        }, ...
+      }
+    }
+
+where ``summary`` is :func:`summarize`'s dict (``count``, ``mean``, ``min``, ``max``, ``median``,
+``std``) and ``fields`` has one entry per numeric top-level field (``int``/``float``, not
+``bool``) seen in the rows: always ``reward``, plus e.g. ``num_tokens`` or ``latency_s``;
+``task_index``, ``rollout_index`` and ``answer_field`` are not summarised. Overall field summaries
+pool all rows (they are not means of per-task means). A task's ``pass@<k>`` is
+:func:`pass_at_k` with ``c`` = number of rewards equal to 1 when the task is binary, else
+:func:`expected_max_at_k` (the two agree on binary rewards). The ``k`` values are the requested
+``ks`` (deduplicated, ascending). JSON encoders turn the integer task keys into strings.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from fractions import Fraction
+from typing import Any
+
+__all__ = [
+    "pass_at_k",
+    "expected_max_at_k",
+    "majority_at_k",
+    "summarize",
+    "profile_rollouts",
+]
+
+
+def _check_k(n: int, k: int) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    if k > n:
+        raise ValueError(f"k={k} is larger than the number of samples n={n}")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k estimate from ``n`` samples of which ``c`` are correct.
+
+    ``1 - C(n-c, k) / C(n, k)``, computed as ``1 - prod_{i=n-c+1..n} (1 - k/i)`` so that no
+    huge binomials are formed. Returns 1.0 when ``n - c < k`` (every ``k``-subset holds a correct
+    sample). Raises ValueError unless ``1 <= k <= n`` and ``0 <= c <= n``.
+    """
+    _check_k(n, k)
+    if isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= n:
+        raise ValueError(f"c must be an integer in [0, n={n}], got {c!r}")
+    if n - c < k:
+        return 1.0
+    miss = 1.0
+    for i in range(n - c + 1, n + 1):
+        miss *= 1.0 - k / i
+    return 1.0 - miss
+
+
+def expected_max_at_k(rewards: Sequence[float], k: int) -> float:
+    """Expected maximum of ``k`` rewards drawn without replacement from ``rewards``.
+
+    With the rewards sorted ascending as ``r_1 <= ... <= r_n``, the maximum of a uniformly random
+    ``k``-subset is ``r_i`` (the subset's highest position being ``i``) with probability
+    ``C(i-1, k-1) / C(n, k)``, so the expectation is ``sum_{i=k..n} r_i C(i-1, k-1) / C(n, k)``.
+    The binomials are exact integers; ties need no special care. On 0/1 rewards this equals
+    ``pass_at_k(n, sum(rewards), k)``. Raises ValueError unless ``1 <= k <= len(rewards)``.
+    """
+    values = sorted(float(r) for r in rewards)
+    n = len(values)
+    _check_k(n, k)
+    total = math.comb(n, k)
+    weight = 1  # C(i-1, k-1) for i = k
+    acc = 0.0
+    for i in range(k, n + 1):
+        acc += values[i - 1] * (weight / total)
+        weight = weight * i // (i - k + 1)  # C(i, k-1) from C(i-1, k-1)
+    return acc
+
+
+def majority_at_k(
+    answers: Sequence[Hashable | None], correct: Sequence[bool | float], k: int
+) -> float:
+    """Expected score of the majority-vote answer over a uniformly random ``k``-subset.
+
+    Definition: draw ``k`` of the ``n`` samples without replacement, every subset equally likely.
+    The vote is the answer (compared by equality, so normalise beforehand: ``"0.5"`` and
+    ``"1/2"`` are different votes) that occurs most often among the drawn samples; ``None`` is an
+    abstention and never wins. Ties go to the answer whose first occurrence in ``answers`` comes
+    first. The draw scores ``float(correct[j])`` for the first index ``j`` at which the winning
+    answer occurs in ``answers`` (answers are expected to be consistently right or wrong), and 0
+    when every drawn sample abstained. With booleans the result is the probability that the
+    majority vote is correct.
+
+    Computed exactly for any ``n`` and ``k``: for each answer ``a`` and each count ``m`` of it in
+    the draw, the number of draws in which it wins is
+    ``C(size_a, m) * [x^(k-m)] prod_b P_b(x) * (1+x)^abstentions``, where ``P_b`` sums
+    ``C(size_b, j) x^j`` over ``j < m`` for answers before ``a`` and ``j <= m`` for those after
+    (``O(n^2 k)`` integer operations). Raises ValueError on length mismatch or unless
+    ``1 <= k <= n``.
+    """
+    n = len(answers)
+    if len(correct) != n:
+        raise ValueError(f"answers and correct differ in length ({n} != {len(correct)})")
+    _check_k(n, k)
+    sizes: dict[Hashable, int] = {}
+    score: dict[Hashable, float] = {}
+    abstain = 0
+    for ans, ok in zip(answers, correct):
+        if ans is None:
+            abstain += 1
+            continue
+        if ans not in sizes:
+            sizes[ans] = 0
+            score[ans] = float(ok)
+        sizes[ans] += 1
+    order = list(sizes)  # first-occurrence order = tie-break priority
+    abstain_poly = [math.comb(abstain, j) for j in range(min(abstain, k) + 1)]
+
+    total = Fraction(0)
+    for gi, g in enumerate(order):
+        if score[g] == 0.0:
+            continue
+        wins = 0
+        for m in range(1, min(sizes[g], k) + 1):
+            need = k - m
+            poly = abstain_poly[: need + 1]
+            for hi, h in enumerate(order):
+                if hi == gi:
+                    continue
+                cap = min(sizes[h], m - 1 if hi < gi else m, need)
+                poly = _poly_mul_trunc(poly, [math.comb(sizes[h], j) for j in range(cap + 1)], need)
+            if need < len(poly):
+                wins += math.comb(sizes[g], m) * poly[need]
+        total += Fraction(wins) * Fraction(score[g])
+    return float(total / math.comb(n, k))
+
+
+def _poly_mul_trunc(a: list[int], b: list[int], deg: int) -> list[int]:
+    """Product of two integer polynomials (coefficient lists), dropping degrees above ``deg``."""
+    out = [0] * min(len(a) + len(b) - 1, deg + 1)
+    for i, x in enumerate(a):
+        if x == 0 or i > deg:
+            continue
+        for j, y in enumerate(b[: deg - i + 1]):
+            out[i + j] += x * y
+    return out
+
+
+def summarize(values: Iterable[float]) -> dict[str, Any]:
+    """``count``, ``mean``, ``min``, ``max``, ``median`` and ``std`` of ``values``.
+
+    ``std`` is the population standard deviation (divides by ``count``, so one value gives 0.0).
+    With no values, ``count`` is 0 and the other entries are None.
+    """
+    vals = [float(v) for v in values]
+    if not vals:
+        return {"count": 0, "mean": None, "min": None, "max": None, "median": None, "std": None}
+    return {
+        "count": len(vals),
+        "mean": statistics.fmean(vals),
+        "min": min(vals),
+        "max": max(vals),
+        "median": statistics.median(vals),
+        "std": statistics.pstdev(vals),
+    }
+
+
+_SKIP_FIELDS = ("task_index", "rollout_index")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _field_summaries(rows: Sequence[Mapping[str, Any]], skip: set[str]) -> dict[str, Any]:
+    names: list[str] = ["reward"]
+    for row in rows:
+        for key, value in row.items():
+            if key not in skip and key not in names and _is_number(value):
+                names.append(key)
+    return {
+        name: summarize(row[name] for row in rows if _is_number(row.get(name))) for name in names
+    }
+
+
+def profile_rollouts(
+    rows: Iterable[Mapping[str, Any]],
+    ks: Iterable[int] = (1, 4, 16),
+    answer_field: str | None = None,
+) -> dict[str, Any]:
+    """Per-task and overall statistics of rollout records; the layout is in the module docstring.
+
+    Each row needs ``task_index`` (int) and a numeric ``reward``; ``rollout_index`` and any other
+    fields are optional. With ``answer_field``, ``majority@<k>`` is :func:`majority_at_k` over
+    that field's values (``None``/missing = abstention; other values compared as given) scored by
+    the rows' rewards, for every task where at least one row has the field.
+    """
+    rows = list(rows)
+    k_values = sorted({int(k) for k in ks})
+    if any(k < 1 for k in k_values):
+        raise ValueError(f"every k must be >= 1, got {list(ks)!r}")
+
+    by_task: dict[int, list[Mapping[str, Any]]] = {}
+    for i, row in enumerate(rows):
+        if "task_index" not in row:
+            raise ValueError(f"row {i} has no task_index")
+        if not _is_number(row.get("reward")):
+            raise ValueError(f"row {i} has no numeric reward: {row.get('reward')!r}")
+        by_task.setdefault(row["task_index"], []).append(row)
+
+    skip = set(_SKIP_FIELDS)
+    if answer_field is not None:
+        skip.add(answer_field)
+
+    tasks: dict[int, dict[str, Any]] = {}
+    pass_per_k: dict[int, list[float]] = {k: [] for k in k_values}
+    maj_per_k: dict[int, list[float]] = {k: [] for k in k_values}
+    for task_index in sorted(by_task):
+        task_rows = by_task[task_index]
+        # Rollout order (when given) fixes majority@k's tie-break; sort is stable otherwise.
+        task_rows = sorted(task_rows, key=lambda r: _order_key(r.get("rollout_index")))
+        rewards = [float(r["reward"]) for r in task_rows]
+        n = len(rewards)
+        binary = all(r in (0.0, 1.0) for r in rewards)
+        block: dict[str, Any] = {
+            "num_rollouts": n,
+            "binary": binary,
+            "fields": _field_summaries(task_rows, skip),
+        }
+        for k in k_values:
+            if k > n:
+                continue
+            if binary:
+                value = pass_at_k(n, sum(1 for r in rewards if r == 1.0), k)
+            else:
+                value = expected_max_at_k(rewards, k)
+            block[f"pass@{k}"] = value
+            pass_per_k[k].append(value)
+        if answer_field is not None and any(r.get(answer_field) is not None for r in task_rows):
+            answers = [_hashable(r.get(answer_field)) for r in task_rows]
+            for k in k_values:
+                if k > n:
+                    continue
+                value = majority_at_k(answers, rewards, k)
+                block[f"majority@{k}"] = value
+                maj_per_k[k].append(value)
+        tasks[task_index] = block
+
+    overall: dict[str, Any] = {
+        "num_tasks": len(tasks),
+        "num_rollouts": len(rows),
+        "fields": _field_summaries(rows, skip),
+    }
+    for k in k_values:
+        if pass_per_k[k]:
+            overall[f"pass@{k}"] = statistics.fmean(pass_per_k[k])
+    for k in k_values:
+        if maj_per_k[k]:
+            overall[f"majority@{k}"] = statistics.fmean(maj_per_k[k])
+    return {"overall": overall, "tasks": tasks}
+
+
+def _order_key(value: Any) -> tuple[int, Any]:
+    return (0, value) if _is_number(value) else (1, 0)
+
+
+def _hashable(value: Any) -> Hashable | None:
+    if value is None or isinstance(value, Hashable):
+        return value
+    return repr(value)

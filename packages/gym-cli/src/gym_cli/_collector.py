@@ -145,6 +145,7 @@ async def collect_rollouts(
     on_progress: Callable[[CollectSummary], None] = lambda s: None,
 ) -> CollectSummary:
     """Run the pairs through agents, appending each completed rollout to the output file."""
+    summary.started = time.monotonic()
     queue = list(pairs)
     queue.reverse()  # pop() from the end takes them in order
     options.output.parent.mkdir(parents=True, exist_ok=True)

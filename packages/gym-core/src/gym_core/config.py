@@ -147,7 +147,8 @@ def load_config(
     accepted as they are and validated by their server process.
     """
     problems: list[str] = []
-    layers: list[DictConfig] = [OmegaConf.create(base or {})]
+    defaults = {"head_server": {"host": DEFAULT_HOST, "port": DEFAULT_HEAD_PORT}}
+    layers: list[DictConfig] = [OmegaConf.create(defaults), OmegaConf.create(base or {})]
     for path in config_paths:
         layers.append(_load_yaml(Path(path)))
     if env_file is not None and Path(env_file).is_file():
@@ -345,11 +346,11 @@ def assign_ports(config: GlobalConfig) -> None:
                 raise ConfigError(f"{instance.name}.port: port {instance.port} is also used by {explicit[instance.port]}")
             explicit[instance.port] = instance.name
     head = config.data.setdefault("head_server", {})
-    if not head.get("port"):
-        if "port" in head:  # port: 0 asks for any free port
-            head["port"] = free_port(avoid=used)
-        else:
-            head["port"] = DEFAULT_HEAD_PORT
+    head.setdefault("host", DEFAULT_HOST)
+    if "port" not in head:
+        head["port"] = DEFAULT_HEAD_PORT
+    elif not head["port"]:  # port 0 asks for any free port
+        head["port"] = free_port(head["host"], avoid=used)
     config.head_port = int(head["port"])
     used.add(config.head_port)
     for instance in config.instances.values():

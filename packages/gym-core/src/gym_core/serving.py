@@ -112,8 +112,11 @@ def main() -> int:
     except GymError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
-    uvicorn_server.run()
-    # uvicorn returns normally on SIGINT/SIGTERM; a failed start-up (port taken, lifespan error) leaves started False.
+    try:
+        uvicorn_server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled, after a graceful shutdown
+        pass
+    # A failed start-up (port taken, lifespan error) leaves started False.
     return 0 if uvicorn_server.started else 1
 
 

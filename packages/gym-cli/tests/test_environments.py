@@ -1,0 +1,207 @@
+"""Plugin environments, built with the real uv (no mocks) from tiny packages made in tmp_path."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gym_cli._environments import (
+    MARKER,
+    EnvironmentBuildError,
+    EnvironmentManager,
+    PluginSource,
+    UvNotFoundError,
+    find_uv,
+)
+
+pytestmark = pytest.mark.skipif(find_uv() is None, reason="uv is not installed")
+
+PYPROJECT = """\
+[project]
+name = "{name}"
+version = "{version}"
+dependencies = {dependencies}
+{extra}
+[build-system]
+requires = ["hatchling"]
+build-backend = "hatchling.build"
+"""
+
+
+def make_package(root: Path, name: str, *, version: str = "0.1.0", dependencies: list[str] | None = None,
+                 extra: str = "", code: str = "VALUE = 'v1'\n") -> Path:
+    module = name.replace("-", "_")
+    (root / "src" / module).mkdir(parents=True, exist_ok=True)
+    (root / "src" / module / "__init__.py").write_text(code)
+    deps = "[" + ", ".join(f'"{d}"' for d in (dependencies or [])) + "]"
+    (root / "pyproject.toml").write_text(PYPROJECT.format(name=name, version=version, dependencies=deps, extra=extra))
+    return root
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Path:
+    return make_package(tmp_path / "core", "fake-gym-core", code="CORE = True\n")
+
+
+@pytest.fixture
+def plugin(tmp_path: Path) -> Path:
+    return make_package(tmp_path / "plugin", "demo-plugin", dependencies=["fake-gym-core"])
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "gym-home"
+    monkeypatch.setenv("GYM_HOME", str(home))
+    return home
+
+
+def manager(core: Path, messages: list[str] | None = None, **kwargs) -> EnvironmentManager:
+    sink = messages.append if messages is not None else None
+    return EnvironmentManager(core_path=core, console=sink, **kwargs)
+
+
+def run_in(env_python: Path, code: str) -> str:
+    return subprocess.run([str(env_python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_build_then_reuse_without_uv(home: Path, core: Path, plugin: Path) -> None:
+    messages: list[str] = []
+    source = PluginSource("demo", path=plugin)
+    env = manager(core, messages).ensure(source)
+    assert not env.reused
+    assert env.path.parent == home / "envs" and env.path.name == f"demo-{env.key}" and len(env.key) == 12
+    assert (env.path / MARKER).is_file()
+    assert run_in(env.python, "import demo_plugin, fake_gym_core; print(demo_plugin.VALUE, fake_gym_core.CORE)") == "v1 True"
+    assert messages[0] == "building env for demo…" and messages[1].startswith("built env for demo in ")
+
+    # Reuse: no uv at all (this uv would fail), and fast.
+    messages.clear()
+    started = time.monotonic()
+    again = manager(core, messages, uv="/nonexistent/uv").ensure(source)
+    assert time.monotonic() - started < 0.5
+    assert again.reused and again.path == env.path and again.key == env.key
+    assert messages == ["reused env for demo"]
+
+    # Editable: a code edit shows without a rebuild.
+    (plugin / "src" / "demo_plugin" / "__init__.py").write_text("VALUE = 'v2'\n")
+    assert manager(core, uv="/nonexistent/uv").ensure(source).reused
+    assert run_in(env.python, "import demo_plugin; print(demo_plugin.VALUE)") == "v2"
+
+    infos = manager(core).list_environments()
+    assert [(i.name, i.key, i.complete, i.source) for i in infos] == [("demo", env.key, True, str(plugin))]
+
+
+def test_key_follows_dependencies_versions_and_core(home: Path, core: Path, plugin: Path, tmp_path: Path) -> None:
+    source = PluginSource("demo", path=plugin)
+    m = manager(core)
+    first = m.ensure(source)
+    assert m.key_for(source) == first.key
+
+    make_package(plugin, "demo-plugin", dependencies=["fake-gym-core"], code="VALUE = 'edited'\n")
+    assert m.key_for(source) == first.key  # code does not count
+
+    make_package(plugin, "demo-plugin", dependencies=["fake-gym-core"], extra='[project.optional-dependencies]\nx = ["fake-gym-core"]\n')
+    with_extra = m.key_for(source)
+    assert with_extra != first.key
+    make_package(plugin, "demo-plugin", dependencies=["fake-gym-core", "fake-gym-core"])
+    assert m.key_for(source) not in (first.key, with_extra)
+    make_package(plugin, "demo-plugin", version="0.2.0", dependencies=["fake-gym-core"])
+    assert m.key_for(source) != first.key
+    make_package(plugin, "demo-plugin", dependencies=["fake-gym-core"],
+                 extra='[project.entry-points.gym]\ndemo = "demo_plugin"\n')
+    rebuilt = m.ensure(source)
+    assert not rebuilt.reused and rebuilt.key != first.key and rebuilt.path != first.path
+    assert run_in(rebuilt.python, "from importlib.metadata import entry_points as e; print(e(group='gym')['demo'].value)") == "demo_plugin"
+
+    make_package(core, "fake-gym-core", version="0.2.0")
+    assert m.key_for(source) != rebuilt.key  # gym-core's metadata counts too
+    assert EnvironmentManager(core_path=core, python="3.99").key_for(source) != m.key_for(source)
+    assert m.key_for(PluginSource("other", path=plugin)) != m.key_for(source)
+    req = PluginSource("demo", requirement="demo-plugin", version="1.0")
+    assert req.install_requirement == "demo-plugin==1.0"
+    assert m.key_for(req) != m.key_for(PluginSource("demo", requirement="demo-plugin", version="1.1"))
+
+
+def test_failed_build_raises_with_uv_output_and_leaves_nothing(home: Path, core: Path, tmp_path: Path) -> None:
+    broken = make_package(tmp_path / "broken", "broken-plugin", dependencies=["gym-no-such-package-xyz"])
+    m = manager(core)
+    with pytest.raises(EnvironmentBuildError) as info:
+        m.ensure(PluginSource("broken", path=broken))
+    err = info.value
+    assert err.plugin == "broken"
+    assert any("gym-no-such-package-xyz" in line for line in err.output_tail)
+    assert 0 < len(err.output_tail) <= 30
+    assert "gym-no-such-package-xyz" in str(err) and "uv pip install" in str(err)
+    assert not any(p for p in (home / "envs").iterdir() if not p.name.startswith("."))
+    assert m.list_environments() == []
+    assert (home / "logs").is_dir() and any((home / "logs").iterdir())  # the full log stays for reading
+
+
+def test_leftover_of_interrupted_build_is_replaced(home: Path, core: Path, plugin: Path) -> None:
+    source = PluginSource("demo", path=plugin)
+    m = manager(core)
+    path = m.env_dir(source)
+    (path / "bin").mkdir(parents=True)
+    (path / "bin" / "junk").write_text("half-written")
+    assert [i.complete for i in m.list_environments()] == [False]
+    assert m.lookup(source) is None
+    env = m.ensure(source)
+    assert not env.reused and not (path / "bin" / "junk").exists()
+    assert m.lookup(source) == env.__class__(env.name, env.path, env.python, env.key, reused=True)
+
+
+def test_concurrent_ensure_builds_once(home: Path, core: Path, plugin: Path) -> None:
+    source = PluginSource("demo", path=plugin)
+    results = []
+    errors = []
+
+    def worker() -> None:
+        try:
+            results.append(manager(core).ensure(source))  # separate managers, as separate processes would be
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    assert sorted(r.reused for r in results) == [False, True]
+    assert results[0].path == results[1].path
+    assert len([i for i in manager(core).list_environments()]) == 1
+
+
+def test_ensure_many_reports_progress(home: Path, core: Path, plugin: Path, tmp_path: Path) -> None:
+    other = make_package(tmp_path / "other", "other-plugin", dependencies=["fake-gym-core"])
+    messages: list[str] = []
+    m = manager(core, messages)
+    envs = m.ensure_many([PluginSource("demo", path=plugin), PluginSource("other", path=other)], max_parallel=2)
+    assert [e.name for e in envs] == ["demo", "other"] and not any(e.reused for e in envs)
+    assert sorted(m for m in messages if m.startswith("building")) == ["building env for demo…", "building env for other…"]
+    assert len([m for m in messages if m.startswith("built env for ")]) == 2
+    messages.clear()
+    assert all(e.reused for e in m.ensure_many([PluginSource("demo", path=plugin), PluginSource("other", path=other)]))
+    assert sorted(messages) == ["reused env for demo", "reused env for other"]
+
+    assert m.remove("demo") == [envs[0].path]
+    assert not envs[0].path.exists() and envs[1].path.exists()
+    assert [i.name for i in m.list_environments()] == ["other"]
+
+
+def test_missing_uv_says_how_to_install(home: Path, core: Path, plugin: Path) -> None:
+    with pytest.raises(UvNotFoundError, match="pip install uv"):
+        manager(core, uv="/nonexistent/uv").ensure(PluginSource("demo", path=plugin))
+    assert manager(core).list_environments() == []
+
+
+def test_not_a_package(home: Path, core: Path, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EnvironmentBuildError, match="no pyproject.toml"):
+        manager(core).ensure(PluginSource("empty", path=tmp_path / "empty"))
+    with pytest.raises(ValueError):
+        PluginSource("both", path=tmp_path, requirement="x")

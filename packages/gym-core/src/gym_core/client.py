@@ -123,17 +123,19 @@ class ServerClient:
         cookies: dict[str, str] | None = None,
         timeout_s: float | None = None,
         server_name: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> bytes:
         """Send one request with bounded retries; the response body on 2xx, else a typed error.
 
         ``body`` is any msgspec-encodable object or raw ``bytes``; ``cookies`` is updated in place
-        with the cookies the server sets.
+        with the cookies the server sets; ``headers`` are sent with every attempt (``Authorization``...).
         """
         base = self.url(server)
         name = server_name or server
         cfg = self.config
         data = body if body is None or isinstance(body, bytes) else _encoder.encode(body)
-        headers = {"content-type": "application/json"} if data is not None else None
+        if data is not None:
+            headers = {"content-type": "application/json", **(headers or {})}
         timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
         deadline = time.monotonic() + cfg.deadline_s
         session = self._get_session()

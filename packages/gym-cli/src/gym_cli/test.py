@@ -1,8 +1,253 @@
-"""Placeholder: `gym test` is being written."""
+"""``gym test``: run each plugin's own ``tests/`` with pytest, in the plugin's isolated environment.
+
+A plugin is tested where it runs: in its uv environment (gym-core, the plugin, and pytest with the
+plugins gym's tests use, installed there once), or with ``--isolation none`` in the current one.
+pytest is configured the same way wherever the plugin lives: the plugin's own pytest settings (from its
+pyproject.toml) plus gym's defaults for those it does not set (asyncio mode auto, importlib imports,
+a per-test timeout), so a plugin's tests behave alike inside and outside the workspace.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ElementTree
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from gym_core.errors import GymError, did_you_mean
+
+from gym_cli._catalog import Catalog, find_catalog
+from gym_cli._environments import Environment, EnvironmentManager, PluginSource, _read_pyproject, find_uv
+from gym_cli._launcher import ISOLATION_MODES
+from gym_cli.plugin import fail, plugin_source, source_of_directory
+
+__all__ = ["test", "TEST_REQUIREMENTS"]
+
+TEST_REQUIREMENTS = ("pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.3")
+# Written into an environment once TEST_REQUIREMENTS are installed there: later runs skip uv.
+TEST_MARKER = ".gym-test-requirements"
+# gym's pytest settings, applied where the plugin's own configuration does not set them.
+DEFAULT_INI = {"asyncio_mode": "auto", "asyncio_default_fixture_loop_scope": "function", "timeout": "300"}
+TAIL_LINES = 40
 
 
-@click.group() if "test" == "plugin" else click.command()
-def test():
-    """(not yet available)"""
+@dataclass
+class Target:
+    """A plugin to test: its name, package directory and, from the catalog, its environment source."""
+
+    name: str
+    directory: Path | None
+    catalog: Catalog
+    note: str = ""
+
+
+@dataclass
+class Outcome:
+    name: str
+    result: str  # "passed", "failed", "no tests" or "error"
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.result in ("passed", "no tests")
+
+
+# --- what to test --------------------------------------------------------------------------------
+
+
+def _targets(names: tuple[str, ...], catalog: Catalog) -> list[Target]:
+    if not names:
+        if not catalog.entries:
+            raise GymError("the catalog (workspace.toml) lists no plugins: name a plugin package directory to test")
+        names = tuple(catalog.entries)
+    targets = []
+    for name in names:
+        entry = catalog.entries.get(name)
+        if entry is not None:
+            note = "" if entry.path is not None else f"installed from {entry.requirement}: its tests are not here"
+            targets.append(Target(name, entry.path, catalog, note))
+        elif os.sep in name or name.startswith(".") or Path(name).is_dir():
+            source, _ = source_of_directory(Path(name))
+            targets.append(Target(source.name, source.path, catalog))
+        else:
+            known = sorted(catalog.entries)
+            raise GymError(
+                f"unknown plugin {name!r}{did_you_mean(name, known)}; the catalog has: {', '.join(known) or 'nothing'}"
+                " (or give a plugin package directory)"
+            )
+    return targets
+
+
+# --- environments --------------------------------------------------------------------------------
+
+
+def _ensure_test_requirements(env: Environment, console: Console) -> None:
+    """Install pytest and its plugins into ``env`` unless an earlier run did."""
+    marker = env.path / TEST_MARKER
+    wanted = "\n".join(TEST_REQUIREMENTS)
+    if marker.is_file() and marker.read_text() == wanted:
+        return
+    uv = find_uv()
+    if uv is None:
+        raise GymError("uv is not installed; gym needs it to add pytest to the plugin's environment: pip install uv")
+    console.print(f"[dim]installing {', '.join(TEST_REQUIREMENTS)} into the env of {env.name}…[/]")
+    environ = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+    proc = subprocess.run([uv, "pip", "install", "--python", str(env.python), *TEST_REQUIREMENTS],
+                          capture_output=True, text=True, env=environ)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise GymError(f"cannot install pytest into the env of {env.name}: " + " | ".join(tail))
+    marker.write_text(wanted)
+
+
+def _python_for(target: Target, isolation: str, console: Console) -> tuple[str, dict[str, str]]:
+    """The interpreter running the tests and the environment variables to give it."""
+    environ = dict(os.environ)
+    environ["PYTHONUNBUFFERED"] = "1"
+    if isolation == "none":
+        # A package not installed here (just generated, say) still imports from its source tree.
+        src = target.directory / "src" if target.directory is not None else None
+        if src is not None and src.is_dir():
+            environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), environ.get("PYTHONPATH")) if p)
+        return sys.executable, environ
+    entry = target.catalog.entries.get(target.name)
+    source = plugin_source(entry) if entry is not None else PluginSource(name=target.name, path=target.directory)
+    manager = EnvironmentManager(core_path=target.catalog.core_path,
+                                 console=lambda line: console.print(f"[dim]{escape(line)}[/]"))
+    env = manager.ensure(source)
+    _ensure_test_requirements(env, console)
+    for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
+        environ.pop(var, None)
+    return str(env.python), environ
+
+
+# --- running pytest ------------------------------------------------------------------------------
+
+
+def pytest_arguments(directory: Path, junit: Path) -> list[str]:
+    """pytest's arguments for the tests of the package in ``directory``: its own settings, gym's for the rest."""
+    try:
+        tool = _read_pyproject(directory).get("tool", {})
+    except (OSError, ValueError):
+        tool = {}
+    table = tool.get("pytest") or {}
+    # pytest 9 reads [tool.pytest] itself; older ones [tool.pytest.ini_options].
+    own = {**{k: v for k, v in table.items() if k != "ini_options"}, **(table.get("ini_options") or {})}
+    args = ["tests", "-c", str(directory / "pyproject.toml"), "--rootdir", str(directory),
+            "-p", "no:cacheprovider", f"--junitxml={junit}", "-q", "-rfEs"]
+    if "import-mode" not in str(own.get("addopts", "")):
+        args.append("--import-mode=importlib")
+    for key, value in DEFAULT_INI.items():
+        if key not in own:
+            args += ["-o", f"{key}={value}"]
+    return args
+
+
+def _counts(junit: Path) -> tuple[int, int, int] | None:
+    """(passed, failed, skipped) from pytest's JUnit XML report, None when there is none."""
+    try:
+        root = ElementTree.parse(junit).getroot()
+    except (OSError, ElementTree.ParseError):
+        return None
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    total = failed = skipped = 0
+    for suite in suites:
+        total += int(suite.get("tests", 0))
+        failed += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+        skipped += int(suite.get("skipped", 0))
+    return total - failed - skipped, failed, skipped
+
+
+def run_plugin_tests(target: Target, isolation: str, console: Console, stream: bool) -> Outcome:
+    """Run the tests of one plugin; its output streams prefixed by its name (or, quiet, only a failure's tail)."""
+    started = time.monotonic()
+    if target.directory is None or not (target.directory / "tests").is_dir():
+        return Outcome(target.name, "no tests", detail=target.note or "no tests/ directory")
+    try:
+        python, environ = _python_for(target, isolation, console)
+    except GymError as exc:
+        return Outcome(target.name, "error", seconds=time.monotonic() - started, detail=str(exc))
+    tail: deque[str] = deque(maxlen=TAIL_LINES)
+    with tempfile.TemporaryDirectory(prefix="gym-test-") as tmp:
+        junit = Path(tmp) / "junit.xml"
+        command = [python, "-m", "pytest", *pytest_arguments(target.directory, junit)]
+        proc = subprocess.Popen(command, cwd=target.directory, env=environ, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            tail.append(line)
+            if stream:
+                console.print(Text.assemble((f"{target.name} | ", "dim"), line), soft_wrap=True)
+        code = proc.wait()
+        counts = _counts(junit)
+    seconds = time.monotonic() - started
+    passed, failed, skipped = counts or (0, 0, 0)
+    if code == 5:  # pytest: no tests collected
+        return Outcome(target.name, "no tests", seconds=seconds, detail="tests/ holds no tests")
+    if code == 0:
+        return Outcome(target.name, "passed", passed, failed, skipped, seconds)
+    if not stream:
+        for line in tail:
+            console.print(Text.assemble((f"{target.name} | ", "dim"), line), soft_wrap=True)
+    detail = "" if counts and failed else f"pytest exited with code {code}"
+    return Outcome(target.name, "failed" if counts and failed else "error", passed, failed, skipped, seconds, detail)
+
+
+def summary_table(outcomes: list[Outcome]) -> Table:
+    table = Table(title="gym test")
+    for column, justify in (("plugin", "left"), ("result", "left"), ("passed", "right"), ("failed", "right"),
+                            ("skipped", "right"), ("seconds", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    styles = {"passed": "green", "failed": "red", "error": "red", "no tests": "yellow"}
+    for o in outcomes:
+        note = o.detail if o.result != "error" else o.detail.splitlines()[0][:60]
+        result = f"[{styles[o.result]}]{o.result}[/]" + (f" [dim]({escape(note)})[/]" if note else "")
+        table.add_row(o.name, result, str(o.passed), str(o.failed), str(o.skipped), f"{o.seconds:.1f}")
+    return table
+
+
+@click.command()
+@click.argument("plugins", nargs=-1, metavar="[PLUGIN|DIR]...")
+@click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="uv", show_default=True,
+              help="uv: in each plugin's own environment (pytest added once); none: in this environment.")
+@click.option("-q", "--quiet", is_flag=True, help="Show only the output of failing plugins (their last lines).")
+def test(plugins: tuple[str, ...], isolation: str, quiet: bool) -> None:
+    """Run the tests/ of each PLUGIN (default: every plugin of the catalog) with pytest.
+
+    Each plugin is tested in its isolated environment, as `gym run` would run it; a summary table
+    follows, and the exit status is 1 when any plugin fails.
+
+    \b
+    Examples:
+      gym test counter math
+      gym test --isolation none          # every catalog plugin, in this environment
+      gym test plugins/resources/my_env  # a package directory
+    """
+    console = Console(stderr=True, highlight=False)
+    try:
+        targets = _targets(plugins, find_catalog())
+    except GymError as exc:
+        fail(exc)
+    outcomes = [run_plugin_tests(target, isolation, console, stream=not quiet) for target in targets]
+    Console().print(summary_table(outcomes))
+    for outcome in outcomes:
+        if outcome.result == "error":
+            console.print(f"[bold red]error:[/] {outcome.name}: {escape(outcome.detail)}", soft_wrap=True)
+    if not all(o.ok for o in outcomes):
+        sys.exit(1)

@@ -66,9 +66,10 @@ The prompt is tokenized with ``llm.tokenize(prompt.encode(), add_bos=<from the
 GGUF>, special=True)`` (SmolLM2: no BOS).  The engine decodes one token at a
 time with its own sampler (numpy; temperature 0 -> argmax; otherwise softmax of
 ``logits / temperature``, restricted to the top-p nucleus -- tokens ranked by
-logit, ties by id -- then one uniform draw from a ``numpy`` PCG64 generator).  ``seed`` given per request -> a fresh
-generator seeded with it (reproducible); ``seed=None`` -> the engine's own
-generator, seeded once with the constructor's ``seed``.
+logit, ties by id -- then one uniform draw from a ``numpy`` PCG64 generator).
+``seed`` given per request -> a fresh generator seeded with it (reproducible);
+``seed=None`` -> the engine's own generator, seeded once with the constructor's
+``seed`` (so a fixed sequence of requests is reproducible too).
 
 * ``generation_token_ids`` are exactly the sampled tokens, *including* the
   terminating end-of-generation token (``<|im_end|>``, ``<|endoftext|>`` ...)
@@ -115,10 +116,11 @@ import json
 import os
 import re
 import threading
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -296,9 +298,7 @@ def render_tools_section(tools: Sequence[dict]) -> str:
         lines.append(json.dumps(spec, ensure_ascii=False))
     lines += [
         "To call a tool, answer with one line per call, exactly like this:",
-        TOOL_CALL_OPEN
-        + '{"name": "tool_name", "arguments": {"argument_name": "value"}}'
-        + TOOL_CALL_CLOSE,
+        TOOL_CALL_OPEN + '{"name": "tool_name", "arguments": {"argument_name": "value"}}' + TOOL_CALL_CLOSE,
         f"Tool results are sent back inside {TOOL_RESPONSE_OPEN}{TOOL_RESPONSE_CLOSE}.",
     ]
     return "\n".join(lines)
@@ -433,9 +433,7 @@ def _calls_from_json(obj: Any) -> list[GeneratedToolCall] | None:
     return [c for c in calls if c is not None]
 
 
-def parse_tool_calls(
-    text: str, tools: Sequence[dict] | None = None
-) -> tuple[str, list[GeneratedToolCall]]:
+def parse_tool_calls(text: str, tools: Sequence[dict] | None = None) -> tuple[str, list[GeneratedToolCall]]:
     """Split model output into (remaining text, tool calls). See the module docstring."""
     calls: list[GeneratedToolCall] = []
     kept: list[str] = []
@@ -750,12 +748,17 @@ class LlamaEngine:
             return await future
         except asyncio.CancelledError:
             cancel.set()
+            task = asyncio.current_task()
+            if self._closed and task is not None and not task.cancelling():
+                # close() dropped this queued request; the caller was not cancelled.
+                raise EngineClosedError("engine closed before the request ran") from None
             raise
 
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Free the model. Queued async requests are cancelled; a running one finishes first.
+        """Free the model. A running generation finishes first; queued ``agenerate``
+        calls raise :class:`EngineClosedError`.
 
         Blocks until then: from async code use ``await engine.aclose()``.
         Idempotent.

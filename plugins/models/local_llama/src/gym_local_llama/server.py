@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 import msgspec
+from litestar.exceptions import HTTPException
 from msgspec import UNSET
 
 from gym_core import ModelServer
@@ -52,24 +53,27 @@ class LocalLlamaModel(ModelServer):
 
     async def shutdown(self) -> None:
         if self.engine is not None:
-            self.engine.close()
+            await self.engine.aclose()  # waits for a running generation: off the event loop
 
     async def chat_completions(self, request: ChatCompletionRequest) -> ChatCompletion:
         cfg = self.config
         stop = _given(request.stop, None)
         want_ids = request.return_token_ids is True
         want_logprobs = request.logprobs is True or want_ids
-        generation = await self.engine.agenerate(
-            msgspec.to_builtins(request.messages),
-            tools=_given(request.tools, None),
-            temperature=_given(request.temperature, cfg.temperature),
-            top_p=_given(request.top_p, cfg.top_p),
-            max_tokens=_given(request.max_completion_tokens, _given(request.max_tokens, cfg.max_tokens)),
-            stop=[stop] if isinstance(stop, str) else stop,
-            seed=_given(request.seed, None),
-            return_token_ids=want_ids or want_logprobs,
-            return_logprobs=want_logprobs,
-        )
+        try:
+            generation = await self.engine.agenerate(
+                msgspec.to_builtins(request.messages),
+                tools=_given(request.tools, None),
+                temperature=_given(request.temperature, cfg.temperature),
+                top_p=_given(request.top_p, cfg.top_p),
+                max_tokens=_given(request.max_completion_tokens, _given(request.max_tokens, cfg.max_tokens)),
+                stop=[stop] if isinstance(stop, str) else stop,
+                seed=_given(request.seed, None),
+                return_token_ids=want_ids or want_logprobs,
+                return_logprobs=want_logprobs,
+            )
+        except ValueError as exc:  # the engine's checks of the request (sampling values, content, prompt length)
+            raise HTTPException(status_code=400, detail=f"{self.name}: {exc}") from exc
         message = ChatMessage(role="assistant", content=generation.text if generation.text or not generation.tool_calls else None)
         if generation.tool_calls:
             message.tool_calls = [

@@ -1,0 +1,69 @@
+"""`gym test`: runs plugins' own tests with pytest and sums them up in a table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from gym_cli.main import cli
+from gym_cli.test import pytest_arguments
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def gym(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(cli(), list(args), env=env)
+
+
+def summary_row(result, plugin: str) -> list[str]:
+    """The cells of ``plugin``'s row in the summary table."""
+    row = next(line for line in result.stdout.splitlines() if line.startswith(f"│ {plugin} "))
+    return [cell.strip() for cell in row.strip("│").split("│")]
+
+
+def test_counter_in_this_environment():
+    result = gym("test", "counter", "--isolation", "none")
+    assert result.exit_code == 0, result.output
+    plugin, outcome, passed, failed = summary_row(result, "counter")[:4]
+    assert outcome.startswith(("passed", "no tests")) and failed == "0"
+
+
+def test_unknown_plugin_suggests_a_name():
+    result = gym("test", "countr", "--isolation", "none")
+    assert result.exit_code != 0
+    assert "unknown plugin 'countr' (did you mean 'counter'?)" in result.output
+
+
+def make_package(root: Path, body: str) -> Path:
+    package = root / "pkg"
+    (package / "tests").mkdir(parents=True)
+    (package / "pyproject.toml").write_text(
+        '[project]\nname = "gym-pkg"\nversion = "0.1.0"\n\n[project.entry-points.gym]\npkg = "gym_pkg.plugin"\n'
+    )
+    (package / "tests" / "test_pkg.py").write_text(body)
+    return package
+
+
+def test_a_failing_plugin_fails_the_run(tmp_path):
+    package = make_package(tmp_path, "def test_ok():\n    pass\n\ndef test_broken():\n    assert 1 == 2\n")
+    result = gym("test", str(package), "--isolation", "none", "--quiet")
+    assert result.exit_code == 1, result.output
+    assert "pkg | " in result.output  # the failure's tail, prefixed by the plugin's name
+    assert summary_row(result, "pkg")[:4] == ["pkg", "failed", "1", "1"]
+
+
+def test_async_tests_run_in_auto_mode(tmp_path):
+    package = make_package(tmp_path, "import asyncio\n\nasync def test_sleep():\n    await asyncio.sleep(0)\n")
+    result = gym("test", str(package), "--isolation", "none")
+    assert result.exit_code == 0, result.output
+    assert "pkg | 1 passed" in result.output
+
+
+def test_pytest_settings_of_the_plugin_win(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nasyncio_mode = "strict"\naddopts = "--import-mode=prepend"\n')
+    args = pytest_arguments(tmp_path, tmp_path / "junit.xml")
+    assert "asyncio_mode=auto" not in args
+    assert "--import-mode=importlib" not in args
+    assert ["-o", "asyncio_default_fixture_loop_scope=function"] == args[args.index("asyncio_default_fixture_loop_scope=function") - 1:][:2]
+    assert args[:3] == ["tests", "-c", str(tmp_path / "pyproject.toml")]

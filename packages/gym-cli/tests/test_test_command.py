@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from gym_cli.main import cli
-from gym_cli.test import pytest_arguments
+from gym_cli.test import TEST_REQUIREMENTS, pytest_arguments, requirements_for_tests
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -61,9 +61,18 @@ def test_async_tests_run_in_auto_mode(tmp_path):
 
 
 def test_pytest_settings_of_the_plugin_win(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nasyncio_mode = "strict"\naddopts = "--import-mode=prepend"\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nasyncio_mode = "strict"\naddopts = "--import-mode=prepend"\n'
+    )
     args = pytest_arguments(tmp_path, tmp_path / "junit.xml")
-    assert "asyncio_mode=auto" not in args
-    assert "--import-mode=importlib" not in args
-    assert ["-o", "asyncio_default_fixture_loop_scope=function"] == args[args.index("asyncio_default_fixture_loop_scope=function") - 1:][:2]
     assert args[:3] == ["tests", "-c", str(tmp_path / "pyproject.toml")]
+    overrides = [args[i + 1] for i, arg in enumerate(args) if arg == "-o"]
+    assert overrides == ["asyncio_default_fixture_loop_scope=function", "timeout=300"]  # not asyncio_mode
+    assert "--import-mode=importlib" not in args
+
+
+def test_requirements_include_the_package_test_group(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[dependency-groups]\ntest = ["pytest>=8", "hypothesis>=6", {include-group = "lint"}]\nlint = ["ruff"]\n'
+    )
+    assert requirements_for_tests(tmp_path) == [*TEST_REQUIREMENTS, "hypothesis>=6"]

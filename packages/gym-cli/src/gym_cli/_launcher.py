@@ -162,9 +162,9 @@ def _environments(config: GlobalConfig, isolation: str, catalog: Catalog, consol
         if entry is not None:
             sources.append(PluginSource(name=name, path=entry.path, requirement=entry.requirement))
     if sources:
-        manager = EnvironmentManager(core_path=catalog.core_path, log=lambda msg: console.print(msg))
-        for name, env in manager.ensure_many(sources).items():
-            result[name] = (str(env.python), "reused" if env.reused else "built")
+        manager = EnvironmentManager(core_path=catalog.core_path, console=lambda msg: console.print(msg, highlight=False))
+        for source, env in zip(sources, manager.ensure_many(sources)):
+            result[source.name] = (str(env.python), "reused" if env.reused else "built")
     return result
 
 

@@ -343,8 +343,8 @@ def _resolve_install_target(target: str, catalog: Catalog) -> tuple[PluginSource
 def install(target: str, kind: str | None, rebuild: bool) -> None:
     """Install a plugin into its own environment and record it in the catalog (workspace.toml).
 
-    TARGET is a plugin package directory, a PyPI requirement, or the name of a catalog entry (to
-    build its environment again). gym builds the isolated environment, loads the plugin there
+    The argument is a plugin package directory, a PyPI requirement, or the name of a catalog entry
+    (to build its environment again). gym builds the isolated environment, loads the plugin there
     through its entry points, and records each server it registers with its kind.
 
     \b
@@ -353,7 +353,7 @@ def install(target: str, kind: str | None, rebuild: bool) -> None:
       gym plugin install "gym-my-env>=0.2"
       gym plugin install counter --rebuild
     """
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     catalog = find_catalog()
     if catalog.file is None:
         fail(f"no {CATALOG_FILE} here or above: run inside a gym workspace, or set $GYM_WORKSPACE to one")
@@ -364,6 +364,7 @@ def install(target: str, kind: str | None, rebuild: bool) -> None:
             environments.remove(source.name)
         started = time.monotonic()
         env = environments.ensure(source)
+        seconds = time.monotonic() - started
         report = check_registration(env.python, distribution)
     except GymError as exc:
         fail(exc)
@@ -399,7 +400,7 @@ def install(target: str, kind: str | None, rebuild: bool) -> None:
         environments.remove(source.name)
 
     versions = ", ".join(f"{name} {version}" for name, version in report["distributions"].items())
-    how = "reused" if env.reused else f"built in {time.monotonic() - started:.1f} s"
+    how = "reused" if env.reused else f"built in {seconds:.1f} s"
     console.print(f"[bold green]installed[/] {escape(versions or what)} (environment {how})")
     for server in servers:
         console.print(f"  {server['name']} ({server['kind']}): {escape(server['description'] or '-')}")
@@ -476,9 +477,11 @@ def new(kind: str, name: str, output_dir: Path | None, description: str | None) 
       gym plugin new resources my-env
       gym plugin install plugins/resources/my_env && gym test my_env
     """
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         plugin_name = _plugin_name(name)
+        if description is not None and re.search(r'["\\\n]', description):
+            raise GymError("--description must be one line without double quotes or backslashes")
         catalog = find_catalog()
         if plugin_name in catalog.entries:
             raise GymError(f"the catalog already has a plugin named {plugin_name!r} "
@@ -501,5 +504,5 @@ def new(kind: str, name: str, output_dir: Path | None, description: str | None) 
     for path in sorted(p for p in output_dir.rglob("*") if p.is_file()):
         console.print(f"  {path.relative_to(output_dir)}", markup=False)
     console.print("next: build its environment and record it in the catalog, then run its tests:")
-    console.print(f"  gym plugin install {shown}", markup=False, soft_wrap=True)
-    console.print(f"  gym test {plugin_name}", markup=False, soft_wrap=True)
+    console.print(f"  gym plugin install {shown}", markup=False)
+    console.print(f"  gym test {plugin_name}", markup=False)

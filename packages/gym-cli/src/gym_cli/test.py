@@ -1,7 +1,8 @@
 """``gym test``: run each plugin's own ``tests/`` with pytest, in the plugin's isolated environment.
 
-A plugin is tested where it runs: in its uv environment (gym-core, the plugin, and pytest with the
-plugins gym's tests use, installed there once), or with ``--isolation none`` in the current one.
+A plugin is tested where it runs: in its uv environment (gym-core and the plugin, to which pytest, the
+pytest plugins gym's tests use and the package's own ``test`` dependency group are added once), or with
+``--isolation none`` in the current one.
 pytest is configured the same way wherever the plugin lives: the plugin's own pytest settings (from its
 pyproject.toml) plus gym's defaults for those it does not set (asyncio mode auto, importlib imports,
 a per-test timeout), so a plugin's tests behave alike inside and outside the workspace.
@@ -32,10 +33,11 @@ from gym_cli._environments import Environment, EnvironmentManager, PluginSource,
 from gym_cli._launcher import ISOLATION_MODES
 from gym_cli.plugin import fail, plugin_source, source_of_directory
 
-__all__ = ["test", "TEST_REQUIREMENTS"]
+__all__ = ["test", "TEST_REQUIREMENTS", "requirements_for_tests", "pytest_arguments"]
 
+# Installed into a plugin's environment before its tests run, with its own `test` dependency group.
 TEST_REQUIREMENTS = ("pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.3")
-# Written into an environment once TEST_REQUIREMENTS are installed there: later runs skip uv.
+# Written into an environment once its test requirements are installed there: later runs skip uv.
 TEST_MARKER = ".gym-test-requirements"
 # gym's pytest settings, applied where the plugin's own configuration does not set them.
 DEFAULT_INI = {"asyncio_mode": "auto", "asyncio_default_fixture_loop_scope": "function", "timeout": "300"}
@@ -96,18 +98,28 @@ def _targets(names: tuple[str, ...], catalog: Catalog) -> list[Target]:
 # --- environments --------------------------------------------------------------------------------
 
 
-def _ensure_test_requirements(env: Environment, console: Console) -> None:
-    """Install pytest and its plugins into ``env`` unless an earlier run did."""
+def requirements_for_tests(directory: Path) -> list[str]:
+    """pytest and the plugins gym's tests use, plus the package's own ``test`` dependency group."""
+    try:
+        groups = _read_pyproject(directory).get("dependency-groups") or {}
+    except (OSError, ValueError):
+        groups = {}
+    own = [r for r in groups.get("test") or [] if isinstance(r, str)]  # {include-group = ...} aside
+    return list(dict.fromkeys([*TEST_REQUIREMENTS, *own]))
+
+
+def _install_test_requirements(env: Environment, requirements: list[str], console: Console) -> None:
+    """Install ``requirements`` into ``env`` unless an earlier run installed the same ones."""
     marker = env.path / TEST_MARKER
-    wanted = "\n".join(TEST_REQUIREMENTS)
+    wanted = "\n".join(requirements)
     if marker.is_file() and marker.read_text() == wanted:
         return
     uv = find_uv()
     if uv is None:
         raise GymError("uv is not installed; gym needs it to add pytest to the plugin's environment: pip install uv")
-    console.print(f"[dim]installing {', '.join(TEST_REQUIREMENTS)} into the env of {env.name}…[/]")
+    console.print(f"[dim]installing {escape(', '.join(requirements))} into the env of {env.name}…[/]")
     environ = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
-    proc = subprocess.run([uv, "pip", "install", "--python", str(env.python), *TEST_REQUIREMENTS],
+    proc = subprocess.run([uv, "pip", "install", "--python", str(env.python), *requirements],
                           capture_output=True, text=True, env=environ)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
@@ -130,7 +142,8 @@ def _python_for(target: Target, isolation: str, console: Console) -> tuple[str, 
     manager = EnvironmentManager(core_path=target.catalog.core_path,
                                  console=lambda line: console.print(f"[dim]{escape(line)}[/]"))
     env = manager.ensure(source)
-    _ensure_test_requirements(env, console)
+    assert target.directory is not None  # only packages with tests/ get here
+    _install_test_requirements(env, requirements_for_tests(target.directory), console)
     for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         environ.pop(var, None)
     return str(env.python), environ
@@ -176,8 +189,11 @@ def _counts(junit: Path) -> tuple[int, int, int] | None:
 def run_plugin_tests(target: Target, isolation: str, console: Console, stream: bool) -> Outcome:
     """Run the tests of one plugin; its output streams prefixed by its name (or, quiet, only a failure's tail)."""
     started = time.monotonic()
-    if target.directory is None or not (target.directory / "tests").is_dir():
+    tests = target.directory / "tests" if target.directory is not None else None
+    if tests is None or not tests.is_dir():
         return Outcome(target.name, "no tests", detail=target.note or "no tests/ directory")
+    if not any(tests.rglob("test_*.py")) and not any(tests.rglob("*_test.py")):
+        return Outcome(target.name, "no tests", detail="tests/ holds no test files")
     try:
         python, environ = _python_for(target, isolation, console)
     except GymError as exc:
@@ -193,7 +209,7 @@ def run_plugin_tests(target: Target, isolation: str, console: Console, stream: b
             line = line.rstrip("\n")
             tail.append(line)
             if stream:
-                console.print(Text.assemble((f"{target.name} | ", "dim"), line), soft_wrap=True)
+                console.print(Text.assemble((f"{target.name} | ", "dim"), line))
         code = proc.wait()
         counts = _counts(junit)
     seconds = time.monotonic() - started
@@ -204,7 +220,7 @@ def run_plugin_tests(target: Target, isolation: str, console: Console, stream: b
         return Outcome(target.name, "passed", passed, failed, skipped, seconds)
     if not stream:
         for line in tail:
-            console.print(Text.assemble((f"{target.name} | ", "dim"), line), soft_wrap=True)
+            console.print(Text.assemble((f"{target.name} | ", "dim"), line))
     detail = "" if counts and failed else f"pytest exited with code {code}"
     return Outcome(target.name, "failed" if counts and failed else "error", passed, failed, skipped, seconds, detail)
 
@@ -239,7 +255,7 @@ def test(plugins: tuple[str, ...], isolation: str, quiet: bool) -> None:
       gym test --isolation none          # every catalog plugin, in this environment
       gym test plugins/resources/my_env  # a package directory
     """
-    console = Console(stderr=True, highlight=False)
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         targets = _targets(plugins, find_catalog())
     except GymError as exc:
@@ -248,6 +264,6 @@ def test(plugins: tuple[str, ...], isolation: str, quiet: bool) -> None:
     Console().print(summary_table(outcomes))
     for outcome in outcomes:
         if outcome.result == "error":
-            console.print(f"[bold red]error:[/] {outcome.name}: {escape(outcome.detail)}", soft_wrap=True)
+            console.print(f"[bold red]error:[/] {outcome.name}: {escape(outcome.detail)}")
     if not all(o.ok for o in outcomes):
         sys.exit(1)

@@ -84,7 +84,7 @@ class InputText(_Wire, tag_field="type", tag="input_text", kw_only=True):
 class OutputText(_Wire, tag_field="type", tag="output_text", kw_only=True, omit_defaults=False):
     text: str
     annotations: list[Any] = field(default_factory=list)
-    logprobs: list[Any] | UnsetType = UNSET
+    logprobs: list[Any] | None | UnsetType = UNSET
 
 
 class Refusal(_Wire, tag_field="type", tag="refusal", kw_only=True):
@@ -130,30 +130,30 @@ class Message(_TrainingFields, tag_field="type", tag="message", kw_only=True):
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[ContentPart]
     id: str | UnsetType = UNSET
-    status: str | UnsetType = UNSET
+    status: str | None | UnsetType = UNSET
 
 
 class FunctionCall(_TrainingFields, tag_field="type", tag="function_call", kw_only=True):
     call_id: str
     name: str
     arguments: str
-    id: str | UnsetType = UNSET
-    status: str | UnsetType = UNSET
+    id: str | None | UnsetType = UNSET
+    status: str | None | UnsetType = UNSET
 
 
 class FunctionCallOutput(_Wire, tag_field="type", tag="function_call_output", kw_only=True):
     call_id: str
     output: str | list[ContentPart]
-    id: str | UnsetType = UNSET
-    status: str | UnsetType = UNSET
+    id: str | None | UnsetType = UNSET
+    status: str | None | UnsetType = UNSET
 
 
 class Reasoning(_TrainingFields, tag_field="type", tag="reasoning", kw_only=True):
     summary: list[SummaryText] = field(default_factory=list)
     id: str | UnsetType = UNSET
-    content: list[ReasoningText] | UnsetType = UNSET
+    content: list[ReasoningText] | None | UnsetType = UNSET
     encrypted_content: str | None | UnsetType = UNSET
-    status: str | UnsetType = UNSET
+    status: str | None | UnsetType = UNSET
 
 
 class ItemReference(_Wire, tag_field="type", tag="item_reference", kw_only=True):
@@ -204,7 +204,7 @@ class ResponseCreateParams(_Wire, kw_only=True):
     parallel_tool_calls: bool | None | UnsetType = UNSET
     metadata: dict[str, str] | None | UnsetType = UNSET
     reasoning: ReasoningConfig | None | UnsetType = UNSET
-    stream: bool | UnsetType = UNSET
+    stream: bool | None | UnsetType = UNSET
     store: bool | None | UnsetType = UNSET
     seed: int | None | UnsetType = UNSET
     # gym extension: ask generated items for token ids and log-probs (training).
@@ -213,6 +213,7 @@ class ResponseCreateParams(_Wire, kw_only=True):
 
 class InputTokensDetails(_Wire, kw_only=True, omit_defaults=False):
     cached_tokens: int = 0
+    cache_write_tokens: int = 0  # required by current OpenAI clients' Response type
 
 
 class OutputTokensDetails(_Wire, kw_only=True, omit_defaults=False):
@@ -232,7 +233,9 @@ class Usage(_Wire, kw_only=True, omit_defaults=False):
             output_tokens=self.output_tokens + other.output_tokens,
             total_tokens=self.total_tokens + other.total_tokens,
             input_tokens_details=InputTokensDetails(
-                cached_tokens=self.input_tokens_details.cached_tokens + other.input_tokens_details.cached_tokens
+                cached_tokens=self.input_tokens_details.cached_tokens + other.input_tokens_details.cached_tokens,
+                cache_write_tokens=self.input_tokens_details.cache_write_tokens
+                + other.input_tokens_details.cache_write_tokens,
             ),
             output_tokens_details=OutputTokensDetails(
                 reasoning_tokens=self.output_tokens_details.reasoning_tokens
@@ -254,7 +257,7 @@ class Response(Struct, kw_only=True):
     model: str = ""
     output: list[Item] = field(default_factory=list)
     usage: Usage | None = None
-    status: str = "completed"
+    status: str | None = "completed"
     incomplete_details: IncompleteDetails | None = None
     error: dict[str, Any] | None = None
     instructions: str | None = None
@@ -270,18 +273,18 @@ class Response(Struct, kw_only=True):
 # --- chat completions ---------------------------------------------------------------------------
 
 
-class ChatToolCallFunction(_Wire, kw_only=True):
+class ChatToolCallFunction(_Wire, kw_only=True, omit_defaults=False):
     name: str
     arguments: str
 
 
-class ChatToolCall(_Wire, kw_only=True):
+class ChatToolCall(_Wire, kw_only=True, omit_defaults=False):
     id: str
     function: ChatToolCallFunction
     type: str = "function"
 
 
-class ChatMessage(_Wire, kw_only=True):
+class ChatMessage(_Wire, kw_only=True, omit_defaults=False):
     role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | UnsetType = UNSET

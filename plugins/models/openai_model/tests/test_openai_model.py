@@ -217,6 +217,16 @@ async def test_concurrency_limit_queues_upstream_requests(plugins):
     assert elapsed >= 3 * delay  # one at a time: the scripted model alone would answer all three in `delay`
 
 
+async def test_upstream_refusal_is_424_naming_the_status(plugins):
+    with scripted_upstream(plugins) as upstream:
+        no_v1 = upstream.removesuffix("/v1")  # a usual mistake: the endpoint's routes are under /v1
+        async with openai_model(plugins, base_url=no_v1) as client:
+            with pytest.raises(openai.APIStatusError) as caught:
+                await client.chat.completions.create(model="m", messages=HELLO)
+    assert caught.value.status_code == 424
+    assert f"upstream {no_v1} /chat/completions: status 404" in caught.value.message
+
+
 # --- configuration ------------------------------------------------------------------------------
 
 

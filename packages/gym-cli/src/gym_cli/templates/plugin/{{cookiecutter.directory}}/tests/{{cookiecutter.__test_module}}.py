@@ -1,8 +1,8 @@
 """End-to-end tests of the {{ cookiecutter.__plugin_name }} plugin: real servers on loopback, real HTTP.
 
-The plugin is registered explicitly rather than found through its entry point, so these tests run from
-a source checkout too. The tests of ``configs/{{ cookiecutter.__plugin_name }}.yaml`` also need gym's
-first-party plugins; they are skipped where those are not installed (in the plugin's own environment).
+The plugin is registered explicitly rather than found through its entry point, so these tests also
+run from a source checkout. The test of the example config needs gym's first-party plugins too; it
+is skipped where they are not installed (in the plugin's own environment, say).
 """
 
 from __future__ import annotations
@@ -14,10 +14,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-import {{ cookiecutter.__module_name }}.plugin
-from gym_core import {% if cookiecutter.kind == "agent" %}ConfigError, {% endif %}PluginManager, ServerClient
 {%- if cookiecutter.kind == "agent" %}
-from gym_core import ModelServer, ResourcesServer, Session, hookimpl, load_config
+from gym_core import (
+    ConfigError,
+    ModelServer,
+    PluginManager,
+    ResourcesServer,
+    ServerClient,
+    Session,
+    hookimpl,
+    load_config,
+)
 from gym_core.schemas import (
     Message,
     OutputText,
@@ -29,11 +36,15 @@ from gym_core.schemas import (
     response_text,
 )
 {%- elif cookiecutter.kind == "model" %}
+from gym_core import PluginManager, ServerClient
 from gym_core.schemas import decode_response, response_text
 {%- else %}
+from gym_core import PluginManager, ServerClient
 from gym_core.schemas import Message, OutputText, Response, decode_create_params
 {%- endif %}
 from gym_core.testing import running_servers
+
+import {{ cookiecutter.__module_name }}.plugin
 
 PACKAGE = Path(__file__).resolve().parents[1]
 CONFIG = PACKAGE / "configs" / "{{ cookiecutter.__plugin_name }}.yaml"
@@ -226,7 +237,7 @@ async def test_run_scores_the_model_answer(servers):
 async def test_responses_asks_the_model(servers):
     async with ServerClient(servers) as client:
         response = await client.post("agent", "/v1/responses", {"input": "hello"})
-    assert response["output"][0]["content"][0]["text"] == "hello"
+    assert response_text(decode_response(response)) == "hello"
 
 
 def test_references_must_name_servers_of_the_right_kind():

@@ -35,10 +35,11 @@ class {{ cookiecutter.__server_class }}(ModelServer):
         self.model_name = self.config.model_name
 
     async def responses(self, params: ResponseCreateParams) -> Response:
-        text = self.config.prefix + last_user_text(params)
+        question = last_user_text(params)
+        text = self.config.prefix + question
         reply = Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=text)])
         # Words stand in for tokens: a real model reports its tokenizer's counts.
-        words_in = len(last_user_text(params).split())
+        words_in = len(question.split())
         words_out = len(text.split())
         return Response(
             model=self.model_name,

@@ -147,6 +147,21 @@ def test_hook_with_a_wrong_argument_name_is_rejected_and_unregistered():
     assert pm.servers() == {}
 
 
+def test_hookimpl_matching_no_hook_is_rejected_and_unregistered():
+    class Unprefixed:
+        @hookimpl
+        def register_servers(self, register):
+            pass
+
+    pm = PluginManager(load_entry_points=False)
+    with pytest.raises(PluginError, match="register_servers"):
+        pm.register(Unprefixed(), name="unprefixed")
+    assert pm.plugin_names == []
+    # The failed plugin does not block a correct one registered later.
+    pm.register(ServersPlugin(dict(name="ok", kind="model", server=ModelServer)), name="good")
+    assert list(pm.servers()) == ["ok"]
+
+
 def test_unknown_server_has_did_you_mean():
     pm = manager(("c", ServersPlugin(dict(name="counter", kind="resources", server=EchoServer))))
     with pytest.raises(UnknownPluginError) as info:

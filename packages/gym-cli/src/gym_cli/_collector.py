@@ -152,10 +152,11 @@ async def collect_rollouts(
     with options.output.open("ab", buffering=0) as out, options.failures.open("ab", buffering=0) as failures:
 
         async def one(task_index: int, rollout_index: int) -> None:
-            task = tasks[task_index]
+            # The row records the task as sent: sampling overrides included.
+            task = _request_body(tasks[task_index], options.sampling)
             try:
                 agent = _agent_for(task, options.agent)
-                raw = await client.request("POST", agent, "/run", body=_request_body(task, options.sampling))
+                raw = await client.request("POST", agent, "/run", body=task)
                 result = msgspec.json.decode(raw)
                 reward = float(result["reward"])
             except (ServerCallError, GymError, KeyError, TypeError, ValueError, msgspec.DecodeError) as exc:

@@ -100,7 +100,7 @@ def launch(
 
     if isolation not in ISOLATION_MODES:
         raise GymError(f"--isolation must be one of {', '.join(ISOLATION_MODES)}, not {isolation!r}")
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, soft_wrap=True)
     plugins = plugins or get_plugin_manager()
     catalog = catalog or find_catalog()
     known = plugins.servers()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gym_core import ClientConfig, ServerClient
@@ -87,7 +88,7 @@ def collect(input_path, output_path, agent, repeats, parallel, limit, temperatur
       gym collect --serve plugins/resources/math/configs/math_local.yaml \\
           --input plugins/resources/math/data/example.jsonl --output rollouts.jsonl --repeats 4
     """
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     failures_path = failures_path or output_path.with_name(output_path.stem + ".failures.jsonl")
     sampling = {k: v for k, v in {"temperature": temperature, "top_p": top_p, "max_output_tokens": max_output_tokens}.items() if v is not None}
     try:
@@ -134,5 +135,5 @@ def collect(input_path, output_path, agent, repeats, parallel, limit, temperatur
         if summary.failed:
             sys.exit(1)
     except GymError as exc:
-        console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(2)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 import msgspec
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gym_core.errors import GymError
@@ -111,5 +112,5 @@ def profile(rollouts: Path, output: Path | None, ks: tuple[int, ...], answer_fie
     try:
         print_profile(profile_file(rollouts, output, ks or DEFAULT_KS, answer_field), Console())
     except GymError as exc:
-        Console(stderr=True).print(f"[bold red]error:[/] {exc}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(2)

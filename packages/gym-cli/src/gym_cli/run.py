@@ -8,6 +8,7 @@ import time
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from gym_core.errors import GymError
 
@@ -30,7 +31,7 @@ def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
     """
     paths = [a for a in args if "=" not in a and not a.startswith(("+", "~"))]
     overrides = [a for a in args if a not in paths]
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     stop = {"signal": None}
 
     def on_signal(signum, frame):  # forwarded to the children by the launcher's shutdown
@@ -56,6 +57,6 @@ def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
     except KeyboardInterrupt:
         console.print("stopping servers…")
     except GymError as exc:
-        console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+        console.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True, highlight=False)
         sys.exit(1)
     console.print("all servers stopped")

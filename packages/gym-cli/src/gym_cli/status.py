@@ -45,7 +45,7 @@ def status(head: str, as_json: bool) -> None:
     try:
         rows = asyncio.run(_status(head.rstrip("/")))
     except ServerCallError:
-        Console(stderr=True).print(f"no gym servers are running at {head} (start them with `gym run CONFIG`)")
+        Console(stderr=True, soft_wrap=True).print(f"no gym servers are running at {head} (start them with `gym run CONFIG`)")
         sys.exit(1)
     if as_json:
         click.echo(json.dumps(rows, indent=2))

@@ -125,11 +125,12 @@ class PluginManager:
                     f"gym plugin {name or plugin!r} defines {attr}, which is not a gym hook"
                     f"{did_you_mean(attr, known)}"
                 )
-        self._pm.register(plugin, name=name)
         try:
-            self._pm.check_pending()
+            self._pm.register(plugin, name=name)  # checks hooks that have a spec (argument names...)
+            self._pm.check_pending()  # and @hookimpl functions that match no spec
         except pluggy.PluginValidationError as exc:
-            self._pm.unregister(plugin)
+            if self._pm.is_registered(plugin):
+                self._pm.unregister(plugin)
             raise PluginError(f"gym plugin {name or plugin!r}: {exc} (hooks are: {', '.join(hook_names())})") from exc
         self._servers = None
 

@@ -287,9 +287,9 @@ class ChatToolCall(_Wire, kw_only=True, omit_defaults=False):
 class ChatMessage(_Wire, kw_only=True, omit_defaults=False):
     role: str
     content: str | list[dict[str, Any]] | None = None
-    name: str | UnsetType = UNSET
-    tool_calls: list[ChatToolCall] | UnsetType = UNSET
-    tool_call_id: str | UnsetType = UNSET
+    name: str | None | UnsetType = UNSET
+    tool_calls: list[ChatToolCall] | None | UnsetType = UNSET
+    tool_call_id: str | None | UnsetType = UNSET
     reasoning_content: str | None | UnsetType = UNSET
     refusal: str | None | UnsetType = UNSET
     # gym extension, mirrors the Responses training fields.

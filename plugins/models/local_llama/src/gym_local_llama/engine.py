@@ -652,11 +652,17 @@ class LlamaEngine:
         return_logprobs: bool = False,
         cancel: threading.Event | None = None,
     ) -> Generation:
-        """Blocking generation (thread-safe: serialized by an internal lock)."""
+        """Blocking generation (thread-safe: serialized by an internal lock).
+
+        ``None`` for temperature/top_p means the default (0.7 / 0.95).  Raises
+        ``ValueError`` (incl. :class:`PromptTooLongError`) for bad requests,
+        :class:`EngineClosedError` after ``close()`` and
+        :class:`GenerationCancelled` when ``cancel`` gets set.
+        """
         if temperature is None:
             temperature = 0.7
         if top_p is None:
-            top_p = 1.0
+            top_p = 0.95
         if not temperature >= 0.0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if not 0.0 < top_p <= 1.0:

@@ -350,6 +350,6 @@ def test_response_to_chat_completion_ids_and_text():
     assert chat.usage is None
 
 
-def test_empty_completion_gives_an_empty_message():
+def test_completion_without_choices_gives_no_output():
     response = chat_completion_to_response(ChatCompletion(model="m", choices=[]))
     assert response.output == [] and response.status == "completed"

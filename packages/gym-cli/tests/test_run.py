@@ -1,0 +1,189 @@
+"""gym run as a user runs it: a real process, real servers, Ctrl+C, failure paths."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+COUNTER_SCRIPTED = ROOT / "plugins/resources/counter/configs/counter_scripted.yaml"
+
+
+def gym(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gym_cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        start_new_session=True,
+    )
+
+
+def wait_for(proc: subprocess.Popen, text: str, timeout_s: float) -> list[str]:
+    """Lines printed until ``text`` appears (fails if the process exits first)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail("gym exited early:\n" + "".join(lines))
+        lines.append(line)
+        if text in line:
+            return lines
+    pytest.fail(f"{text!r} not seen within {timeout_s} s:\n" + "".join(lines))
+
+
+def server_pids(marker: str) -> list[int]:
+    """PIDs of server processes whose environment carries this run's marker."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in environ and b"gym_core.serve" in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_until_ready_then_sigint(args: list[str], env: dict, timeout_s: float) -> tuple[list[str], str]:
+    marker = env["GYM_TEST_MARKER"]
+    proc = gym("run", *args, env=env)
+    try:
+        lines = wait_for(proc, "All servers ready", timeout_s)
+        assert len(server_pids(marker)) == 3
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, "".join(lines) + rest
+    return lines, rest
+
+
+@pytest.mark.parametrize("isolation", ["none", "uv"])
+def test_run_ready_then_ctrl_c_leaves_nothing_behind(tmp_path, isolation):
+    head_port = free_port()
+    env = {"GYM_HOME": str(tmp_path / "home"), "GYM_TEST_MARKER": f"marker-{tmp_path.name}"}
+    args = [str(COUNTER_SCRIPTED), "--isolation", isolation, f"head_server.port={head_port}"]
+    lines, rest = run_until_ready_then_sigint(args, env, timeout_s=300)
+    text = "".join(lines)
+    for name in ("counter", "policy_model", "counter_agent"):
+        assert name in text
+    assert "all servers stopped" in rest
+    time.sleep(0.5)
+    assert server_pids(env["GYM_TEST_MARKER"]) == []
+    assert port_is_free(head_port)
+    if isolation == "uv":
+        assert "built env for counter" in text
+        # The second run reuses the three environments: no build.
+        lines, _ = run_until_ready_then_sigint(args, env, timeout_s=120)
+        text = "".join(lines)
+        assert "reused env for counter" in text and "built env" not in text
+
+
+def test_sigterm_also_stops_cleanly(tmp_path):
+    env = {"GYM_TEST_MARKER": f"marker-{tmp_path.name}"}
+    proc = gym("run", str(COUNTER_SCRIPTED), "--isolation", "none", "head_server.port=0", env=env)
+    try:
+        wait_for(proc, "All servers ready", 120)
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0
+    time.sleep(0.5)
+    assert server_pids(env["GYM_TEST_MARKER"]) == []
+
+
+def test_child_crash_during_start_up_fails_with_its_last_lines(tmp_path):
+    config = tmp_path / "broken.yaml"
+    config.write_text("policy:\n  plugin: local_llama\n  model_path: /nonexistent/model.gguf\n")
+    proc = gym("run", str(config), "--isolation", "none", "head_server.port=0")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "policy" in out and "/nonexistent/model.gguf" in out
+
+
+def run_fails(*args: str) -> str:
+    proc = gym("run", *args)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0, out
+    return out
+
+
+def test_config_file_not_found():
+    out = run_fails("nope.yaml", "--isolation", "none")
+    assert "config file not found: nope.yaml" in out
+
+
+def test_unknown_plugin_did_you_mean(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("env:\n  plugin: countr\n")
+    out = run_fails(str(config), "--isolation", "none", "head_server.port=0")
+    assert "unknown plugin 'countr'" in out and "did you mean 'counter'" in out
+
+
+def test_head_port_in_use(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        out = run_fails(str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={port}")
+    assert f"port {port}" in out and "in use" in out
+
+
+def test_status_without_servers():
+    proc = subprocess.run([sys.executable, "-m", "gym_cli", "status", "--head", f"http://127.0.0.1:{free_port()}"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "no gym servers are running" in proc.stderr
+
+
+def test_status_lists_running_servers(tmp_path):
+    head_port = free_port()
+    proc = gym("run", str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={head_port}")
+    try:
+        wait_for(proc, "All servers ready", 120)
+        status = subprocess.run([sys.executable, "-m", "gym_cli", "status", "--head", f"http://127.0.0.1:{head_port}", "--json"],
+                                capture_output=True, text=True, timeout=60)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+    assert status.returncode == 0, status.stderr
+    import json
+
+    rows = {row["name"]: row for row in json.loads(status.stdout)}
+    assert set(rows) == {"counter", "policy_model", "counter_agent"}
+    assert all(row["health"] == "ok" for row in rows.values())
+    assert rows["counter"]["kind"] == "resources"

@@ -84,6 +84,10 @@ def error_response(message: str, status: int, kind: str) -> Response:
     return json_response({"error": {"message": message, "type": kind, "status": status}}, status)
 
 
+class StartupError(GymError):
+    """A server's ``startup()`` failed; the message says why."""
+
+
 class GymServer:
     """Base of every gym server. Subclasses add routes by overriding :meth:`routes`."""
 
@@ -117,7 +121,12 @@ class GymServer:
 
     @asynccontextmanager
     async def _lifespan(self, app: Litestar) -> AsyncIterator[None]:
-        await self.startup()
+        try:
+            await self.startup()
+        except Exception as exc:
+            # One clear line for the user; the traceback goes to the debug log.
+            self.log.debug("start-up failed", exc_info=True)
+            raise StartupError(f"start-up of {self.name} failed: {type(exc).__name__}: {exc}") from None
         self.is_ready = True
         try:
             yield

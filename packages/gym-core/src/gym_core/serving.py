@@ -19,7 +19,7 @@ import uvicorn
 from gym_core.config import CONFIG_ENV, INSTANCE_ENV, GlobalConfig, validate_instance_options
 from gym_core.errors import GymError
 from gym_core.plugins import PluginManager, get_plugin_manager
-from gym_core.servers import GymServer
+from gym_core.servers import GymServer, StartupError
 
 __all__ = ["uvicorn_config", "ServerThread", "build_server", "main"]
 
@@ -90,12 +90,40 @@ def build_server(global_config: GlobalConfig, instance: str, plugins: PluginMana
     return server_class(options, name=instance, global_config=global_config)
 
 
+def _startup_error(exc: BaseException | None) -> StartupError | None:
+    if isinstance(exc, StartupError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _startup_error(inner)
+            if found:
+                return found
+    return None
+
+
+class _ShortStartupErrors(logging.Filter):
+    """A failed lifespan reaches uvicorn's log as a long traceback (as an exception, or as text
+    Litestar formatted); a StartupError's message says it all."""
+
+    marker = f"{StartupError.__module__}.{StartupError.__qualname__}: "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = _startup_error(record.exc_info[1]) if record.exc_info else None
+        if error is not None:
+            record.msg, record.args, record.exc_info = str(error), (), None
+        elif isinstance(record.msg, str) and self.marker in record.msg:
+            line = record.msg.split(self.marker, 1)[1].splitlines()[0]
+            record.msg, record.args = line, ()
+        return True
+
+
 def configure_logging(instance: str) -> None:
     logging.basicConfig(
         level=os.environ.get("GYM_LOG_LEVEL", "INFO").upper(),
         format=f"%(asctime)s %(levelname)s [{instance}] %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    logging.getLogger("uvicorn.error").addFilter(_ShortStartupErrors())
 
 
 def main() -> int:

@@ -19,7 +19,7 @@ def _serve(target: Any) -> Iterator[str]:
         yield thread.url
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def serve():
     """``with serve(server_or_app) as url:`` runs a GymServer (or any ASGI app) with uvicorn on loopback."""
     return _serve

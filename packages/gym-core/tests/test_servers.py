@@ -72,6 +72,15 @@ def assert_error_body(payload: Any, status: int) -> str:
 # --- GymServer: health, readiness, errors -----------------------------------------------------------
 
 
+class StrictItem(msgspec.Struct):
+    a: int = 0
+    b: int = 0
+
+
+class StrictBody(msgspec.Struct):
+    items: list[StrictItem]
+
+
 class FailingServer(GymServer):
     kind = "resources"
 
@@ -94,10 +103,7 @@ class FailingServer(GymServer):
             return {"size": len(body)}
 
         async def strict(request: Request) -> Any:
-            class Body(msgspec.Struct):
-                items: list[dict[str, int]]
-
-            return msgspec.json.decode(await request.body(), type=Body)
+            return msgspec.json.decode(await request.body(), type=StrictBody)
 
         async def raises(request: Request) -> Any:
             kind = msgspec.json.decode(await request.body())["kind"]
@@ -120,6 +126,12 @@ class FailingServer(GymServer):
         ]
 
 
+@pytest.fixture(scope="module")
+def failing_url(serve):
+    with serve(FailingServer(name="alpha")) as url:
+        yield url
+
+
 async def test_health_and_ready(serve):
     server = FailingServer(name="alpha")
     with serve(server) as url:
@@ -135,38 +147,33 @@ async def test_health_and_ready(serve):
     assert server.events == ["startup", "shutdown"]
 
 
-async def test_unknown_path_is_a_json_404(serve):
-    with serve(FailingServer(name="alpha")) as url:
-        status, body, _ = await fetch("GET", url + "/no/such/path")
-        assert status == 404
-        assert_error_body(body, 404)
-        status, body, _ = await fetch("GET", url + "/boom")  # exists, but POST only
-        assert status == 405
-        assert_error_body(body, 405)
+async def test_unknown_path_is_a_json_404(failing_url):
+    status, body, _ = await fetch("GET", failing_url + "/no/such/path")
+    assert status == 404
+    assert_error_body(body, 404)
+    status, body, _ = await fetch("GET", failing_url + "/boom")  # exists, but POST only
+    assert status == 405
+    assert_error_body(body, 405)
 
 
-async def test_invalid_json_is_a_400(serve):
-    with serve(FailingServer(name="alpha")) as url:
-        status, body, _ = await fetch("POST", url + "/strict", data=b'{"items": [')
-        assert status == 400
-        message = assert_error_body(body, 400)
-        assert "/strict" in message and "not valid JSON" in message
-        assert body["error"]["type"] == "decode_error"
+async def test_invalid_json_is_a_400(failing_url):
+    status, body, _ = await fetch("POST", failing_url + "/strict", data=b'{"items": [')
+    assert status == 400
+    message = assert_error_body(body, 400)
+    assert "/strict" in message and "not valid JSON" in message
+    assert body["error"]["type"] == "decode_error"
 
 
-async def test_validation_error_is_a_422_naming_the_field_path(serve):
-    with serve(FailingServer(name="alpha")) as url:
-        status, body, _ = await fetch("POST", url + "/strict", {"items": [{"a": 1}, {"b": "two"}]})
-        assert status == 422
-        message = assert_error_body(body, 422)
-        assert "$.items[1].b" in message and "/strict" in message
-        assert body["error"]["type"] == "validation_error"
+async def test_validation_error_is_a_422_naming_the_field_path(failing_url):
+    status, body, _ = await fetch("POST", failing_url + "/strict", {"items": [{"a": 1}, {"b": "two"}]})
+    assert status == 422
+    message = assert_error_body(body, 422)
+    assert "$.items[1].b" in message and "/strict" in message
+    assert body["error"]["type"] == "validation_error"
 
 
-async def test_unhandled_error_is_a_500_without_traceback(serve):
-    server = FailingServer(name="alpha")
-    with serve(server) as url:
-        status, body, _ = await fetch("POST", url + "/boom", {})
+async def test_unhandled_error_is_a_500_without_traceback(failing_url):
+    status, body, _ = await fetch("POST", failing_url + "/boom", {})
     assert status == 500
     message = assert_error_body(body, 500)
     assert "RuntimeError" in message and "boom in handler" in message and "alpha" in message
@@ -195,9 +202,8 @@ async def test_body_over_the_limit_is_a_413(serve):
         ("tool", 418, "tool_error", "teapot"),
     ],
 )
-async def test_gym_errors_map_to_statuses(serve, kind, status, type_, text):
-    with serve(FailingServer(name="alpha")) as url:
-        got, body, _ = await fetch("POST", url + "/raises", {"kind": kind})
+async def test_gym_errors_map_to_statuses(failing_url, kind, status, type_, text):
+    got, body, _ = await fetch("POST", failing_url + "/raises", {"kind": kind})
     assert got == status
     assert text in assert_error_body(body, status)
     assert body["error"]["type"] == type_
@@ -246,9 +252,14 @@ class Counter(ResourcesServer):
         return VerifyResponse(reward=float(state is not None and state["count"] == body.expected))
 
 
-async def test_tools_are_listed_as_openai_function_tools(serve):
+@pytest.fixture(scope="module")
+def counter_url(serve):
     with serve(Counter(name="counter")) as url:
-        status, tools, _ = await fetch("GET", url + "/tools")
+        yield url
+
+
+async def test_tools_are_listed_as_openai_function_tools(counter_url):
+    status, tools, _ = await fetch("GET", counter_url + "/tools")
     assert status == 200
     by_name = {t["name"]: t for t in tools}
     assert set(by_name) == {"add", "read_value"}
@@ -289,19 +300,19 @@ async def test_tools_share_session_state_and_verify_sees_it(serve):
     assert len(server.sessions) == 0
 
 
-async def test_tool_errors_and_bad_arguments(serve):
-    with serve(Counter(name="counter")) as url:
-        status, body, _ = await fetch("POST", url + "/add", {"amount": -1})
-        assert status == 400 and assert_error_body(body, 400) == "amount must be >= 0, got -1"
-        assert body["error"]["type"] == "tool_error"
-        status, body, _ = await fetch("POST", url + "/add", {"amount": "many"})
-        assert status == 422 and "$.amount" in assert_error_body(body, 422)
-        status, body, _ = await fetch("POST", url + "/add", {})
-        assert status == 422 and "amount" in assert_error_body(body, 422)
-        status, body, _ = await fetch("POST", url + "/verify", {"responses_create_params": {}, "response": {}})
-        assert status == 422 and "expected" in assert_error_body(body, 422)
-        status, body, _ = await fetch("POST", url + "/close_session", {})
-        assert (status, body) == (200, {"closed": False})
+async def test_tool_errors_and_bad_arguments(counter_url):
+    url = counter_url
+    status, body, _ = await fetch("POST", url + "/add", {"amount": -1})
+    assert status == 400 and assert_error_body(body, 400) == "amount must be >= 0, got -1"
+    assert body["error"]["type"] == "tool_error"
+    status, body, _ = await fetch("POST", url + "/add", {"amount": "many"})
+    assert status == 422 and "$.amount" in assert_error_body(body, 422)
+    status, body, _ = await fetch("POST", url + "/add", {})
+    assert status == 422 and "amount" in assert_error_body(body, 422)
+    status, body, _ = await fetch("POST", url + "/verify", {"responses_create_params": {}, "response": {}})
+    assert status == 422 and "expected" in assert_error_body(body, 422)
+    status, body, _ = await fetch("POST", url + "/close_session", {})
+    assert (status, body) == (200, {"closed": False})
 
 
 @pytest.mark.parametrize("reserved", ["verify", "seed_session", "tools", "health"])
@@ -374,6 +385,12 @@ class ResponsesOnlyModel(ModelServer):
         )
 
 
+@pytest.fixture(scope="module")
+def model_urls(serve):
+    with serve(ChatOnlyModel(name="policy")) as chat_url, serve(ResponsesOnlyModel(name="policy")) as responses_url:
+        yield {ChatOnlyModel: chat_url, ResponsesOnlyModel: responses_url}
+
+
 def test_model_server_must_implement_one_endpoint():
     class Neither(ModelServer):
         pass
@@ -384,44 +401,44 @@ def test_model_server_must_implement_one_endpoint():
     ResponsesOnlyModel()
 
 
-async def test_chat_only_model_serves_responses(serve):
-    with serve(ChatOnlyModel(name="policy")) as url:
-        status, body, _ = await fetch(
-            "POST", url + "/v1/responses", {"input": [{"role": "user", "content": "hello"}], "instructions": "sys"}
-        )
-        assert status == 200
-        parsed = OpenAIResponse.model_validate(body)
-        assert parsed.output_text == "chat echo: hello"
-        assert parsed.instructions == "sys" and parsed.usage.total_tokens == 5
-        status, body, _ = await fetch(
-            "POST",
-            url + "/v1/responses",
-            {"input": "use the tool", "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]},
-        )
-        parsed = OpenAIResponse.model_validate(body)
-        assert [(i.type, i.name, i.arguments) for i in parsed.output] == [("function_call", "lookup", '{"x": 1}')]
+async def test_chat_only_model_serves_responses(model_urls):
+    url = model_urls[ChatOnlyModel]
+    status, body, _ = await fetch(
+        "POST", url + "/v1/responses", {"input": [{"role": "user", "content": "hello"}], "instructions": "sys"}
+    )
+    assert status == 200
+    parsed = OpenAIResponse.model_validate(body)
+    assert parsed.output_text == "chat echo: hello"
+    assert parsed.instructions == "sys" and parsed.usage.total_tokens == 5
+    status, body, _ = await fetch(
+        "POST",
+        url + "/v1/responses",
+        {"input": "use the tool", "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]},
+    )
+    parsed = OpenAIResponse.model_validate(body)
+    assert [(i.type, i.name, i.arguments) for i in parsed.output] == [("function_call", "lookup", '{"x": 1}')]
 
 
-async def test_responses_only_model_serves_chat_completions(serve):
-    with serve(ResponsesOnlyModel(name="policy")) as url:
-        status, body, _ = await fetch(
-            "POST", url + "/v1/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
-        )
-        assert status == 200
-        parsed = OpenAIChatCompletion.model_validate(body)
-        assert parsed.choices[0].message.content == "resp echo: hi"
-        assert parsed.choices[0].finish_reason == "stop"
-        assert parsed.usage.prompt_tokens == 4 and parsed.usage.total_tokens == 7
-        status, body, _ = await fetch("GET", url + "/v1/models")
-        assert body["data"][0]["id"] == "responses-only"
+async def test_responses_only_model_serves_chat_completions(model_urls):
+    url = model_urls[ResponsesOnlyModel]
+    status, body, _ = await fetch(
+        "POST", url + "/v1/chat/completions", {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    assert status == 200
+    parsed = OpenAIChatCompletion.model_validate(body)
+    assert parsed.choices[0].message.content == "resp echo: hi"
+    assert parsed.choices[0].finish_reason == "stop"
+    assert parsed.usage.prompt_tokens == 4 and parsed.usage.total_tokens == 7
+    status, body, _ = await fetch("GET", url + "/v1/models")
+    assert body["data"][0]["id"] == "responses-only"
 
 
 @pytest.mark.parametrize("model_class", [ChatOnlyModel, ResponsesOnlyModel])
-async def test_official_openai_client_gets_parsed_objects(serve, model_class):
-    with serve(model_class(name="policy")) as url:
-        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=10) as client:
-            response = await client.responses.create(model="any", input="ping")
-            completion = await client.chat.completions.create(model="any", messages=[{"role": "user", "content": "pong"}])
+async def test_official_openai_client_gets_parsed_objects(model_urls, model_class):
+    url = model_urls[model_class]
+    async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=10) as client:
+        response = await client.responses.create(model="any", input="ping")
+        completion = await client.chat.completions.create(model="any", messages=[{"role": "user", "content": "pong"}])
     assert isinstance(response, OpenAIResponse)
     assert response.output_text.endswith("echo: ping")
     assert response.output[0].type == "message" and response.usage.total_tokens > 0
@@ -430,40 +447,40 @@ async def test_official_openai_client_gets_parsed_objects(serve, model_class):
     assert completion.choices[0].message.role == "assistant"
 
 
-async def test_official_openai_client_tool_call_roundtrip(serve):
+async def test_official_openai_client_tool_call_roundtrip(model_urls):
     tools = [{"type": "function", "name": "lookup", "description": "Look up", "parameters": {"type": "object", "properties": {}}}]
-    with serve(ChatOnlyModel(name="policy")) as url:
-        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=10) as client:
-            first = await client.responses.create(model="any", input="find it", tools=tools)
-            call = first.output[0]
-            assert call.type == "function_call" and call.name == "lookup"
-            second = await client.responses.create(
-                model="any",
-                tools=tools,
-                input=[
-                    {"role": "user", "content": "find it"},
-                    call.model_dump(exclude_none=True),
-                    {"type": "function_call_output", "call_id": call.call_id, "output": "found"},
-                ],
-            )
+    url = model_urls[ChatOnlyModel]
+    async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=10) as client:
+        first = await client.responses.create(model="any", input="find it", tools=tools)
+        call = first.output[0]
+        assert call.type == "function_call" and call.name == "lookup"
+        second = await client.responses.create(
+            model="any",
+            tools=tools,
+            input=[
+                {"role": "user", "content": "find it"},
+                call.model_dump(exclude_none=True),
+                {"type": "function_call_output", "call_id": call.call_id, "output": "found"},
+            ],
+        )
     assert second.output_text == "chat echo: found"
     assert second.tools[0].name == "lookup"
 
 
-async def test_stream_true_is_a_clear_400(serve):
-    with serve(ChatOnlyModel(name="policy")) as url:
-        for path, body in [
-            ("/v1/responses", {"input": "x", "stream": True}),
-            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True}),
-        ]:
-            status, payload, _ = await fetch("POST", url + path, body)
-            assert status == 400
-            assert "streaming is not supported" in assert_error_body(payload, 400)
-        status, payload, _ = await fetch("POST", url + "/v1/responses", {"input": "x", "stream": False})
-        assert status == 200
-        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=10) as client:
-            with pytest.raises(openai.BadRequestError, match="streaming is not supported"):
-                await client.responses.create(model="any", input="x", stream=True)
+async def test_stream_true_is_a_clear_400(model_urls):
+    url = model_urls[ChatOnlyModel]
+    for path, body in [
+        ("/v1/responses", {"input": "x", "stream": True}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True}),
+    ]:
+        status, payload, _ = await fetch("POST", url + path, body)
+        assert status == 400
+        assert "streaming is not supported" in assert_error_body(payload, 400)
+    status, payload, _ = await fetch("POST", url + "/v1/responses", {"input": "x", "stream": False})
+    assert status == 200
+    async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=10) as client:
+        with pytest.raises(openai.BadRequestError, match="streaming is not supported"):
+            await client.responses.create(model="any", input="x", stream=True)
 
 
 # --- AgentServer ------------------------------------------------------------------------------------------

@@ -232,7 +232,7 @@ def summary_table(outcomes: list[Outcome]) -> Table:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     styles = {"passed": "green", "failed": "red", "error": "red", "no tests": "yellow"}
     for o in outcomes:
-        note = o.detail if o.result != "error" else o.detail.splitlines()[0][:60]
+        note = o.detail if o.result != "error" else (o.detail.splitlines() or [""])[0][:60]  # in full below
         result = f"[{styles[o.result]}]{o.result}[/]" + (f" [dim]({escape(note)})[/]" if note else "")
         table.add_row(o.name, result, str(o.passed), str(o.failed), str(o.skipped), f"{o.seconds:.1f}")
     return table

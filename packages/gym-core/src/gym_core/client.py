@@ -136,12 +136,15 @@ class ServerClient:
         data = body if body is None or isinstance(body, bytes) else _encoder.encode(body)
         if data is not None:
             headers = {"content-type": "application/json", **(headers or {})}
-        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
+        # An explicit timeout on every attempt: aiohttp reads timeout=None as "no timeout at all".
+        limit = timeout_s if timeout_s is not None else cfg.timeout_s
         deadline = time.monotonic() + cfg.deadline_s
         session = self._get_session()
         attempt = 0
         while True:
             attempt += 1
+            attempt_limit = min(limit, max(deadline - time.monotonic(), 0.001))  # the deadline bounds it too
+            timeout = aiohttp.ClientTimeout(total=attempt_limit, connect=min(cfg.connect_timeout_s, attempt_limit))
             try:
                 async with session.request(
                     method, base + path, data=data, headers=headers, cookies=cookies, timeout=timeout
@@ -157,9 +160,14 @@ class ServerClient:
                     )
                     retryable = resp.status in RETRY_STATUSES
             except asyncio.TimeoutError:
-                limit = timeout_s if timeout_s is not None else cfg.timeout_s
-                error = ServerTimeoutError(name, path, f"no answer within {limit:g} s", attempts=attempt)
-                retryable = cfg.retry_timeouts
+                if attempt_limit < limit:
+                    error = ServerTimeoutError(
+                        name, path, f"no answer before the overall deadline of {cfg.deadline_s:g} s", attempts=attempt
+                    )
+                    retryable = False
+                else:
+                    error = ServerTimeoutError(name, path, f"no answer within {limit:g} s", attempts=attempt)
+                    retryable = cfg.retry_timeouts
             except aiohttp.ClientConnectionError as exc:
                 error = ServerUnavailableError(name, path, f"{type(exc).__name__}: {exc}", attempts=attempt)
                 retryable = True

@@ -159,7 +159,11 @@ def load_config(
         raise ConfigError(f"cannot merge config files: {exc}") from exc
     assert isinstance(cfg, DictConfig)
     _apply_overrides(cfg, overrides)
-    for key in sorted(OmegaConf.missing_keys(cfg)):
+    try:
+        missing = OmegaConf.missing_keys(cfg)  # resolves interpolations on the way
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"cannot resolve interpolation: {exc}") from exc
+    for key in sorted(missing):
         problems.append(f"{key}: missing required value (set it in a config file, env.yaml, or as {key}=...)")
     if problems:
         raise ConfigError(problems)
@@ -217,12 +221,15 @@ def _apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
         if override.is_sweep_override():
             problems.append(f"{text}: sweeps are not supported here")
             continue
+        parent_key, _, leaf = key.rpartition(".")
         exists = OmegaConf.select(cfg, key, default=_ABSENT, throw_on_missing=False) is not _ABSENT
+        if not exists:  # select reports a '???' value as absent, but it is there to be set
+            parent = OmegaConf.select(cfg, parent_key, default=None) if parent_key else cfg
+            exists = isinstance(parent, DictConfig) and OmegaConf.is_missing(parent, leaf)
         if override.is_delete():
             if not exists:
                 problems.append(f"{text}: cannot delete {key!r}, it is not in the config")
                 continue
-            parent_key, _, leaf = key.rpartition(".")
             parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
             del parent[leaf]
             continue
@@ -352,6 +359,9 @@ def assign_ports(config: GlobalConfig) -> None:
     elif not head["port"]:  # port 0 asks for any free port
         head["port"] = free_port(head["host"], avoid=used)
     config.head_port = int(head["port"])
+    if config.head_port in explicit:
+        name = explicit[config.head_port]
+        raise ConfigError(f"{name}.port: port {config.head_port} is also used by head_server")
     used.add(config.head_port)
     for instance in config.instances.values():
         if not instance.port:
@@ -359,3 +369,5 @@ def assign_ports(config: GlobalConfig) -> None:
             used.add(instance.port)
             config.data[instance.name]["port"] = instance.port
         config.data[instance.name].setdefault("host", instance.host)
+        # The options as a server process reads them back from the published config.
+        instance.options.update(port=instance.port, host=instance.host)

@@ -1,0 +1,101 @@
+"""The head server: publishes the resolved config; clients resolve names through it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from litestar import Request
+
+from gym_core import hookimpl
+from gym_core.client import ServerClient
+from gym_core.config import GlobalConfig, load_config
+from gym_core.errors import ServerCallError
+from gym_core.head import build_head_app
+from gym_core.plugins import PluginManager
+from gym_core.servers import GymServer
+from gym_core.testing import running_servers
+
+
+class Named(GymServer):
+    kind = "resources"
+
+    def routes(self) -> list[Any]:
+        async def whoami(request: Request) -> Any:
+            return {"name": self.name}
+
+        return [*super().routes(), self.post_json("/whoami", whoami)]
+
+
+@pytest.fixture
+def config() -> GlobalConfig:
+    return load_config(
+        base={
+            "head_server": {"port": 0},
+            "_vars": {"nested": {"list": [1, 2.5, "three"], "flag": True}},
+            "counter": {"plugin": "counter", "start": 3},
+            "policy": {"plugin": "scripted", "host": "127.0.0.1", "turns": [{"text": "hi: there"}]},
+        },
+        env_file=None,
+    )
+
+
+async def test_global_config_yaml_roundtrips(serve, config):
+    with serve(build_head_app(config)) as url:
+        async with ServerClient() as client:
+            text = await client.request("GET", url, "/global_config_dict_yaml")
+    again = GlobalConfig.from_yaml(text.decode())
+    assert again.data == config.data
+    assert again.instances == config.instances
+    assert again.head_url == config.head_url
+    assert again.instances["policy"].options["turns"] == [{"text": "hi: there"}]
+
+
+async def test_server_instances_lists_every_instance(serve, config):
+    with serve(build_head_app(config)) as url:
+        async with ServerClient() as client:
+            listed = await client.get(url, "/server_instances")
+            health = await client.get(url, "/health")
+    assert health == {"status": "ok", "name": "head", "kind": "head"}
+    assert listed == [
+        {
+            "name": name,
+            "plugin": instance.plugin,
+            "url": f"http://127.0.0.1:{instance.port}",
+            "host": "127.0.0.1",
+            "port": instance.port,
+        }
+        for name, instance in config.instances.items()
+    ]
+    assert [i["name"] for i in listed] == ["counter", "policy"]
+
+
+async def test_server_instances_uses_the_live_description(serve, config):
+    live = [{"name": "counter", "kind": "resources", "pid": 1234, "status": "running"}]
+    with serve(build_head_app(config, describe=lambda: live)) as url:
+        async with ServerClient() as client:
+            assert await client.get(url, "/server_instances") == live
+
+
+class NamedPlugin:
+    @hookimpl
+    def gym_register_servers(self, register):
+        register(name="named", kind="resources", server=Named)
+
+
+async def test_from_head_resolves_names_to_running_servers():
+    plugins = PluginManager(load_entry_points=False)
+    plugins.register(NamedPlugin(), name="named_plugin")
+    with running_servers({"alpha": {"plugin": "named"}, "beta": {"plugin": "named"}}, plugins) as config:
+        async with await ServerClient.from_head(config.head_url + "/") as client:
+            assert client.url("alpha") == config.instances["alpha"].url
+            assert client.url("beta") == config.instances["beta"].url != client.url("alpha")
+            assert await client.post("alpha", "/whoami", {}) == {"name": "alpha"}
+            assert await client.post("beta", "/whoami", {}) == {"name": "beta"}
+            with pytest.raises(ServerCallError, match="did you mean 'alpha'"):
+                client.url("alpah")
+            listed = await client.get(config.head_url, "/server_instances")
+    assert [(i["name"], i["plugin"], i["url"]) for i in listed] == [
+        ("alpha", "named", config.instances["alpha"].url),
+        ("beta", "named", config.instances["beta"].url),
+    ]

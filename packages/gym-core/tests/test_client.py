@@ -200,7 +200,8 @@ async def test_deadline_bounds_retries(upstream):
     config = ClientConfig(max_attempts=1000, backoff_s=0.05, backoff_max_s=0.1, deadline_s=0.4)
     async with ServerClient(config=config) as client:
         started = time.monotonic()
-        with pytest.raises(ServerHTTPError) as info:
+        # The last attempt's 503, or a timeout when the deadline cut an attempt short.
+        with pytest.raises((ServerHTTPError, ServerTimeoutError)) as info:
             await client.post(url, "/flaky", {"key": k, "failures": 10_000})
     elapsed = time.monotonic() - started
     assert elapsed < 1.0

@@ -55,7 +55,6 @@ from gym_core.schemas import (
     Reasoning,
     Refusal,
     Response,
-    ResponseCreateParams,
     SummaryText,
     Usage,
     VerifyRequest,
@@ -200,6 +199,16 @@ def test_unknown_output_item_types_are_carried_not_rejected(item):
         assert other.data == item
         # The modelled items around it are decoded as usual.
         assert [c.call_id for c in function_calls(gym)] == ["call_1", "call_2"]
+
+
+def test_response_with_null_status_and_instruction_items_is_accepted():
+    instructions = [{"type": "message", "role": "developer", "content": "be nice"}]
+    dumped = openai_response(status=None, instructions=instructions).model_dump(mode="json")
+    gym = decode_response(json.dumps(dumped))
+    assert gym.status is None
+    assert gym.instructions == dumped["instructions"]  # kept as sent
+    back = OpenAIResponse.model_validate(roundtrip_json(gym))
+    assert back.status is None and back.instructions[0].content == "be nice"
 
 
 def test_unknown_fields_are_ignored_everywhere():

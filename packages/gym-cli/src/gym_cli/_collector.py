@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ import msgspec
 from gym_core import ServerCallError, ServerClient
 from gym_core.errors import GymError
 
-__all__ = ["InputError", "CollectOptions", "CollectSummary", "read_tasks", "read_done", "collect_rollouts", "pending_pairs"]
+__all__ = ["iter_jsonl", "InputError", "CollectOptions", "CollectSummary", "read_tasks", "read_done", "collect_rollouts", "pending_pairs"]
 
 _encoder = msgspec.json.Encoder()
 SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
@@ -61,29 +61,35 @@ class CollectSummary:
         return time.monotonic() - self.started
 
 
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
+    """``(line number, value, problem)`` for each non-blank line; ``problem`` when not JSON."""
+    with path.open("rb") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield number, msgspec.json.decode(line), None
+            except msgspec.DecodeError as exc:
+                yield number, None, f"{path}:{number}: not valid JSON ({exc})"
+
+
 def read_tasks(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     """Task rows of a JSONL file; every malformed line is reported with its number, at once."""
     if not path.is_file():
         raise InputError(f"input file not found: {path}")
     tasks: list[dict[str, Any]] = []
     problems: list[str] = []
-    with path.open("rb") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = msgspec.json.decode(line)
-            except msgspec.DecodeError as exc:
-                problems.append(f"{path}:{number}: not valid JSON ({exc})")
-                continue
-            if not isinstance(row, dict):
-                problems.append(f"{path}:{number}: a task must be a JSON object, got {type(row).__name__}")
-            elif not isinstance(row.get("responses_create_params"), dict):
-                problems.append(f"{path}:{number}: missing 'responses_create_params' object (the model's input)")
-            else:
-                tasks.append(row)
-            if limit is not None and len(tasks) >= limit:
-                break
+    for number, row, problem in iter_jsonl(path):
+        if problem:
+            problems.append(problem)
+        elif not isinstance(row, dict):
+            problems.append(f"{path}:{number}: a task must be a JSON object, got {type(row).__name__}")
+        elif not isinstance(row.get("responses_create_params"), dict):
+            problems.append(f"{path}:{number}: missing 'responses_create_params' object (the model's input)")
+        else:
+            tasks.append(row)
+        if limit is not None and len(tasks) >= limit:
+            break
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise InputError("malformed input:\n" + "\n".join(f"  {p}" for p in shown))

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import msgspec
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -16,6 +15,8 @@ from rich.table import Table
 from gym_core.errors import GymError
 from gym_core.metrics import profile_rollouts
 from gym_core.plugins import get_plugin_manager
+
+from gym_cli._collector import iter_jsonl
 
 DEFAULT_KS = (1, 4, 16)
 ANSWER_FIELDS = ("extracted_answer", "answer")
@@ -25,18 +26,13 @@ def read_rollouts(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise GymError(f"rollouts file not found: {path}")
     rows = []
-    with path.open("rb") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = msgspec.json.decode(line)
-            except msgspec.DecodeError as exc:
-                raise GymError(f"{path}:{number}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict) or "reward" not in row or "task_index" not in row:
-                raise GymError(f"{path}:{number}: not a rollout row (needs task_index and reward)")
-            row.pop("response", None)  # the trajectory is not needed for statistics and is the bulk
-            rows.append(row)
+    for number, row, problem in iter_jsonl(path):
+        if problem:
+            raise GymError(problem)
+        if not isinstance(row, dict) or "reward" not in row or "task_index" not in row:
+            raise GymError(f"{path}:{number}: not a rollout row (needs task_index and reward)")
+        row.pop("response", None)  # the trajectory is not needed for statistics and is the bulk
+        rows.append(row)
     if not rows:
         raise GymError(f"{path}: no rollouts")
     return rows

@@ -1,0 +1,1 @@
+"""gym's benchmark harness: ``python -m benchmarks`` (see docs/performance.md)."""

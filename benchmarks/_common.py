@@ -1,0 +1,90 @@
+"""Helpers shared by the measurements: processes, ports, percentiles, memory."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COUNTER_TASKS = ROOT / "plugins/resources/counter/data/example.jsonl"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """Peak resident memory of a process (VmHWM), in MiB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def wait_http(url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer within {timeout_s} s")
+
+
+@contextlib.contextmanager
+def spawn(module: str, *args: str) -> Iterator[subprocess.Popen]:
+    """``python -m module args`` as a child process, killed on exit."""
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=ROOT)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def gym_servers(config: dict[str, Any]) -> Iterator[Any]:
+    """The servers of ``config`` as ``gym run --isolation none`` starts them: one process each."""
+    from rich.console import Console
+
+    from gym_cli._launcher import launch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump({"head_server": {"port": 0}, **config}))
+        quiet = Console(quiet=True)
+        os.environ.setdefault("GYM_LOG_LEVEL", "WARNING")
+        with launch([str(path)], isolation="none", console=quiet, env_file=None) as state:
+            yield state
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]

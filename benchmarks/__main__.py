@@ -1,0 +1,77 @@
+"""``python -m benchmarks [--size tiny|small|full] [--only NAME...] [--output DIR]``.
+
+Runs each measurement, then writes ``results.json`` and ``results.md`` (docs/performance.md explains them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import ROOT, load
+
+MEASUREMENTS = ("orchestration", "startup", "scale", "model_overhead")
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [f"# gym benchmarks ({results['size']})", "", f"load average before: {results['load_before']}, "
+             f"after: {results['load_after']}; {results['machine']}", ""]
+    orch = results.get("orchestration")
+    if orch:
+        lines += ["## Orchestration overhead vs the HTTP floor", "",
+                  "| variant | round trips | concurrency | gym rollouts/s | floor rollouts/s | ratio | gym p50 ms | gym p99 ms | errors |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for variant, rows in orch["variants"].items():
+            for row in rows:
+                g, f = row["gym"], row["floor"]
+                lines.append(f"| {variant} | {orch['round_trips'][variant]} | {row['concurrency']} | {g['rollouts_per_s']} | "
+                             f"{f['rollouts_per_s']} | {row['ratio']} | {g['p50_ms']} | {g['p99_ms']} | {g['errors']} |")
+        lines.append("")
+    if "startup" in results:
+        s = results["startup"]
+        lines += ["## Start-up (`gym run` to \"All servers ready\")", "", "| mode | seconds |", "| --- | --- |",
+                  f"| isolated, cold (envs built) | {s['uv_cold_s']} |", f"| isolated, warm | {s['uv_warm_s']} |",
+                  f"| --isolation none | {s['none_s']} |", ""]
+    if "scale" in results:
+        s = results["scale"]
+        lines += ["## Scale", "", f"{s['in_flight']} rollouts in flight: {s['completed']} completed, {s['written']} written, "
+                  f"{s['errors']} errors, {s['seconds']} s", "", "| process | peak RSS MiB |", "| --- | --- |"]
+        lines += [f"| {name} | {mb} |" for name, mb in s["peak_rss_mb"].items()] + [""]
+    if "model_overhead" in results:
+        m = results["model_overhead"]
+        lines += ["## Model-server overhead (local_llama)", "", "| path | tokens/s |", "| --- | --- |",
+                  f"| through the framework (HTTP) | {m['framework_tokens_per_s']} |",
+                  f"| llama engine in-process | {m['direct_tokens_per_s']} |", "",
+                  f"overhead: {m['overhead_pct']} % (completion tokens {m['completion_tokens']})", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=("tiny", "small", "full"), default="full")
+    parser.add_argument("--only", nargs="+", choices=MEASUREMENTS, default=list(MEASUREMENTS))
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    results: dict[str, Any] = {"size": args.size, "load_before": load(),
+                               "machine": f"{platform.machine()}, Python {platform.python_version()}"}
+    for name in args.only:
+        print(f"running {name} ({args.size})…", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        results[name] = importlib.import_module(f"benchmarks.{name}").run(args.size)
+        print(f"  {name} done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    results["load_after"] = load()
+    args.output.mkdir(parents=True, exist_ok=True)
+    (args.output / "results.json").write_text(json.dumps(results, indent=2))
+    (args.output / "results.md").write_text(markdown(results))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""The benchmark harness runs at a tiny size and reports what it should (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_harness_runs_tiny(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--size", "tiny", "--only", "orchestration", "startup", "scale",
+         "--output", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    for variant in ("scripted", "proxy"):
+        rows = results["orchestration"]["variants"][variant]
+        assert [row["concurrency"] for row in rows] == [1, 8]
+        for row in rows:
+            assert row["gym"]["errors"] == 0 and row["floor"]["errors"] == 0
+            assert row["ratio"] > 0
+    assert results["orchestration"]["round_trips"] == {"scripted": 6, "proxy": 8}
+    assert set(results["startup"]) >= {"uv_cold_s", "uv_warm_s", "none_s"}
+    scale = results["scale"]
+    assert scale["completed"] == scale["written"] == scale["in_flight"] and scale["errors"] == 0
+    assert set(scale["peak_rss_mb"]) == {"agent", "counter", "policy_model", "collector"}
+    assert "Orchestration overhead" in (tmp_path / "results.md").read_text()

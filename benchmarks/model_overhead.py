@@ -1,8 +1,8 @@
 """Model-server overhead: local_llama's tokens/s through the framework against the engine in-process.
 
 Same prompt, greedy decoding, same token budget: both paths generate the same tokens. Through the
-framework: the collector side calls the model server's /v1/chat/completions over HTTP (a real
-server process). Direct: ``LlamaEngine.generate`` in this process. Runs alternate, median taken.
+framework: a client calls the model server's /v1/chat/completions over HTTP (a real server
+process). Direct: ``LlamaEngine.generate`` in this process, before the server starts. Medians.
 """
 
 from __future__ import annotations
@@ -28,26 +28,30 @@ def run(size: str) -> dict[str, Any]:
     served: list[float] = []
     direct: list[float] = []
     tokens: set[int] = set()
+    # Direct first, then through the framework, never both at once: llama.cpp's worker threads keep
+    # spinning for a while after a run and would slow whichever runs next to them.
+    engine = LlamaEngine()
+    engine.generate(MESSAGES, temperature=0, max_tokens=4)  # warm
+    for _ in range(repeats):
+        start = time.perf_counter()
+        generation = engine.generate(MESSAGES, temperature=0, max_tokens=max_tokens)
+        direct.append(generation.completion_tokens / (time.perf_counter() - start))
+        tokens.add(generation.completion_tokens)
+    engine.close()
+    del engine
     with gym_servers({"policy_model": {"plugin": "local_llama"}}) as state:
 
-        async def through_framework() -> tuple[int, float]:
+        async def through_framework() -> None:
             async with ServerClient(state.config) as client:
                 await client.post("policy_model", "/v1/chat/completions", {**body, "max_tokens": 4})  # warm
-                start = time.perf_counter()
-                answer = await client.post("policy_model", "/v1/chat/completions", body)
-                return answer["usage"]["completion_tokens"], time.perf_counter() - start
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    answer = await client.post("policy_model", "/v1/chat/completions", body)
+                    n = answer["usage"]["completion_tokens"]
+                    served.append(n / (time.perf_counter() - start))
+                    tokens.add(n)
 
-        engine = LlamaEngine()
-        engine.generate(MESSAGES, temperature=0, max_tokens=4)  # warm
-        for _ in range(repeats):
-            n, seconds = asyncio.run(through_framework())
-            served.append(n / seconds)
-            tokens.add(n)
-            start = time.perf_counter()
-            generation = engine.generate(MESSAGES, temperature=0, max_tokens=max_tokens)
-            direct.append(generation.completion_tokens / (time.perf_counter() - start))
-            tokens.add(generation.completion_tokens)
-        engine.close()
+        asyncio.run(through_framework())
     served_tps, direct_tps = statistics.median(served), statistics.median(direct)
     return {
         "completion_tokens": sorted(tokens),

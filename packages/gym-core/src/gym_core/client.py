@@ -60,6 +60,12 @@ class ServerClient:
         self.config = config or ClientConfig()
         self._urls = dict(urls or {})
         self._session: aiohttp.ClientSession | None = None
+        self._default_timeout = self._timeout(self.config.timeout_s)
+
+    def _timeout(self, total: float) -> aiohttp.ClientTimeout:
+        # sock_connect, not connect: waiting for a free pooled connection under heavy load is not a
+        # connection failure; the total still bounds it.
+        return aiohttp.ClientTimeout(total=total, sock_connect=min(self.config.connect_timeout_s, total))
 
     @classmethod
     async def from_head(cls, head_url: str, *, config: ClientConfig | None = None) -> ServerClient:
@@ -97,7 +103,7 @@ class ServerClient:
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=aiohttp.ClientTimeout(total=self.config.timeout_s, connect=self.config.connect_timeout_s),
+                timeout=self._default_timeout,
                 json_serialize=lambda o: _encoder.encode(o).decode(),
             )
         return self._session
@@ -144,7 +150,7 @@ class ServerClient:
         while True:
             attempt += 1
             attempt_limit = min(limit, max(deadline - time.monotonic(), 0.001))  # the deadline bounds it too
-            timeout = aiohttp.ClientTimeout(total=attempt_limit, connect=min(cfg.connect_timeout_s, attempt_limit))
+            timeout = self._default_timeout if attempt_limit == cfg.timeout_s else self._timeout(attempt_limit)
             try:
                 async with session.request(
                     method, base + path, data=data, headers=headers, cookies=cookies, timeout=timeout
@@ -159,6 +165,11 @@ class ServerClient:
                         name, path, _error_message(payload), status=resp.status, attempts=attempt
                     )
                     retryable = resp.status in RETRY_STATUSES
+            except aiohttp.ConnectionTimeoutError:
+                error = ServerUnavailableError(
+                    name, path, f"could not connect within {cfg.connect_timeout_s:g} s", attempts=attempt
+                )
+                retryable = True
             except asyncio.TimeoutError:
                 if attempt_limit < limit:
                     error = ServerTimeoutError(

@@ -22,6 +22,8 @@ import aiohttp
 
 from gym_core import ClientConfig, ServerClient
 
+from gym_cli._collector import run_async
+
 from benchmarks._common import COUNTER_TASKS, free_port, gym_servers, percentile, spawn, wait_http
 
 SCRIPTED_HOPS = ["agent", "resources", "model", "resources", "model", "resources"]
@@ -134,7 +136,7 @@ def run(size: str) -> dict[str, Any]:
             with gym_servers(gym_config(variant, stub_url)) as state:
                 for c in concurrencies:
                     n = max(base_n, 4 * c)
-                    rows.append({"concurrency": c, "gym": asyncio.run(_gym_run(state.config.head_url, n, c))})
+                    rows.append({"concurrency": c, "gym": run_async(_gym_run(state.config.head_url, n, c))})
             floor_roles = sorted(set(hops))
             with contextlib_exit_stack() as stack:
                 for role in floor_roles:
@@ -143,7 +145,7 @@ def run(size: str) -> dict[str, Any]:
                     wait_http(urls[role] + "/x")
                 for row in rows:
                     n = row["gym"]["rollouts"]
-                    row["floor"] = asyncio.run(_floor_run(urls, hops, n, row["concurrency"]))
+                    row["floor"] = run_async(_floor_run(urls, hops, n, row["concurrency"]))
                     row["ratio"] = round(row["gym"]["rollouts_per_s"] / row["floor"]["rollouts_per_s"], 3)
             results["variants"][variant] = rows
     return results

@@ -11,6 +11,8 @@ from typing import Any
 
 from gym_core import ClientConfig, ServerClient
 
+from gym_cli._collector import run_async
+
 from benchmarks._common import COUNTER_TASKS, gym_servers, peak_rss_mb
 
 SIZES = {"tiny": 200, "small": 2_000, "full": 10_000}
@@ -45,7 +47,7 @@ def run(size: str) -> dict[str, Any]:
         "agent": {"plugin": "simple_agent", "model_server": "policy_model", "resources_server": "counter"},
     }
     with gym_servers(config) as state:
-        result = asyncio.run(_collect(state.config.head_url, n))
+        result = run_async(_collect(state.config.head_url, n))
         memory = {name: round(peak_rss_mb(pid) or 0, 1) for name, pid in state.supervisor.pids().items()}
     memory["collector"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return {"in_flight": n, **result, "peak_rss_mb": memory}

@@ -13,19 +13,20 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from gym_core import ServerCallError, ServerClient
 from gym_core.errors import GymError
 
-__all__ = ["iter_jsonl", "InputError", "CollectOptions", "CollectSummary", "read_tasks", "read_done", "collect_rollouts", "pending_pairs"]
+__all__ = ["run_async", "iter_jsonl", "InputError", "CollectOptions", "CollectSummary", "read_tasks", "read_done", "collect_rollouts", "pending_pairs"]
 
 _encoder = msgspec.json.Encoder()
+T = TypeVar("T")
 SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
 
 
@@ -59,6 +60,16 @@ class CollectSummary:
     @property
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on uvloop when it is installed (faster sockets), else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:

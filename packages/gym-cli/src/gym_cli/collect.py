@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from gym_core import ClientConfig, ServerClient
 from gym_core.errors import GymError
 
-from gym_cli._collector import CollectOptions, CollectSummary, collect_rollouts, pending_pairs, read_done, read_tasks
+from gym_cli._collector import run_async, CollectOptions, CollectSummary, collect_rollouts, pending_pairs, read_done, read_tasks
 from gym_cli._launcher import ISOLATION_MODES, default_env_file, launch
 from gym_cli.profile import print_profile, profile_file
 from gym_cli.status import DEFAULT_HEAD
@@ -117,7 +117,7 @@ def collect(input_path, output_path, agent, repeats, parallel, limit, temperatur
                         if len(agents) == 1:
                             options.agent = agents[0]
                 try:
-                    asyncio.run(_collect(head, tasks, pairs, options, summary, console))
+                    run_async(_collect(head, tasks, pairs, options, summary, console))
                 except KeyboardInterrupt:
                     interrupted = True
         rate = (summary.done + summary.failed) / max(summary.elapsed_s, 1e-9)

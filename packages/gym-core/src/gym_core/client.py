@@ -153,12 +153,11 @@ class ServerClient:
             timeout = self._default_timeout if attempt_limit == cfg.timeout_s else self._timeout(attempt_limit)
             try:
                 async with session.request(
-                    method, base + path, data=data, headers=headers, cookies=cookies, timeout=timeout
+                    method, base + path, data=data, headers=_with_cookies(headers, cookies), timeout=timeout
                 ) as resp:
                     payload = await resp.read()
-                    if cookies is not None and resp.cookies:
-                        for key, morsel in resp.cookies.items():
-                            cookies[key] = morsel.value
+                    if cookies is not None:
+                        _store_cookies(resp, cookies)
                     if resp.status < 400:
                         return payload
                     error: ServerCallError = ServerHTTPError(
@@ -213,6 +212,24 @@ class ServerClient:
     async def get(self, server: str, path: str, *, type: Any = Any, timeout_s: float | None = None) -> Any:
         payload = await self.request("GET", server, path, timeout_s=timeout_s)
         return msgspec.json.decode(payload, type=type)
+
+
+# Cookies are handled here rather than by aiohttp's ``cookies=``: that builds a cookie jar per
+# request, a measurable share of a rollout's client-side cost. gym servers set plain name=value
+# session cookies, so the Cookie header is the pairs joined and a Set-Cookie keeps its first pair.
+
+
+def _with_cookies(headers: dict[str, str] | None, cookies: dict[str, str] | None) -> dict[str, str] | None:
+    if not cookies:
+        return headers
+    return {**(headers or {}), "cookie": "; ".join(f"{name}={value}" for name, value in cookies.items())}
+
+
+def _store_cookies(resp: aiohttp.ClientResponse, cookies: dict[str, str]) -> None:
+    for header in resp.headers.getall("set-cookie", ()):
+        name, sep, value = header.partition(";")[0].partition("=")
+        if sep:
+            cookies[name.strip()] = value.strip()
 
 
 def _error_message(payload: bytes) -> str:

@@ -69,9 +69,9 @@ class SimpleAgent(AgentServer):
         outputs: list[Any] = []
         usage = Usage()
         response: Response | None = None
+        request = msgspec.structs.replace(params, input=conversation)  # the caller's params stay as they were
         for _ in range(max(cfg.max_steps, 1)):
-            params.input = conversation
-            raw = await self.client.request("POST", cfg.model_server, "/v1/responses", body=params, cookies=cookies)
+            raw = await self.client.request("POST", cfg.model_server, "/v1/responses", body=request, cookies=cookies)
             response = _response_decoder.decode(raw)
             outputs.extend(response.output)
             conversation.extend(response.output)
@@ -102,7 +102,8 @@ class SimpleAgent(AgentServer):
         await self.client.request("POST", cfg.resources_server, "/seed_session", body=task, cookies=cookies)
         params = decode_create_params(task["responses_create_params"])
         response = await self.responses(params, cookies)
-        verify_body = {**task, "response": response}
+        # The typed params (messages tagged with their type) spare the verifier a second, lenient decode.
+        verify_body = {**task, "responses_create_params": params, "response": response}
         raw = await self.client.request("POST", cfg.resources_server, "/verify", body=verify_body, cookies=cookies)
         verdict = msgspec.json.decode(raw)
         return {**verdict, "response": response}

@@ -2,7 +2,7 @@
 
 Same prompt, greedy decoding, same token budget: both paths generate the same tokens. Through the
 framework: a client calls the model server's /v1/chat/completions over HTTP (a real server
-process). Direct: ``LlamaEngine.generate`` in this process, before the server starts. Medians.
+process). Direct: ``LlamaEngine.generate`` in this process. Runs alternate, one second apart; medians.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gym_core import ServerClient
 from benchmarks._common import gym_servers
 
 MESSAGES = [{"role": "user", "content": "Write a long story about a lighthouse keeper and the sea."}]
-SIZES = {"tiny": (32, 1), "small": (128, 3), "full": (256, 5)}
+SIZES = {"tiny": (32, 1), "small": (128, 3), "full": (256, 9)}
 
 
 def run(size: str) -> dict[str, Any]:
@@ -28,30 +28,36 @@ def run(size: str) -> dict[str, Any]:
     served: list[float] = []
     direct: list[float] = []
     tokens: set[int] = set()
-    # Direct first, then through the framework, never both at once: llama.cpp's worker threads keep
-    # spinning for a while after a run and would slow whichever runs next to them.
     engine = LlamaEngine()
-    engine.generate(MESSAGES, temperature=0, max_tokens=4)  # warm
-    for _ in range(repeats):
-        start = time.perf_counter()
-        generation = engine.generate(MESSAGES, temperature=0, max_tokens=max_tokens)
-        direct.append(generation.completion_tokens / (time.perf_counter() - start))
-        tokens.add(generation.completion_tokens)
-    engine.close()
-    del engine
     with gym_servers({"policy_model": {"plugin": "local_llama"}}) as state:
 
-        async def through_framework() -> None:
+        async def through_framework(client: ServerClient) -> None:
+            start = time.perf_counter()
+            answer = await client.post("policy_model", "/v1/chat/completions", body)
+            n = answer["usage"]["completion_tokens"]
+            served.append(n / (time.perf_counter() - start))
+            tokens.add(n)
+
+        def in_process() -> None:
+            start = time.perf_counter()
+            generation = engine.generate(MESSAGES, temperature=0, max_tokens=max_tokens)
+            direct.append(generation.completion_tokens / (time.perf_counter() - start))
+            tokens.add(generation.completion_tokens)
+
+        async def alternate() -> None:
+            # Alternating runs share the machine's drift; the pauses let llama.cpp's worker threads,
+            # which spin for a while after each run, go idle before the other side runs.
             async with ServerClient(state.config) as client:
                 await client.post("policy_model", "/v1/chat/completions", {**body, "max_tokens": 4})  # warm
+                engine.generate(MESSAGES, temperature=0, max_tokens=4)
                 for _ in range(repeats):
-                    start = time.perf_counter()
-                    answer = await client.post("policy_model", "/v1/chat/completions", body)
-                    n = answer["usage"]["completion_tokens"]
-                    served.append(n / (time.perf_counter() - start))
-                    tokens.add(n)
+                    await asyncio.sleep(1)
+                    in_process()
+                    await asyncio.sleep(1)
+                    await through_framework(client)
 
-        asyncio.run(through_framework())
+        asyncio.run(alternate())
+    engine.close()
     served_tps, direct_tps = statistics.median(served), statistics.median(direct)
     return {
         "completion_tokens": sorted(tokens),

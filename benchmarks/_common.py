@@ -86,5 +86,16 @@ def gym_servers(config: dict[str, Any]) -> Iterator[Any]:
             yield state
 
 
+async def lifespan(receive: Any, send: Any) -> None:
+    """The ASGI lifespan protocol for the harness's bare apps: nothing to start or stop."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
 def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]

@@ -8,19 +8,16 @@ import uvicorn
 
 from gym_core.serving import uvicorn_config
 
+from benchmarks._common import lifespan
+
 BODY = b'{"ok":true}'
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
 
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await lifespan(receive, send)
+        return
     more = True
     while more:  # read the whole body, as a real handler does
         message = await receive()

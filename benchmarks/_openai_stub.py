@@ -13,6 +13,8 @@ import uvicorn
 
 from gym_core.serving import uvicorn_config
 
+from benchmarks._common import lifespan
+
 _USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 CALL = json.dumps({
     "id": "chatcmpl-stub", "object": "chat.completion", "created": 0, "model": "stub",
@@ -30,13 +32,8 @@ TEXT = json.dumps({
 
 async def app(scope, receive, send):
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await lifespan(receive, send)
+        return
     chunks = []
     more = True
     while more:

@@ -13,6 +13,7 @@ rollout against bare ASGI apps on uvicorn (one process per role, as in the gym l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import time
 from pathlib import Path
@@ -138,7 +139,7 @@ def run(size: str) -> dict[str, Any]:
                     n = max(base_n, 4 * c)
                     rows.append({"concurrency": c, "gym": run_async(_gym_run(state.config.head_url, n, c))})
             floor_roles = sorted(set(hops))
-            with contextlib_exit_stack() as stack:
+            with contextlib.ExitStack() as stack:
                 for role in floor_roles:
                     stack.enter_context(spawn("benchmarks._floor_server", str(ports[role])))
                 for role in floor_roles:
@@ -149,9 +150,3 @@ def run(size: str) -> dict[str, Any]:
                     row["ratio"] = round(row["gym"]["rollouts_per_s"] / row["floor"]["rollouts_per_s"], 3)
             results["variants"][variant] = rows
     return results
-
-
-def contextlib_exit_stack():
-    import contextlib
-
-    return contextlib.ExitStack()

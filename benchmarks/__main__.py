@@ -25,28 +25,31 @@ def markdown(results: dict[str, Any]) -> str:
     orch = results.get("orchestration")
     if orch:
         lines += ["## Orchestration overhead vs the HTTP floor", "",
-                  "| variant | round trips | concurrency | gym rollouts/s | floor rollouts/s | ratio | gym p50 ms | gym p99 ms | errors |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| variant | round trips | concurrency | gym rollouts/s | floor rollouts/s | ratio | gym p50 ms | gym p99 ms "
+                  "| gym CPU ms/rollout | floor CPU ms/rollout | errors |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for variant, rows in orch["variants"].items():
             for row in rows:
                 g, f = row["gym"], row["floor"]
                 lines.append(f"| {variant} | {orch['round_trips'][variant]} | {row['concurrency']} | {g['rollouts_per_s']} | "
-                             f"{f['rollouts_per_s']} | {row['ratio']} | {g['p50_ms']} | {g['p99_ms']} | {g['errors']} |")
+                             f"{f['rollouts_per_s']} | {row['ratio']} | {g['p50_ms']} | {g['p99_ms']} | "
+                             f"{g['cpu_ms_per_rollout']} | {f['cpu_ms_per_rollout']} | {g['errors'] + f['errors']} |")
         lines.append("")
     if "startup" in results:
         s = results["startup"]
         lines += ["## Start-up (`gym run` to \"All servers ready\")", "", "| mode | seconds |", "| --- | --- |",
-                  f"| isolated, cold (envs built) | {s['uv_cold_s']} |", f"| isolated, warm | {s['uv_warm_s']} |",
+                  f"| isolated, cold (envs built) | {s['uv_cold_s'] or '—'} |", f"| isolated, warm | {s['uv_warm_s'] or '—'} |",
                   f"| --isolation none | {s['none_s']} |", ""]
     if "scale" in results:
         s = results["scale"]
         lines += ["## Scale", "", f"{s['in_flight']} rollouts in flight: {s['completed']} completed, {s['written']} written, "
-                  f"{s['errors']} errors, {s['seconds']} s", "", "| process | peak RSS MiB |", "| --- | --- |"]
+                  f"{s['errors']} errors, {s['seconds']} s; the agent's open file descriptors peaked at "
+                  f"{s['agent_peak_open_fds']}", "", "| process | peak RSS MiB |", "| --- | --- |"]
         lines += [f"| {name} | {mb} |" for name, mb in s["peak_rss_mb"].items()] + [""]
     if "model_overhead" in results:
         m = results["model_overhead"]
         lines += ["## Model-server overhead (local_llama)", "", "| path | tokens/s |", "| --- | --- |",
-                  f"| through the framework (HTTP) | {m['framework_tokens_per_s']} |",
+                  f"| through the framework (HTTP /v1/responses) | {m['framework_tokens_per_s']} |",
                   f"| llama engine in-process | {m['direct_tokens_per_s']} |", "",
                   f"overhead: {m['overhead_pct']} % (completion tokens {m['completion_tokens']})", ""]
     return "\n".join(lines)

@@ -1,8 +1,10 @@
 """Model-server overhead: local_llama's tokens/s through the framework against the engine in-process.
 
 Same prompt, greedy decoding, same token budget: both paths generate the same tokens. Through the
-framework: a client calls the model server's /v1/chat/completions over HTTP (a real server
-process). Direct: ``LlamaEngine.generate`` in this process. Runs alternate, one second apart; medians.
+framework: a client calls the model server's ``/v1/responses`` over HTTP (a real server process),
+the endpoint agents call: Responses → chat conversion, the engine, and back; generated tokens from
+``usage.output_tokens``. Direct: ``LlamaEngine.generate`` in this process. Runs alternate, one second
+apart; medians.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ def run(size: str) -> dict[str, Any]:
     from gym_local_llama.engine import LlamaEngine
 
     max_tokens, repeats = SIZES[size]
-    body = {"messages": MESSAGES, "temperature": 0, "max_tokens": max_tokens}
+    body = {"input": MESSAGES, "temperature": 0, "max_output_tokens": max_tokens}
     served: list[float] = []
     direct: list[float] = []
     tokens: set[int] = set()
@@ -33,8 +35,8 @@ def run(size: str) -> dict[str, Any]:
 
         async def through_framework(client: ServerClient) -> None:
             start = time.perf_counter()
-            answer = await client.post("policy_model", "/v1/chat/completions", body)
-            n = answer["usage"]["completion_tokens"]
+            answer = await client.post("policy_model", "/v1/responses", body)
+            n = answer["usage"]["output_tokens"]
             served.append(n / (time.perf_counter() - start))
             tokens.add(n)
 
@@ -48,7 +50,7 @@ def run(size: str) -> dict[str, Any]:
             # Alternating runs share the machine's drift; the pauses let llama.cpp's worker threads,
             # which spin for a while after each run, go idle before the other side runs.
             async with ServerClient(state.config) as client:
-                await client.post("policy_model", "/v1/chat/completions", {**body, "max_tokens": 4})  # warm
+                await client.post("policy_model", "/v1/responses", {**body, "max_output_tokens": 4})  # warm
                 engine.generate(MESSAGES, temperature=0, max_tokens=4)
                 for _ in range(repeats):
                     await asyncio.sleep(1)

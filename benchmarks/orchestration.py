@@ -25,12 +25,17 @@ from gym_core import ClientConfig, ServerClient
 
 from gym_cli._collector import run_async
 
-from benchmarks._common import COUNTER_TASKS, free_port, gym_servers, percentile, spawn, wait_http
+from benchmarks._common import COUNTER_TASKS, cpu_seconds, free_port, gym_servers, percentile, spawn, wait_http
 
 SCRIPTED_HOPS = ["agent", "resources", "model", "resources", "model", "resources"]
 PROXY_HOPS = SCRIPTED_HOPS + ["stub", "stub"]
 TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]
-SIZES = {"tiny": ([1, 8], 40), "small": ([1, 64], 300), "full": ([1, 64, 1024], 400)}
+# Per size: rollouts per round at each concurrency, and rounds (gym and floor alternate; medians).
+SIZES: dict[str, tuple[dict[int, int], int]] = {
+    "tiny": ({1: 20, 8: 40}, 1),
+    "small": ({1: 200, 64: 1_000}, 2),
+    "full": ({1: 1_000, 64: 3_000, 1024: 8_192}, 3),
+}
 
 
 def gym_config(variant: str, stub_url: str | None) -> dict[str, Any]:
@@ -60,63 +65,90 @@ class _TimedClient(ServerClient):
                 self.latencies.append(time.perf_counter() - start)
 
 
-async def _gym_run(head_url: str, n: int, concurrency: int) -> dict[str, Any]:
-    from gym_cli._collector import CollectOptions, CollectSummary, collect_rollouts, read_tasks
+def _pairs(tasks: list[Any], n: int) -> list[tuple[int, int]]:
+    return [(i % len(tasks), i // len(tasks)) for i in range(n)]
 
-    tasks = read_tasks(COUNTER_TASKS)
-    repeats = -(-n // len(tasks))
-    pairs = [(t, r) for r in range(repeats) for t in range(len(tasks))][:n]
-    base = await ServerClient.from_head(head_url)
-    client = _TimedClient(base.global_config, config=ClientConfig(timeout_s=600, max_attempts=1))
+
+async def _gym_round(client: _TimedClient, tasks: list[Any], n: int, concurrency: int, pids: list[int]) -> dict[str, Any]:
+    from gym_cli._collector import CollectOptions, CollectSummary, collect_rollouts
+
     client.latencies = []
     with tempfile.TemporaryDirectory() as tmp:
-        options = CollectOptions(Path(tmp) / "out.jsonl", Path(tmp) / "failures.jsonl", "agent", repeats, concurrency)
-        await collect_rollouts(client, tasks, pairs[: min(20, n)], options, CollectSummary())  # warm connections
-        client.latencies.clear()
+        options = CollectOptions(Path(tmp) / "out.jsonl", Path(tmp) / "failures.jsonl", "agent", 1, concurrency)
         summary = CollectSummary(total=n)
-        start = time.perf_counter()
-        await collect_rollouts(client, tasks, pairs, options, summary)
-        elapsed = time.perf_counter() - start
-    await client.close()
-    return _figures(n, elapsed, client.latencies, summary.failed)
+        cpu, start = cpu_seconds(pids), time.perf_counter()
+        await collect_rollouts(client, tasks, _pairs(tasks, n), options, summary)
+        elapsed, cpu = time.perf_counter() - start, cpu_seconds(pids) - cpu
+    return _figures(n, elapsed, cpu, client.latencies, summary.failed)
 
 
-async def _floor_run(urls: dict[str, str], hops: list[str], n: int, concurrency: int) -> dict[str, Any]:
-    connector = aiohttp.TCPConnector(limit=100_000, limit_per_host=1_000)
+async def _floor_round(session: aiohttp.ClientSession, urls: dict[str, str], hops: list[str], n: int,
+                       concurrency: int, pids: list[int]) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
     body = b'{"task": 1}'
     headers = {"content-type": "application/json"}
-    async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def rollout() -> None:
-            nonlocal errors
-            start = time.perf_counter()
-            for role in hops:
-                async with session.post(urls[role] + "/x", data=body, headers=headers) as resp:
-                    await resp.read()
-                    if resp.status != 200:
-                        errors += 1
-            latencies.append(time.perf_counter() - start)
-
-        async def worker(count: int) -> None:
-            for _ in range(count):
-                await rollout()
-
-        await asyncio.gather(*(worker(1) for _ in range(min(20, n))))  # warm connections
-        latencies.clear()
-        per_worker = [n // concurrency + (1 if i < n % concurrency else 0) for i in range(concurrency)]
+    async def rollout() -> None:
+        nonlocal errors
         start = time.perf_counter()
-        await asyncio.gather(*(worker(c) for c in per_worker if c))
-        elapsed = time.perf_counter() - start
-    return _figures(n, elapsed, latencies, errors)
+        for role in hops:
+            async with session.post(urls[role] + "/x", data=body, headers=headers) as resp:
+                await resp.read()
+                if resp.status != 200:
+                    errors += 1
+        latencies.append(time.perf_counter() - start)
+
+    async def worker(count: int) -> None:
+        for _ in range(count):
+            await rollout()
+
+    per_worker = [n // concurrency + (1 if i < n % concurrency else 0) for i in range(concurrency)]
+    cpu, start = cpu_seconds(pids), time.perf_counter()
+    await asyncio.gather(*(worker(c) for c in per_worker if c))
+    elapsed, cpu = time.perf_counter() - start, cpu_seconds(pids) - cpu
+    return _figures(n, elapsed, cpu, latencies, errors)
 
 
-def _figures(n: int, elapsed: float, latencies: list[float], errors: int) -> dict[str, Any]:
+async def _measure(head_url: str, floor_urls: dict[str, str], hops: list[str], n: int, concurrency: int,
+                   rounds: int, gym_pids: list[int], floor_pids: list[int]) -> dict[str, Any]:
+    """Gym and floor at one concurrency: a warm-up pass each (connections opened), then rounds that
+    alternate between the two so that both see the same drift of the machine."""
+    from gym_cli._collector import read_tasks
+
+    tasks = read_tasks(COUNTER_TASKS)
+    base = await ServerClient.from_head(head_url)
+    client = _TimedClient(base.global_config, config=ClientConfig(timeout_s=600, max_attempts=1))
+    connector = aiohttp.TCPConnector(limit=100_000, limit_per_host=1_000)
+    gym_rounds, floor_rounds = [], []
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await _gym_round(client, tasks, concurrency, concurrency, gym_pids)
+        await _floor_round(session, floor_urls, hops, concurrency, concurrency, floor_pids)
+        for _ in range(rounds):
+            gym_rounds.append(await _gym_round(client, tasks, n, concurrency, gym_pids))
+            floor_rounds.append(await _floor_round(session, floor_urls, hops, n, concurrency, floor_pids))
+    await client.close()
+    gym, floor = _median(gym_rounds), _median(floor_rounds)
+    return {"concurrency": concurrency, "gym": gym, "floor": floor,
+            "ratio": round(gym["rollouts_per_s"] / floor["rollouts_per_s"], 3)}
+
+
+def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the median throughput, with every round's throughput alongside."""
+    ordered = sorted(rounds, key=lambda r: r["rollouts_per_s"])
+    return {**ordered[len(ordered) // 2], "rounds_per_s": [r["rollouts_per_s"] for r in rounds],
+            "cpu_ms_per_rollout": round(sorted(r["cpu_ms_per_rollout"] for r in rounds)[len(rounds) // 2], 3),
+            "errors": sum(r["errors"] for r in rounds)}
+
+
+def _figures(n: int, elapsed: float, cpu: float, latencies: list[float], errors: int) -> dict[str, Any]:
     return {
         "rollouts": n,
         "seconds": round(elapsed, 3),
         "rollouts_per_s": round(n / elapsed, 1),
+        # CPU of every process of the path (servers and the driver) per rollout: steadier than
+        # throughput on a shared machine, and what throughput is bound by once the cores are busy.
+        "cpu_ms_per_rollout": round(1000 * cpu / n, 3),
         "p50_ms": round(1000 * (percentile(latencies, 50) or 0), 2),
         "p99_ms": round(1000 * (percentile(latencies, 99) or 0), 2),
         "errors": errors,
@@ -124,29 +156,24 @@ def _figures(n: int, elapsed: float, latencies: list[float], errors: int) -> dic
 
 
 def run(size: str) -> dict[str, Any]:
-    concurrencies, base_n = SIZES[size]
-    results: dict[str, Any] = {"round_trips": {"scripted": len(SCRIPTED_HOPS), "proxy": len(PROXY_HOPS)}, "variants": {}}
-    ports = {role: free_port() for role in ("agent", "resources", "model", "stub")}
-    urls = {role: f"http://127.0.0.1:{port}" for role, port in ports.items()}
+    sizes, rounds = SIZES[size]
+    results: dict[str, Any] = {"round_trips": {"scripted": len(SCRIPTED_HOPS), "proxy": len(PROXY_HOPS)},
+                               "rounds": rounds, "variants": {}}
+    floor_urls = {role: f"http://127.0.0.1:{free_port()}" for role in ("agent", "resources", "model", "stub")}
     stub_port = free_port()
     stub_url = f"http://127.0.0.1:{stub_port}"
-    with spawn("benchmarks._openai_stub", str(stub_port)):
+    with spawn("benchmarks._openai_stub", str(stub_port)) as stub:
         wait_http(stub_url + "/v1/chat/completions")
         for variant, hops in (("scripted", SCRIPTED_HOPS), ("proxy", PROXY_HOPS)):
-            rows = []
-            with gym_servers(gym_config(variant, stub_url)) as state:
-                for c in concurrencies:
-                    n = max(base_n, 4 * c)
-                    rows.append({"concurrency": c, "gym": run_async(_gym_run(state.config.head_url, n, c))})
-            floor_roles = sorted(set(hops))
             with contextlib.ExitStack() as stack:
-                for role in floor_roles:
-                    stack.enter_context(spawn("benchmarks._floor_server", str(ports[role])))
-                for role in floor_roles:
-                    wait_http(urls[role] + "/x")
-                for row in rows:
-                    n = row["gym"]["rollouts"]
-                    row["floor"] = run_async(_floor_run(urls, hops, n, row["concurrency"]))
-                    row["ratio"] = round(row["gym"]["rollouts_per_s"] / row["floor"]["rollouts_per_s"], 3)
-            results["variants"][variant] = rows
+                state = stack.enter_context(gym_servers(gym_config(variant, stub_url)))
+                gym_pids = [*state.supervisor.pids().values(), *([stub.pid] if variant == "proxy" else [])]
+                floor_pids = [stack.enter_context(spawn("benchmarks._floor_server", floor_urls[role].rsplit(":", 1)[1])).pid
+                              for role in sorted(set(hops))]
+                for role in sorted(set(hops)):
+                    wait_http(floor_urls[role] + "/x")
+                results["variants"][variant] = [
+                    run_async(_measure(state.config.head_url, floor_urls, hops, n, c, rounds, gym_pids, floor_pids))
+                    for c, n in sizes.items()
+                ]
     return results

@@ -1,4 +1,9 @@
-"""Start-up: seconds from launching ``gym run`` to "All servers ready", cold and warm, isolated or not."""
+"""Start-up: seconds from launching ``gym run`` to "All servers ready", cold and warm, isolated or not.
+
+Cold: an empty ``GYM_HOME``, so every plugin's environment is built (uv's package cache stays warm);
+warm: the same ``GYM_HOME`` again, environments reused; then ``--isolation none``. The ``gym``
+command of this environment is run as a subprocess and gets SIGINT once ready.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from benchmarks._common import ROOT
@@ -17,8 +23,10 @@ CONFIG = ROOT / "plugins/resources/counter/configs/counter_scripted.yaml"
 
 def time_to_ready(isolation: str, home: str, timeout_s: float = 600) -> float:
     start = time.perf_counter()
+    gym = Path(sys.executable).with_name("gym")
+    command = [str(gym)] if gym.exists() else [sys.executable, "-m", "gym_cli"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_cli", "run", str(CONFIG), "--isolation", isolation, "head_server.port=0"],
+        [*command, "run", str(CONFIG), "--isolation", isolation, "head_server.port=0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
         env={**os.environ, "GYM_HOME": home}, start_new_session=True,
     )
@@ -39,10 +47,10 @@ def time_to_ready(isolation: str, home: str, timeout_s: float = 600) -> float:
 
 
 def run(size: str) -> dict[str, Any]:
+    result: dict[str, Any] = {"config": str(CONFIG.relative_to(ROOT)), "uv_cold_s": None, "uv_warm_s": None}
     with tempfile.TemporaryDirectory() as home:
-        return {
-            "config": str(CONFIG.relative_to(ROOT)),
-            "uv_cold_s": time_to_ready("uv", home),
-            "uv_warm_s": time_to_ready("uv", home),
-            "none_s": time_to_ready("none", home),
-        }
+        if size != "tiny":  # the tiny run (the harness's test) builds no environments
+            result["uv_cold_s"] = time_to_ready("uv", home)
+            result["uv_warm_s"] = time_to_ready("uv", home)
+        result["none_s"] = time_to_ready("none", home)
+    return result

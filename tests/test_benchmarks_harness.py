@@ -22,11 +22,16 @@ def test_harness_runs_tiny(tmp_path):
         rows = results["orchestration"]["variants"][variant]
         assert [row["concurrency"] for row in rows] == [1, 8]
         for row in rows:
-            assert row["gym"]["errors"] == 0 and row["floor"]["errors"] == 0
+            for side in ("gym", "floor"):
+                assert set(row[side]) >= {"rollouts", "rollouts_per_s", "p50_ms", "p99_ms", "cpu_ms_per_rollout", "errors"}
+                assert row[side]["errors"] == 0
             assert row["ratio"] > 0
     assert results["orchestration"]["round_trips"] == {"scripted": 6, "proxy": 8}
     assert set(results["startup"]) >= {"uv_cold_s", "uv_warm_s", "none_s"}
+    assert results["startup"]["none_s"] > 0  # the tiny size builds no isolated environments
     scale = results["scale"]
     assert scale["completed"] == scale["written"] == scale["in_flight"] and scale["errors"] == 0
     assert set(scale["peak_rss_mb"]) == {"agent", "counter", "policy_model", "collector"}
+    assert all(mb > 0 for mb in scale["peak_rss_mb"].values())
+    assert set(results) >= {"load_before", "load_after", "machine"}
     assert "Orchestration overhead" in (tmp_path / "results.md").read_text()

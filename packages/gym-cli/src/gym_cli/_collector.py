@@ -22,6 +22,7 @@ import msgspec
 
 from gym_core import ServerCallError, ServerClient
 from gym_core.errors import GymError
+from gym_core.serving import tune_gc
 
 __all__ = ["run_async", "iter_jsonl", "InputError", "CollectOptions", "CollectSummary", "read_tasks", "read_done", "collect_rollouts", "pending_pairs"]
 
@@ -63,7 +64,9 @@ class CollectSummary:
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine on uvloop when it is installed (faster sockets), else on asyncio's loop."""
+    """Run a coroutine on uvloop when it is installed (faster sockets), else on asyncio's loop, with
+    the garbage collector tuned for thousands of requests in flight (:func:`gym_core.serving.tune_gc`)."""
+    tune_gc()
     try:
         import uvloop
     except ImportError:

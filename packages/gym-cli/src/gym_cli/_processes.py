@@ -251,7 +251,9 @@ class Supervisor:
                 raise ReadyTimeoutError([c.spec.name for c in pending],
                                         {c.spec.name: c.last_lines() for c in pending}, now - started)
             time.sleep(min(interval, max(0.0, deadline - now)))
-            interval = min(interval * 1.5, 0.5)
+            # Short polls: a /ready that fails costs a refused connection, and start-up is ~2 s, so
+            # longer sleeps would only add their length to the time until "All servers ready".
+            interval = min(interval * 1.5, 0.1)
 
     # -- watching ------------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ the options, and serves the app until SIGINT/SIGTERM.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -21,12 +22,13 @@ from gym_core.errors import GymError
 from gym_core.plugins import PluginManager, get_plugin_manager
 from gym_core.servers import GymServer, StartupError
 
-__all__ = ["uvicorn_config", "ServerThread", "build_server", "main"]
+__all__ = ["uvicorn_config", "ServerThread", "build_server", "main", "tune_gc"]
 
 
 def uvicorn_config(app: Any, host: str, port: int, **overrides: Any) -> uvicorn.Config:
     """Uvicorn settings for gym servers: no access log on the hot path, long keep-alive so pooled
-    client connections are not closed under them, uvloop/httptools when installed."""
+    client connections are not closed under them, uvloop/httptools when installed, and no
+    X-Forwarded-* rewriting (a middleware run on every request; gym never reads client addresses)."""
     settings: dict[str, Any] = dict(
         host=host,
         port=port,
@@ -36,9 +38,26 @@ def uvicorn_config(app: Any, host: str, port: int, **overrides: Any) -> uvicorn.
         timeout_keep_alive=75,
         backlog=4096,
         log_config=None,
+        proxy_headers=False,
     )
     settings.update(overrides)
     return uvicorn.Config(app, **settings)
+
+
+def tune_gc(young_threshold: int = 50_000) -> None:
+    """Garbage-collector settings for a process with many requests in flight (a server, the collector).
+
+    What is alive now (modules, the app) is frozen out of later collections, and the youngest
+    generation is collected after ``young_threshold`` net allocations instead of CPython's 700. With
+    hundreds of rollouts in flight most young objects are still in use at a collection, so the default
+    rescanned the same in-flight objects over and over: at 1,024 rollouts in flight the agent spent
+    about 40 % of the time in collections (docs/performance.md). Reference cycles are still
+    collected, a little later.
+    """
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(young_threshold, older, oldest)
 
 
 class ServerThread:
@@ -140,6 +159,7 @@ def main() -> int:
     except GymError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
+    tune_gc()
     try:
         uvicorn_server.run()
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled, after a graceful shutdown

@@ -13,16 +13,15 @@ from gym_core.config import (
     CONFIG_ENV,
     DEFAULT_HEAD_PORT,
     GlobalConfig,
-    ModelRef,
-    ResourcesRef,
-    ServerRef,
     assign_ports,
     load_config,
     validate_instance_options,
 )
 from gym_core.errors import ConfigError
+from gym_core.options import ModelRef, ResourcesRef, ServerConfig, ServerRef
 from gym_core.plugins import PluginManager
-from gym_core.servers import AgentServer, ModelServer, ResourcesServer, ServerConfig
+from gym_core.registry import ServerType
+from gym_core.servers import AgentServer, ModelServer, ResourcesServer
 
 
 class CounterConfig(ServerConfig, kw_only=True):
@@ -62,9 +61,11 @@ def write(path: Path, data: object) -> Path:
     return path
 
 
-def load(base: dict, overrides: tuple[str, ...] = (), **kwargs) -> GlobalConfig:
+def load(base: dict, overrides: tuple[str, ...] = (), plugins: PluginManager | None = None, **kwargs) -> GlobalConfig:
     kwargs.setdefault("env_file", None)
     kwargs.setdefault("allocate_ports", False)
+    if plugins is not None:
+        kwargs.update(server_types=plugins.servers(), load_errors=plugins.load_errors)
     return load_config(base=base, overrides=overrides, **kwargs)
 
 
@@ -196,7 +197,7 @@ def test_unknown_plugin_with_did_you_mean(plugins):
     with pytest.raises(ConfigError) as info:
         load({"c": {"plugin": "countr"}}, plugins=plugins)
     (problem,) = problems_of(info)
-    assert problem.startswith("c.plugin: unknown plugin 'countr'")
+    assert problem.startswith("c.plugin: unknown server type 'countr'")
     assert "did you mean 'counter'" in problem
     assert "agent, counter, model" in problem
 
@@ -209,7 +210,7 @@ def test_unknown_plugin_of_the_real_entry_points(monkeypatch):
 
 
 def test_external_plugins_are_accepted_as_they_are(plugins):
-    config = load({"x": {"plugin": "isolated_thing", "whatever": 1}}, plugins=plugins, external_plugins=["isolated_thing"])
+    config = load({"x": {"plugin": "isolated_thing", "whatever": 1}}, plugins=plugins, external_types=["isolated_thing"])
     assert config.instances["x"].plugin == "isolated_thing"
 
 
@@ -223,7 +224,7 @@ def test_unknown_option_and_bad_type_name_the_instance_key(plugins):
     with pytest.raises(ConfigError) as info:
         load({"c": {"plugin": "counter", "strat": 1}}, plugins=plugins)
     (problem,) = problems_of(info)
-    assert problem.startswith("c.strat: unknown option of plugin 'counter'")
+    assert problem.startswith("c.strat: unknown option of server type 'counter'")
     assert "did you mean 'start'" in problem
 
     with pytest.raises(ConfigError) as info:
@@ -239,7 +240,16 @@ def test_unknown_option_and_bad_type_name_the_instance_key(plugins):
 def test_missing_required_option(plugins):
     with pytest.raises(ConfigError) as info:
         load({"m": {"plugin": "model"}}, plugins=plugins)
-    assert problems_of(info) == ["m.model_name: missing required option of plugin 'model'"]
+    assert problems_of(info) == ["m.model_name: missing required option of server type 'model'"]
+
+
+def test_validation_needs_only_a_mapping_of_server_types():
+    """Config validation takes the registered server types, not a plugin manager."""
+    types = {"counter": ServerType("counter", "resources", "gym_core.servers:ResourcesServer", CounterConfig)}
+    config = load_config(base={"c": {"plugin": "counter", "start": 3}}, env_file=None, allocate_ports=False, server_types=types)
+    assert validate_instance_options(config, "c", CounterConfig, types).start == 3
+    with pytest.raises(ConfigError, match="c.strat: unknown option of server type 'counter'"):
+        load_config(base={"c": {"plugin": "counter", "strat": 3}}, env_file=None, allocate_ports=False, server_types=types)
 
 
 def test_problems_of_every_instance_are_reported_together(plugins):

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
+import click
 import msgspec
+import pluggy
 import pytest
 
 from gym_core import hookimpl
 from gym_core.errors import PluginError, UnknownPluginError
-from gym_core.plugins import PluginManager, ServerPlugin
-from gym_core.servers import ModelServer, ResourcesServer, ServerConfig
+from gym_core.options import ServerConfig
+from gym_core.plugins import PluginManager
+from gym_core.registry import ServerType
+from gym_core.servers import AgentServer, ModelServer, ResourcesServer
 
 
 class EchoConfig(ServerConfig, kw_only=True):
@@ -57,7 +62,7 @@ def test_registered_server_is_listed_with_its_details_and_provider():
     servers = pm.servers()
     assert sorted(servers) == ["echo", "plain"]
     echo = pm.server("echo")
-    assert echo == ServerPlugin("echo", "resources", EchoServer, EchoConfig, "echoes", True, "echo_pkg")
+    assert echo == ServerType("echo", "resources", EchoServer, EchoConfig, "echoes", True, "echo_pkg")
     # Without a config, the base ServerConfig validates the options.
     assert servers["plain"].config is ServerConfig
     assert servers["plain"].provider == "echo_pkg"
@@ -200,8 +205,30 @@ def test_load_server_class_imports_a_module_class_string_only_when_asked():
 
 
 def test_load_server_class_returns_a_class_as_is():
-    plugin = ServerPlugin("echo", "resources", EchoServer, EchoConfig)
-    assert plugin.load_server_class() is EchoServer
+    server_type = ServerType("echo", "resources", EchoServer, EchoConfig)
+    assert server_type.load_server_class() is EchoServer
+
+
+def test_load_server_class_refuses_a_class_of_another_kind():
+    server_type = ServerType("echo", "model", "gym_core.servers:ResourcesServer", ServerConfig)
+    with pytest.raises(PluginError, match="is a resources server, registered as model"):
+        server_type.load_server_class()
+
+
+@pytest.mark.parametrize(
+    "registration, message",
+    [
+        (dict(name="Bad-Name", kind="model", server=ModelServer), "lowercase"),
+        (dict(name="x", kind="model", server="not a path"), "'package.module:Class'"),
+        (dict(name="x", kind="model", server="module_without_class"), "'package.module:Class'"),
+        (dict(name="x", kind="model", server=42), "'package.module:Class'"),
+    ],
+)
+def test_register_checks_every_field_and_names_the_plugin(registration, message):
+    pm = manager(("the_pkg", ServersPlugin(registration)))
+    with pytest.raises(PluginError, match=message) as info:
+        pm.servers()
+    assert "the_pkg" in str(info.value)
 
 
 # --- entry points and the environment -------------------------------------------------------------
@@ -264,7 +291,7 @@ class CommandsPlugin:
     @hookimpl
     def gym_register_commands(self, register):
         for name in self.names:
-            register(SimpleNamespace(name=name))
+            register(click.Command(name))
 
 
 def test_commands_are_collected_and_duplicates_rejected():
@@ -272,6 +299,17 @@ def test_commands_are_collected_and_duplicates_rejected():
     assert sorted(pm.commands()) == ["collect", "run", "status"]
     pm.register(CommandsPlugin("run"), name="c")
     with pytest.raises(PluginError, match="'run' is registered twice"):
+        pm.commands()
+
+
+def test_a_command_that_is_not_a_click_command_is_refused():
+    class Bad:
+        @hookimpl
+        def gym_register_commands(self, register):
+            register(SimpleNamespace(name="x"))
+
+    pm = manager(("bad_pkg", Bad()))
+    with pytest.raises(PluginError, match="bad_pkg.*click command"):
         pm.commands()
 
 
@@ -298,6 +336,72 @@ def test_aggregate_metrics_rejects_collisions():
     pm = manager(("first", MetricsPlugin({"accuracy": 1.0})), ("second", MetricsPlugin({"accuracy": 0.0})))
     with pytest.raises(PluginError, match="'accuracy'"):
         pm.aggregate_metrics([])
+
+
+class EnvironmentMetricsPlugin(MetricsPlugin):
+    """A plugin that registers an environment (resources server type) and metrics for it."""
+
+    def __init__(self, environment: str, result):
+        super().__init__(result)
+        self.environment = environment
+
+    @hookimpl
+    def gym_register_servers(self, register):
+        register(name=self.environment, kind="resources", server=EchoServer)
+
+
+def test_an_environment_plugin_receives_only_its_own_rows():
+    rows = [
+        {"task_index": 0, "reward": 1.0, "environment": "alpha"},
+        {"task_index": 1, "reward": 0.0, "environment": "beta"},
+        {"task_index": 2, "reward": 0.5},  # no environment recorded
+    ]
+    alpha = EnvironmentMetricsPlugin("alpha", {"alpha/x": 1.0})
+    beta = EnvironmentMetricsPlugin("beta", {"beta/x": 2.0})
+    idle = EnvironmentMetricsPlugin("gamma", {"gamma/x": 3.0})
+    generic = MetricsPlugin({"all/count": 3.0})
+    pm = manager(("alpha_pkg", alpha), ("beta_pkg", beta), ("gamma_pkg", idle), ("generic", generic))
+    assert pm.aggregate_metrics(rows) == {"alpha/x": 1.0, "beta/x": 2.0, "all/count": 3.0}
+    assert alpha.seen == [rows[0]]
+    assert beta.seen == [rows[1]]
+    assert idle.seen is None  # none of its rows: not called
+    assert generic.seen == rows
+
+
+# --- tracing and wrappers -------------------------------------------------------------------------
+
+
+def test_gym_trace_hooks_traces_server_registration(monkeypatch, caplog):
+    monkeypatch.setenv("GYM_TRACE_HOOKS", "1")
+    pm = manager(
+        ("echo_pkg", ServersPlugin(dict(name="echo", kind="resources", server=EchoServer))),
+        ("metrics", MetricsPlugin({"m": 1.0})),
+    )
+    with caplog.at_level(logging.INFO, logger="gym.plugins"):
+        pm.servers()
+        pm.aggregate_metrics([{"reward": 1.0, "environment": "echo"}])
+    traced = "\n".join(r.getMessage() for r in caplog.records)
+    assert "gym_register_servers" in traced
+    assert "gym_aggregate_metrics" in traced
+
+
+def test_hook_wrappers_run_around_server_registration():
+    calls = []
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def gym_register_servers(self, register):
+            calls.append("before")
+            register(name="added_by_wrapper", kind="agent", server=AgentServer)
+            result = yield
+            calls.append("after")
+            return result
+
+    pm = manager(("echo_pkg", ServersPlugin(dict(name="echo", kind="resources", server=EchoServer))), ("wrap", Wrapper()))
+    servers = pm.servers()
+    assert calls == ["before", "after"]
+    assert servers["added_by_wrapper"].provider == "wrap"
+    assert servers["echo"].provider == "echo_pkg"
 
 
 def test_aggregate_metrics_with_no_plugins_is_empty():

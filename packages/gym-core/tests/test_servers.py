@@ -33,6 +33,7 @@ from gym_core.schemas import (
     OutputText,
     Response,
     ResponseCreateParams,
+    RunRequest,
     SeedSessionRequest,
     Usage,
     VerifyRequest,
@@ -40,7 +41,9 @@ from gym_core.schemas import (
     new_id,
     response_text,
 )
-from gym_core.servers import AgentServer, GymServer, ModelServer, ResourcesServer, ServerConfig, tool
+from gym_core.config import GlobalConfig
+from gym_core.options import ModelRef, ResourcesRef, ServerConfig
+from gym_core.servers import AgentServer, GymServer, ModelServer, ResourcesServer, tool
 from gym_core.sessions import Session
 
 
@@ -487,14 +490,41 @@ async def test_stream_true_is_a_clear_400(model_urls):
 
 
 class EchoAgent(AgentServer):
-    async def run(self, task: dict[str, Any]) -> dict[str, Any]:
-        return {"reward": 1.0, "task_keys": sorted(task)}
+    async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
+        assert isinstance(body.responses_create_params, ResponseCreateParams)
+        return {"reward": 1.0, "task_keys": sorted(task), "input": body.responses_create_params.input}
+
+
+class OneEnvironmentAgentConfig(ServerConfig, kw_only=True):
+    resources_server: ResourcesRef
+    judge: ModelRef | None = None
+
+
+class OneEnvironmentAgent(EchoAgent):
+    config: OneEnvironmentAgentConfig
+
+
+async def test_agent_rollouts_record_the_environment_that_verified_them(serve):
+    """Per-environment metrics need each row to say which environment (server type) verified it."""
+    global_config = GlobalConfig(
+        {"arith": {"plugin": "math", "port": 1}, "judge": {"plugin": "scripted", "port": 2},
+         "agent": {"plugin": "one_env_agent", "resources_server": "arith", "port": 3}}
+    )
+    config = OneEnvironmentAgentConfig(resources_server="arith", judge="judge")
+    with serve(OneEnvironmentAgent(config, name="agent", global_config=global_config)) as url:
+        status, body, _ = await fetch("POST", url + "/run", {"responses_create_params": {"input": "x"}})
+    assert status == 200
+    assert (body["resources_server"], body["environment"]) == ("arith", "math")
+    # Without a config naming one resources server, nothing is guessed.
+    with serve(EchoAgent(name="agent", global_config=global_config)) as url:
+        status, body, _ = await fetch("POST", url + "/run", {"responses_create_params": {"input": "x"}})
+    assert status == 200 and "environment" not in body
 
 
 async def test_agent_run_and_default_responses(serve):
     with serve(EchoAgent(name="agent")) as url:
         status, body, _ = await fetch("POST", url + "/run", {"responses_create_params": {"input": "x"}, "extra": 1})
-        assert (status, body) == (200, {"reward": 1.0, "task_keys": ["extra", "responses_create_params"]})
+        assert (status, body) == (200, {"reward": 1.0, "task_keys": ["extra", "responses_create_params"], "input": "x"})
         status, body, _ = await fetch("POST", url + "/run", {"input": "x"})
         assert status == 422 and "responses_create_params" in assert_error_body(body, 422)
         status, body, _ = await fetch("POST", url + "/v1/responses", {"input": "x"})

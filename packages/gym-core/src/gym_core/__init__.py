@@ -1,53 +1,89 @@
-"""gym-core: the pieces every gym server, plugin and command is built from."""
+"""gym-core: the pieces every gym server, plugin and command is built from.
 
-from gym_core.client import ClientConfig, ServerClient
-from gym_core.config import AgentRef, GlobalConfig, ModelRef, ResourcesRef, ServerRef, load_config
-from gym_core.errors import (
-    ConfigError,
-    GymError,
-    PluginError,
-    ServerCallError,
-    ServerHTTPError,
-    ServerTimeoutError,
-    ServerUnavailableError,
-    ToolError,
-    UnknownPluginError,
-)
-from gym_core.hookspecs import hookimpl
-from gym_core.plugins import PluginManager, ServerPlugin, get_plugin_manager
-from gym_core.servers import AgentServer, GymServer, ModelServer, ResourcesServer, ServerConfig, tool
-from gym_core.sessions import Session, SessionStore
+Top-level names load on first use (PEP 562): ``from gym_core import hookimpl``, the first line of
+every plugin, imports pluggy and nothing else, so that listing plugins and ``gym --help`` never
+load a server framework. Each name lives in the module listed in ``_EXPORTS``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "AgentRef",
-    "AgentServer",
-    "ClientConfig",
-    "ConfigError",
-    "GlobalConfig",
-    "GymError",
-    "GymServer",
-    "ModelRef",
-    "ModelServer",
-    "PluginError",
-    "PluginManager",
-    "ResourcesRef",
-    "ResourcesServer",
-    "ServerCallError",
-    "ServerClient",
-    "ServerConfig",
-    "ServerHTTPError",
-    "ServerPlugin",
-    "ServerRef",
-    "ServerTimeoutError",
-    "ServerUnavailableError",
-    "Session",
-    "SessionStore",
-    "ToolError",
-    "UnknownPluginError",
-    "get_plugin_manager",
-    "hookimpl",
-    "load_config",
-    "tool",
-]
+# name -> the module that defines it
+_EXPORTS = {
+    "hookimpl": "gym_core.hookspecs",
+    # errors (leaf)
+    "GymError": "gym_core.errors",
+    "ConfigError": "gym_core.errors",
+    "PluginError": "gym_core.errors",
+    "UnknownPluginError": "gym_core.errors",
+    "ServerCallError": "gym_core.errors",
+    "ServerHTTPError": "gym_core.errors",
+    "ServerTimeoutError": "gym_core.errors",
+    "ServerUnavailableError": "gym_core.errors",
+    "ToolError": "gym_core.errors",
+    # options (leaf)
+    "ServerConfig": "gym_core.options",
+    "ClientConfig": "gym_core.options",
+    "ServerRef": "gym_core.options",
+    "ModelRef": "gym_core.options",
+    "ResourcesRef": "gym_core.options",
+    "AgentRef": "gym_core.options",
+    # registry (leaf)
+    "ServerType": "gym_core.registry",
+    # plugin manager
+    "PluginManager": "gym_core.plugins",
+    "get_plugin_manager": "gym_core.plugins",
+    # config
+    "GlobalConfig": "gym_core.config",
+    "load_config": "gym_core.config",
+    # servers and what they use
+    "GymServer": "gym_core.servers",
+    "ResourcesServer": "gym_core.servers",
+    "ModelServer": "gym_core.servers",
+    "AgentServer": "gym_core.servers",
+    "tool": "gym_core.servers",
+    "ServerClient": "gym_core.client",
+    "Session": "gym_core.sessions",
+    "SessionStore": "gym_core.sessions",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gym_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from gym_core.client import ServerClient
+    from gym_core.config import GlobalConfig, load_config
+    from gym_core.errors import (
+        ConfigError,
+        GymError,
+        PluginError,
+        ServerCallError,
+        ServerHTTPError,
+        ServerTimeoutError,
+        ServerUnavailableError,
+        ToolError,
+        UnknownPluginError,
+    )
+    from gym_core.hookspecs import hookimpl
+    from gym_core.options import AgentRef, ClientConfig, ModelRef, ResourcesRef, ServerConfig, ServerRef
+    from gym_core.plugins import PluginManager, get_plugin_manager
+    from gym_core.registry import ServerType
+    from gym_core.servers import AgentServer, GymServer, ModelServer, ResourcesServer, tool
+    from gym_core.sessions import Session, SessionStore

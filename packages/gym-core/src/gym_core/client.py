@@ -22,28 +22,15 @@ import aiohttp
 import msgspec
 
 from gym_core.errors import ServerCallError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError, did_you_mean
+from gym_core.options import ClientConfig
 
 if TYPE_CHECKING:
     from gym_core.config import GlobalConfig
 
-__all__ = ["ClientConfig", "ServerClient", "RETRY_STATUSES"]
+__all__ = ["ServerClient", "RETRY_STATUSES"]
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 _encoder = msgspec.json.Encoder()
-
-
-class ClientConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Limits of calls to other servers. Generous defaults: model calls can take minutes."""
-
-    timeout_s: float = 600.0
-    connect_timeout_s: float = 10.0
-    max_attempts: int = 3
-    backoff_s: float = 0.25
-    backoff_max_s: float = 8.0
-    deadline_s: float = 3600.0
-    retry_timeouts: bool = False  # a timed-out POST may have run: retrying could apply a tool twice
-    pool_limit: int = 100_000
-    pool_limit_per_host: int = 1_000
 
 
 class ServerClient:

@@ -5,10 +5,11 @@ plus a few reserved keys (``head_server``, ``ray_head_node_address``, ``ray``) a
 (scalars, or mappings whose name starts with ``_``) usable through OmegaConf interpolation.
 Overrides use Hydra's grammar: ``math.port=9000``, ``+math.new_key=1``, ``++a.b=2``, ``~a.b``.
 
-Options are validated against each plugin's config struct (a :class:`~gym_core.servers.ServerConfig`
-subclass) with the path of the bad key; fields typed :data:`ModelRef`, :data:`ResourcesRef`,
-:data:`AgentRef` or :data:`ServerRef` must name another instance (did-you-mean included). Every
-problem found is reported at once in a :class:`~gym_core.errors.ConfigError`.
+The ``plugin:`` key names the instance's *server type* (what a plugin registered, e.g. ``math``).
+Options are validated against the server type's config struct (a :class:`~gym_core.ServerConfig`
+subclass) with the path of the bad key; fields typed :data:`~gym_core.options.ModelRef`,
+``ResourcesRef``, ``AgentRef`` or ``ServerRef`` must name another instance (did-you-mean included).
+Every problem found is reported at once in a :class:`~gym_core.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import json
 import os
 import socket
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import yaml
@@ -28,18 +29,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gym_core.errors import ConfigError, GymError, did_you_mean
+from gym_core.options import ref_of
 
 if TYPE_CHECKING:
-    from gym_core.plugins import PluginManager
+    from gym_core.registry import ServerType
 
 __all__ = [
     "GlobalConfig",
     "InstanceConfig",
     "load_config",
-    "ServerRef",
-    "ModelRef",
-    "ResourcesRef",
-    "AgentRef",
     "DEFAULT_HEAD_PORT",
     "RESERVED_KEYS",
     "validate_instance_options",
@@ -50,17 +48,6 @@ DEFAULT_HEAD_PORT = 11000
 RESERVED_KEYS = frozenset({"head_server", "ray_head_node_address", "ray"})
 CONFIG_ENV = "GYM_CONFIG"  # the resolved global config (JSON), given to every server process
 INSTANCE_ENV = "GYM_INSTANCE"  # which instance of it a server process is
-
-
-@dataclass(frozen=True)
-class _Ref:
-    kind: str | None  # None: any kind
-
-
-ServerRef = Annotated[str, _Ref(None)]
-ModelRef = Annotated[str, _Ref("model")]
-ResourcesRef = Annotated[str, _Ref("resources")]
-AgentRef = Annotated[str, _Ref("agent")]
 
 
 @dataclass
@@ -135,16 +122,19 @@ def load_config(
     *,
     env_file: str | Path | None = "env.yaml",
     base: dict[str, Any] | None = None,
-    plugins: PluginManager | None = None,
-    external_plugins: Iterable[str] = (),
+    server_types: Mapping[str, ServerType] | None = None,
+    load_errors: Mapping[str, str] | None = None,
+    external_types: Iterable[str] = (),
     allocate_ports: bool = True,
 ) -> GlobalConfig:
     """Merge config files, ``env_file`` (skipped when absent) and overrides; validate; assign ports.
 
-    ``base`` is merged first (programmatic defaults). With ``plugins``, each instance's options
-    are validated against its plugin's config struct and references between instances checked;
-    plugins named in ``external_plugins`` (installed only in their own isolated environment) are
-    accepted as they are and validated by their server process.
+    ``base`` is merged first (programmatic defaults). With ``server_types`` (the registered server
+    types by name, ``PluginManager.servers()``), each instance's options are validated against
+    its type's config struct and references between instances checked; ``load_errors`` (plugin
+    name -> import error) explain a type that is missing because its plugin failed to import.
+    Types named in ``external_types`` (installed only in their own isolated venv) are accepted as
+    they are and validated by their server process.
     """
     problems: list[str] = []
     defaults = {"head_server": {"host": DEFAULT_HOST, "port": DEFAULT_HEAD_PORT}}
@@ -182,8 +172,8 @@ def load_config(
                 " prefix the key with '_' if it is a variable block"
             )
     config = GlobalConfig(data)
-    if plugins is not None:
-        problems.extend(_validate_against_plugins(config, plugins, set(external_plugins)))
+    if server_types is not None:
+        problems.extend(_validate_against_types(config, server_types, load_errors or {}, set(external_types)))
     if problems:
         raise ConfigError(problems)
     if allocate_ports:
@@ -248,21 +238,22 @@ def _apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
 _ABSENT = object()
 
 
-# --- validation against plugins ----------------------------------------------------------------
+# --- validation against server types -------------------------------------------------------------
 
 
-def _validate_against_plugins(config: GlobalConfig, plugins: PluginManager, external: set[str]) -> list[str]:
+def _validate_against_types(
+    config: GlobalConfig, known: Mapping[str, ServerType], load_errors: Mapping[str, str], external: set[str]
+) -> list[str]:
     problems: list[str] = []
-    known = plugins.servers()
     for name, instance in config.instances.items():
         if instance.plugin not in known and instance.plugin in external:
             continue
         if instance.plugin not in known:
-            if instance.plugin in plugins.load_errors:
-                problems.append(f"{name}.plugin: plugin {instance.plugin!r} failed to import: {plugins.load_errors[instance.plugin]}")
+            if instance.plugin in load_errors:
+                problems.append(f"{name}.plugin: plugin {instance.plugin!r} failed to import: {load_errors[instance.plugin]}")
             else:
                 problems.append(
-                    f"{name}.plugin: unknown plugin {instance.plugin!r}{did_you_mean(instance.plugin, {*known, *external})};"
+                    f"{name}.plugin: unknown server type {instance.plugin!r}{did_you_mean(instance.plugin, {*known, *external})};"
                     f" known: {', '.join(sorted({*known, *external})) or 'none'}"
                 )
             continue
@@ -274,19 +265,22 @@ def _validate_against_plugins(config: GlobalConfig, plugins: PluginManager, exte
 
 
 def validate_instance_options(
-    config: GlobalConfig, name: str, config_type: type[msgspec.Struct], known_plugins: dict[str, Any] | None = None
+    config: GlobalConfig, name: str, config_type: type[msgspec.Struct], known_types: Mapping[str, ServerType] | None = None
 ) -> msgspec.Struct:
-    """Convert an instance's options to its plugin's config struct, or a ConfigError with paths."""
+    """Convert an instance's options to its server type's config struct, or a ConfigError with paths.
+
+    With ``known_types``, a reference option is also checked to name an instance of the right kind.
+    """
     instance = config.instances[name]
     problems = []
     field_names = {f.name for f in msgspec.structs.fields(config_type)}
     for f in msgspec.structs.fields(config_type):
         if f.required and f.encode_name not in instance.options:
-            problems.append(f"{name}.{f.encode_name}: missing required option of plugin {instance.plugin!r}")
+            problems.append(f"{name}.{f.encode_name}: missing required option of server type {instance.plugin!r}")
     for key in instance.options:
         if key not in field_names:
             problems.append(
-                f"{name}.{key}: unknown option of plugin {instance.plugin!r}{did_you_mean(key, field_names)}"
+                f"{name}.{key}: unknown option of server type {instance.plugin!r}{did_you_mean(key, field_names)}"
             )
     if problems:
         raise ConfigError(problems)
@@ -297,7 +291,7 @@ def validate_instance_options(
         raise ConfigError(f"{name}: {message}") from exc
     hints = typing.get_type_hints(config_type, include_extras=True)
     for field_name, hint in hints.items():
-        ref = _ref_of(hint)
+        ref = ref_of(hint)
         value = getattr(struct, field_name, None)
         if ref is None or not isinstance(value, str):
             continue
@@ -307,25 +301,13 @@ def validate_instance_options(
                 f"{name}.{field_name}: no server instance named {value!r}{did_you_mean(value, config.instances)};"
                 f" instances: {', '.join(sorted(config.instances)) or 'none'}"
             )
-        elif ref.kind and known_plugins and target.plugin in known_plugins:
-            target_kind = known_plugins[target.plugin].kind
+        elif ref.kind and known_types and target.plugin in known_types:
+            target_kind = known_types[target.plugin].kind
             if target_kind != ref.kind:
                 problems.append(f"{name}.{field_name}: {value!r} is a {target_kind} server, expected a {ref.kind} server")
     if problems:
         raise ConfigError(problems)
     return struct
-
-
-def _ref_of(hint: Any) -> _Ref | None:
-    for meta in getattr(hint, "__metadata__", ()):
-        if isinstance(meta, _Ref):
-            return meta
-    args = typing.get_args(hint)  # Optional[ModelRef] and friends
-    for arg in args:
-        found = _ref_of(arg)
-        if found:
-            return found
-    return None
 
 
 # --- ports --------------------------------------------------------------------------------------

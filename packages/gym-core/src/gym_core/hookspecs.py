@@ -5,16 +5,20 @@ hooks below with the :data:`hookimpl` marker. gym's own servers and CLI commands
 written exactly like third-party ones.
 
 Hooks receive a ``register`` callback instead of returning values, so that names, kinds and
-duplicates are checked in one place (:mod:`gym_core.plugins`), whatever plugin calls it.
+duplicates are checked in one place (:mod:`gym_core.registry`), whatever plugin calls it.
+``docs/plugin_hooks.md`` is the reference page for every hook (a test keeps it complete).
 
-Example::
+Example (a plugin's ``plugin.py``; the server module is named, not imported, so that listing
+plugins imports no server code)::
 
     from gym_core import hookimpl
 
+    from my_env.config import MyEnvConfig
+
     @hookimpl
     def gym_register_servers(register):
-        register(name="counter", kind="resources", server="my_pkg.server:CounterServer",
-                 config=CounterConfig, description="A stateful counter")
+        register(name="my_env", kind="resources", server="my_env.server:MyEnvServer",
+                 config=MyEnvConfig, description="One line for gym plugin list")
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-if TYPE_CHECKING:
-    from gym_core.plugins import RegisterCommand, RegisterServer
+if TYPE_CHECKING:  # the leaf module of what hooks receive; imported for annotations only
+    from gym_core.registry import RegisterCommand, RegisterServer
 
 __all__ = ["hookspec", "hookimpl", "gym_register_servers", "gym_register_commands", "gym_aggregate_metrics"]
 
@@ -37,17 +41,18 @@ hookimpl = pluggy.HookimplMarker("gym")
 
 @hookspec
 def gym_register_servers(register: RegisterServer) -> None:
-    """Register the server plugins this package provides.
+    """Register the server types this plugin provides.
 
-    Called once per process when the plugin registry is first asked for servers: by the CLI to
-    list and validate plugins, and by a server process to find the class it must run.
+    Called once per process when the plugin manager is first asked for server types: by the CLI
+    to list plugins and validate configs, and by a server process to find the class it must run.
 
-    :param register: call ``register(name=..., kind=..., server=..., config=..., description=...,
-        needs_ray=False)`` once per server plugin. ``kind`` is ``"model"``, ``"resources"`` or
-        ``"agent"``; ``server`` is the server class or a ``"module:Class"`` string (a string keeps
-        heavy imports, such as an inference engine, out of processes that only list plugins);
-        ``config`` is the ``msgspec.Struct`` subclass of :class:`gym_core.servers.ServerConfig`
-        that validates the instance's options. A name registered twice is an error.
+    :param register: :meth:`gym_core.registry.ServerRegistry.register`; call
+        ``register(name=..., kind=..., server=..., config=..., description=..., needs_ray=False)``
+        once per server type. ``kind`` is ``"model"``, ``"resources"`` or ``"agent"``; ``server``
+        is the server class as a ``"package.module:Class"`` string, imported only by the process
+        that runs it; ``config`` is the plugin's options struct, a subclass of
+        :class:`gym_core.ServerConfig` kept in its light ``config.py``. A name registered twice,
+        by this plugin or another, is an error naming both plugins.
     :returns: nothing; return values are ignored.
 
     Not firstresult: every implementation is called.
@@ -63,7 +68,8 @@ def gym_register_commands(register: RegisterCommand) -> None:
 
     Called once when the ``gym`` command starts, before arguments are parsed.
 
-    :param register: call ``register(command)`` with a ``click.Command``; its name becomes the
+    :param register: :meth:`gym_core.registry.CommandRegistry.register`; call
+        ``register(command)`` with a ``click.Command`` (or group); its name becomes the
         subcommand (``gym <name>``). A name registered twice is an error.
     :returns: nothing; return values are ignored.
 
@@ -78,13 +84,16 @@ def gym_register_commands(register: RegisterCommand) -> None:
 def gym_aggregate_metrics(rollouts: list[dict[str, Any]]) -> dict[str, float] | None:
     """Contribute aggregate metrics computed over a set of verified rollouts.
 
-    Called by ``gym profile`` (and at the end of ``gym collect``) after the built-in statistics.
+    Called by ``gym profile`` (and at the end of ``gym collect``) after the built-in statistics,
+    once per implementing plugin. A plugin that registers resources server types receives only
+    the rows of its own environments (each row's ``environment`` field names the server type that
+    verified it) and is not called when there are none; other plugins receive every row.
 
-    :param rollouts: the rollout rows, each with ``task_index``, ``rollout_index``, ``reward``, the
-        verify response's extra fields and the task's fields.
-    :returns: a mapping of metric name to value, or ``None`` when the plugin has nothing to say
-        about these rollouts (e.g. they come from another environment). Names from different
-        plugins must not collide; a collision is reported as an error.
+    :param rollouts: the rollout rows, each with ``task_index``, ``rollout_index``, ``reward``,
+        ``environment``, the verify response's extra fields and the task's fields.
+    :returns: a mapping of metric name to value (prefix names with your environment's name,
+        ``math/boxed_answer_rate``), or ``None`` when the plugin has nothing to say. Names from
+        different plugins must not collide; a collision is reported as an error.
 
     Not firstresult: the results of every implementation are merged.
     """

@@ -1,84 +1,44 @@
 """A small typed facade over pluggy: loads plugins, checks them, and answers what they registered.
 
-Plugins are found through the entry-point group ``gym``. Two environment variables control it:
+Plugins are found through the entry-point group ``gym``. Environment variables control it:
 
 - ``GYM_PLUGINS``: a comma-separated allow-list of entry-point names; when set, only those load.
 - ``GYM_DISABLE_PLUGINS``: a comma-separated block-list of entry-point names.
-- ``GYM_TRACE_HOOKS=1``: log every hook call and its result (debugging plugins).
+- ``GYM_TRACE_HOOKS=1``: log every hook call, its arguments and its result (debugging plugins).
 
-Tests skip entry points (``PluginManager(load_entry_points=False)``) and register plugins explicitly.
+Every hook is called through pluggy's hook caller, so tracing and hook wrappers apply to all of
+them. Tests skip entry points (``PluginManager(load_entry_points=False)``) and register plugins
+explicitly.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+import sys
+from collections.abc import Mapping
 from importlib.metadata import entry_points
-from typing import Any, Literal, Protocol
+from typing import Any
 
-import msgspec
 import pluggy
 
 from gym_core import hookspecs
-from gym_core.errors import PluginError, UnknownPluginError, did_you_mean
+from gym_core.errors import PluginError, did_you_mean
+from gym_core.registry import SERVER_KINDS, CommandRegistry, ServerKind, ServerRegistry, ServerType
 
 __all__ = [
-    "ServerKind",
+    "ENTRY_POINT_GROUP",
     "SERVER_KINDS",
-    "ServerPlugin",
-    "RegisterServer",
-    "RegisterCommand",
+    "ServerKind",
+    "ServerType",
     "PluginManager",
     "get_plugin_manager",
+    "hook_names",
 ]
 
 log = logging.getLogger("gym.plugins")
 
-ServerKind = Literal["model", "resources", "agent"]
-SERVER_KINDS: tuple[str, ...] = ("model", "resources", "agent")
 ENTRY_POINT_GROUP = "gym"
-
-
-@dataclass(frozen=True)
-class ServerPlugin:
-    """What a plugin registered for one server: enough to list it, validate its config and run it."""
-
-    name: str
-    kind: ServerKind
-    server: type | str
-    config: type[msgspec.Struct]
-    description: str = ""
-    needs_ray: bool = False
-    provider: str = ""  # the registering plugin's name (its entry point)
-
-    def load_server_class(self) -> type:
-        """The server class, importing it now when it was registered as ``"module:Class"``."""
-        if not isinstance(self.server, str):
-            return self.server
-        module_name, _, attr = self.server.partition(":")
-        try:
-            return getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise PluginError(f"server plugin {self.name!r}: cannot import {self.server!r}: {exc}") from exc
-
-
-class RegisterServer(Protocol):
-    def __call__(
-        self,
-        *,
-        name: str,
-        kind: ServerKind,
-        server: type | str,
-        config: type[msgspec.Struct] | None = None,
-        description: str = "",
-        needs_ray: bool = False,
-    ) -> None: ...
-
-
-RegisterCommand = Callable[[Any], None]
 
 
 class PluginManager:
@@ -87,7 +47,7 @@ class PluginManager:
     def __init__(self, *, load_entry_points: bool = True):
         self._pm = pluggy.PluginManager("gym")
         self._pm.add_hookspecs(hookspecs)
-        self._servers: dict[str, ServerPlugin] | None = None
+        self._servers: ServerRegistry | None = None
         self.load_errors: dict[str, str] = {}
         if os.environ.get("GYM_TRACE_HOOKS"):
             self._pm.trace.root.setwriter(lambda msg: log.info("hook: %s", msg.rstrip()))
@@ -140,71 +100,97 @@ class PluginManager:
 
     # --- hooks, one method each ---
 
-    def servers(self) -> dict[str, ServerPlugin]:
-        """Every registered server plugin by name (the hook runs once; the result is cached)."""
+    def servers(self) -> Mapping[str, ServerType]:
+        """Every registered server type by name (the hook runs once; the result is cached)."""
         if self._servers is not None:
             return self._servers
-        from gym_core.servers import ServerConfig  # servers imports this module
+        registry = ServerRegistry()
+        hook = self._pm.hook.gym_register_servers
+        providers = _providers(hook)
 
-        found: dict[str, ServerPlugin] = {}
-        provider = ""
+        def register(**registration: Any) -> None:
+            registry.provider = _calling_plugin(providers)
+            registry.register(**registration)
 
-        def register(
-            *,
-            name: str,
-            kind: str,
-            server: type | str,
-            config: type[msgspec.Struct] | None = None,
-            description: str = "",
-            needs_ray: bool = False,
-        ) -> None:
-            if kind not in SERVER_KINDS:
-                raise PluginError(f"server plugin {name!r}: kind must be one of {SERVER_KINDS}, not {kind!r}")
-            if name in found:
-                raise PluginError(
-                    f"server plugin name {name!r} is registered twice (by {found[name].provider!r} and {provider!r})"
-                )
-            config = config or ServerConfig
-            if not (isinstance(config, type) and issubclass(config, ServerConfig)):
-                raise PluginError(f"server plugin {name!r}: config must subclass gym_core.ServerConfig")
-            found[name] = ServerPlugin(name, kind, server, config, description, needs_ray, provider)  # type: ignore[arg-type]
+        hook(register=register)
+        self._servers = registry
+        return registry
 
-        for impl in reversed(self._pm.hook.gym_register_servers.get_hookimpls()):
-            provider = impl.plugin_name
-            impl.function(register=register)
-        self._servers = found
-        return found
-
-    def server(self, name: str) -> ServerPlugin:
-        """The server plugin called ``name``; an error with a did-you-mean when there is none."""
+    def server(self, name: str) -> ServerType:
+        """The server type called ``name``; an error with a did-you-mean when there is none."""
         servers = self.servers()
-        if name in servers:
-            return servers[name]
-        if name in self.load_errors:
-            raise PluginError(f"gym plugin {name!r} failed to import: {self.load_errors[name]}")
-        raise UnknownPluginError(name, servers, what="server plugin")
+        assert isinstance(servers, ServerRegistry)
+        return servers.get_type(name, self.load_errors)
 
     def commands(self) -> dict[str, Any]:
         """Every registered CLI command by name."""
-        found: dict[str, Any] = {}
+        registry = CommandRegistry()
+        hook = self._pm.hook.gym_register_commands
+        providers = _providers(hook)
 
         def register(command: Any) -> None:
-            if command.name in found:
-                raise PluginError(f"gym command {command.name!r} is registered twice")
-            found[command.name] = command
+            registry.provider = _calling_plugin(providers)
+            registry.register(command)
 
-        self._pm.hook.gym_register_commands(register=register)
-        return found
+        hook(register=register)
+        return dict(registry)
 
     def aggregate_metrics(self, rollouts: list[dict[str, Any]]) -> dict[str, float]:
-        """Metrics every plugin contributes for these rollouts, merged; collisions are errors."""
+        """Metrics every plugin contributes for these rollouts, merged; collisions are errors.
+
+        A plugin that registers resources server types (environments) receives only the rows of its
+        own environments (a row's ``environment`` field, stamped by the agent that produced it), and
+        is not called when there are none; any other plugin receives every row.
+        """
+        own: dict[str, set[str]] = {}
+        for server_type in self.servers().values():
+            if server_type.kind == "resources":
+                own.setdefault(server_type.provider, set()).add(server_type.name)
         merged: dict[str, float] = {}
-        for result in self._pm.hook.gym_aggregate_metrics(rollouts=rollouts):
-            for key, value in (result or {}).items():
-                if key in merged:
-                    raise PluginError(f"two plugins contribute the aggregate metric {key!r}")
-                merged[key] = value
+        for impl in self._pm.hook.gym_aggregate_metrics.get_hookimpls():
+            environments = own.get(impl.plugin_name)
+            rows = rollouts if environments is None else [r for r in rollouts if r.get("environment") in environments]
+            if environments is not None and not rows:
+                continue
+            others = [p for p in self._pm.get_plugins() if p is not impl.plugin]
+            # One plugin at a time, through pluggy's hook caller: tracing and wrappers still apply.
+            for result in self._pm.subset_hook_caller("gym_aggregate_metrics", others)(rollouts=rows):
+                for key, value in (result or {}).items():
+                    if key in merged:
+                        raise PluginError(f"two plugins contribute the aggregate metric {key!r} (the second: {impl.plugin_name!r})")
+                    merged[key] = value
         return merged
+
+
+def _providers(hook: Any) -> dict[tuple[Any, int | None], str]:
+    """Each implementation of ``hook`` by (code object, bound instance) -> its plugin's name."""
+    providers = {}
+    for impl in hook.get_hookimpls():
+        function = impl.function
+        owner = getattr(function, "__self__", None)
+        code = getattr(getattr(function, "__func__", function), "__code__", None)
+        providers[(code, None if owner is None else id(owner))] = impl.plugin_name
+    return providers
+
+
+def _calling_plugin(providers: dict[tuple[Any, int | None], str]) -> str:
+    """The plugin whose hook implementation is calling ``register``, found on the call stack.
+
+    ``register`` is handed to every implementation in one call through pluggy's hook caller (so
+    that tracing and wrappers apply), so the call stack is what says which plugin is registering.
+    """
+    frame = sys._getframe(2)
+    for _ in range(32):
+        if frame is None:
+            break
+        owner = frame.f_locals.get("self") if frame.f_code.co_argcount else None
+        name = providers.get((frame.f_code, id(owner))) if owner is not None else None
+        if name is None:
+            name = providers.get((frame.f_code, None))
+        if name is not None:
+            return name
+        frame = frame.f_back
+    return ""
 
 
 def hook_names() -> list[str]:

@@ -28,7 +28,7 @@ from litestar.exceptions import HTTPException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 
-from gym_core.client import RETRY_STATUSES, ClientConfig, ServerClient
+from gym_core.client import RETRY_STATUSES, ServerClient
 from gym_core.convert import (
     chat_completion_to_response,
     chat_to_create_params,
@@ -36,6 +36,7 @@ from gym_core.convert import (
     response_to_chat_completion,
 )
 from gym_core.errors import GymError, ServerCallError, ServerTimeoutError, ServerUnavailableError, ToolError
+from gym_core.options import ServerConfig, ref_of
 from gym_core.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -43,6 +44,7 @@ from gym_core.schemas import (
     LenientDecoder,
     Response as ResponsesResponse,
     ResponseCreateParams,
+    RunRequest,
     SeedSessionRequest,
     VerifyRequest,
     VerifyResponse,
@@ -54,7 +56,6 @@ if typing.TYPE_CHECKING:
     from gym_core.config import GlobalConfig
 
 __all__ = [
-    "ServerConfig",
     "GymServer",
     "ResourcesServer",
     "ModelServer",
@@ -66,17 +67,6 @@ __all__ = [
 _encoder = msgspec.json.Encoder()
 JSON = "application/json"
 _JSON_ROUTE = "gym_json_route"  # the key under which post_json routes keep their function in ``opt``
-
-
-class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """Options every server instance accepts. Plugins subclass it with their own options."""
-
-    host: str = "127.0.0.1"
-    port: int = 0
-    max_body_bytes: int = 64 * 1024 * 1024
-    session_ttl_s: float = 3600.0
-    session_secret: str | None = None
-    client: ClientConfig = msgspec.field(default_factory=ClientConfig)
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -378,6 +368,8 @@ class ResourcesServer(GymServer):
     """
 
     kind = "resources"
+    # The rewards verify() may give, lowest and highest; the conformance kit checks verdicts against it.
+    reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -509,28 +501,65 @@ class ModelServer(GymServer):
 
 
 class AgentServer(GymServer):
-    """Orchestrates rollouts. Implement :meth:`run`; :meth:`responses` is optional."""
+    """Orchestrates rollouts. Implement :meth:`run`; :meth:`responses` is optional.
+
+    ``POST /run`` decodes the task row into a :class:`~gym_core.schemas.RunRequest` (its
+    ``responses_create_params`` typed) and keeps the row as sent in ``task``, to pass on to the
+    resources server's ``seed_session`` and ``verify``. The rollout it returns is stamped with the
+    environment that verified it (``resources_server``: the instance, ``environment``: its server
+    type) when the agent's config names exactly one resources server, so that per-environment
+    metrics find their rows.
+    """
 
     kind = "agent"
 
-    async def run(self, task: dict[str, Any]) -> dict[str, Any]:
-        """``POST /run``: one rollout of a task row; returns the verify response and the trajectory."""
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._run_decoder = LenientDecoder(RunRequest)
+        refs = [
+            name
+            for name, hint in typing.get_type_hints(type(self.config), include_extras=True).items()
+            if (ref := ref_of(hint)) is not None and ref.kind == "resources"
+        ]
+        self._resources_option = refs[0] if len(refs) == 1 else None
+
+    async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
+        """``POST /run``: one rollout of a task row.
+
+        :param body: the row, ``responses_create_params`` decoded (nulls accepted, messages typed).
+        :param task: the row as sent, every field included, for ``seed_session`` and ``verify``.
+        :returns: the verify response's fields and ``response`` (the trajectory).
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
 
     async def responses(self, params: ResponseCreateParams) -> ResponsesResponse:
         """``POST /v1/responses``: the agent's multi-step interaction without verification."""
         raise HTTPException(status_code=501, detail=f"{type(self).__name__} does not serve /v1/responses")
 
+    def environment_of_rollout(self) -> dict[str, str]:
+        """``resources_server`` and ``environment`` fields for the rollouts of this agent, if known."""
+        if self._resources_option is None:
+            return {}
+        instance = getattr(self.config, self._resources_option, None)
+        found = self.global_config.instances.get(instance) if self.global_config and instance else None
+        if found is None:
+            return {}
+        return {"resources_server": found.name, "environment": found.plugin}
+
     def routes(self) -> list[Any]:
         async def run(request: Request) -> Any:
-            task = msgspec.json.decode(await request.body())
+            raw = await request.body()
+            task = msgspec.json.decode(raw)
             if not isinstance(task, dict) or "responses_create_params" not in task:
                 raise HTTPException(status_code=422, detail="POST /run needs a JSON object with 'responses_create_params'")
-            return await self.run(task)
+            body = self._run_decoder.convert(task)
+            result = await self.run(body, task)
+            if isinstance(result, dict):
+                for key, value in self.environment_of_rollout().items():
+                    result.setdefault(key, value)
+            return result
 
         async def responses(request: Request) -> Any:
             return await self.responses(decode_create_params(await request.body()))
 
         return [*super().routes(), self.post_json("/run", run), self.post_json("/v1/responses", responses)]
-
-

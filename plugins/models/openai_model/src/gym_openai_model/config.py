@@ -5,28 +5,33 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 from gym_core import ServerConfig
 
 __all__ = ["OpenAIModelConfig"]
 
-Positive = Annotated[int, msgspec.Meta(ge=1)]
-
 
 class OpenAIModelConfig(ServerConfig, kw_only=True):
-    # The endpoint's API root, the part before /chat/completions: http://127.0.0.1:8080/v1.
-    base_url: Annotated[str, msgspec.Meta(pattern=r"^https?://")]
-    # Sent as `Authorization: Bearer <api_key>`; keep it in env.yaml, not in a committed config.
-    api_key: str | None = None
-    # Sent as `model` on every upstream request, whatever the caller asked for.
-    model: str
-    # How /v1/responses is served: forwarded to the endpoint's /responses ("responses"), or
-    # converted to its /chat/completions and back ("chat_completions", which every endpoint has).
-    api: Literal["responses", "chat_completions"] = "chat_completions"
-    # Upstream requests in flight at once; later ones wait for a free slot.
-    max_concurrency: Positive = 64
-    timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 600.0
-    # Tries of one upstream request on connection errors and 429/502/503/504 answers.
-    max_attempts: Positive = 3
-    # Merged into every upstream request body, over the caller's fields (top-level keys).
-    extra_body: dict[str, Any] = msgspec.field(default_factory=dict)
+    base_url: Annotated[
+        str, Meta(pattern=r"^https?://", description="the endpoint's API root, before /chat/completions: http://127.0.0.1:8080/v1")
+    ]
+    api_key: Annotated[
+        str | None, Meta(description="sent as 'Authorization: Bearer <api_key>'; keep it in env.yaml, not in a committed config")
+    ] = None
+    model: Annotated[str, Meta(description="sent as 'model' on every upstream request, whatever the caller asked for")]
+    api: Annotated[
+        Literal["responses", "chat_completions"],
+        Meta(
+            description="how /v1/responses is served: forwarded to the endpoint's /responses, or converted to its"
+            " /chat/completions and back (every endpoint has that)"
+        ),
+    ] = "chat_completions"
+    max_concurrency: Annotated[int, Meta(ge=1, description="upstream requests in flight at once; later ones wait")] = 64
+    timeout_s: Annotated[float, Meta(gt=0, description="limit of one upstream request, seconds")] = 600.0
+    max_attempts: Annotated[
+        int, Meta(ge=1, description="tries of one upstream request on connection errors and 429/502/503/504")
+    ] = 3
+    extra_body: Annotated[
+        dict[str, Any], Meta(description="merged into every upstream request body, over the caller's fields")
+    ] = msgspec.field(default_factory=dict)

@@ -1,4 +1,7 @@
-"""Registers the ``openai_model`` model server through gym's hooks."""
+"""Registers the ``openai_model`` model server type through gym's hooks.
+
+The server is named by its ``"module:Class"`` path, so listing plugins imports no server code.
+"""
 
 from gym_core import hookimpl
 

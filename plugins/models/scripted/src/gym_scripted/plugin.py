@@ -1,8 +1,11 @@
-"""Registers the ``scripted`` model server through gym's hooks."""
+"""Registers the ``scripted`` model server type through gym's hooks.
+
+The server is named by its ``"module:Class"`` path, so listing plugins imports no server code.
+"""
 
 from gym_core import hookimpl
 
-from gym_scripted.server import ScriptedModelConfig
+from gym_scripted.config import ScriptedModelConfig
 
 
 @hookimpl
@@ -12,5 +15,5 @@ def gym_register_servers(register):
         kind="model",
         server="gym_scripted.server:ScriptedModel",
         config=ScriptedModelConfig,
-        description="Deterministic replies from a script, for tests and benchmarks",
+        description='Deterministic replies from a script, for tests and benchmarks',
     )

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from gym_core import ModelServer, ServerConfig, ToolError
+from gym_core import ModelServer, ToolError
 from gym_core.schemas import (
     FunctionCall,
     Message,
@@ -27,23 +27,7 @@ from gym_core.schemas import (
     new_id,
 )
 
-
-class ScriptedToolCall(msgspec.Struct, forbid_unknown_fields=True):
-    name: str
-    arguments: dict[str, Any] = msgspec.field(default_factory=dict)
-
-
-class ScriptedTurn(msgspec.Struct, forbid_unknown_fields=True):
-    text: str | None = None
-    tool_calls: list[ScriptedToolCall] = msgspec.field(default_factory=list)
-
-
-class ScriptedModelConfig(ServerConfig, kw_only=True):
-    turns: list[ScriptedTurn] = msgspec.field(default_factory=lambda: [ScriptedTurn(text="Hello from the scripted model.")])
-    # After the last turn: repeat it ("last") or start again ("cycle").
-    after_last: str = "last"
-    delay_s: float = 0.0
-    model_name: str = "scripted"
+from gym_scripted.config import ScriptedModelConfig, ScriptedToolCall, ScriptedTurn
 
 
 def model_turns_in(params: ResponseCreateParams) -> int:

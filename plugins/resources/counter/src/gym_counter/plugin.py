@@ -1,15 +1,19 @@
-"""Registers the ``counter`` resources server through gym's hooks."""
+"""Registers the ``counter`` resources server type through gym's hooks.
+
+The server is named by its ``"module:Class"`` path, so listing plugins imports no server code.
+"""
 
 from gym_core import hookimpl
+
+from gym_counter.config import CounterConfig
 
 
 @hookimpl
 def gym_register_servers(register):
-    from gym_counter.server import CounterServer
-
     register(
         name="counter",
         kind="resources",
-        server=CounterServer,
-        description="A stateful counter: seed a count, increment it with tools, verify the final value",
+        server="gym_counter.server:CounterServer",
+        config=CounterConfig,
+        description='A stateful counter: seed a count, increment it with tools, verify the final value',
     )

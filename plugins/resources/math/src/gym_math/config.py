@@ -1,8 +1,17 @@
+"""Options of the ``math`` resources server (light: no sympy or math-verify import)."""
+
 from __future__ import annotations
+
+from typing import Annotated
+
+from msgspec import Meta
 
 from gym_core import ServerConfig
 
+__all__ = ["MathConfig"]
+
 
 class MathConfig(ServerConfig, kw_only=True):
-    # Hard limit per verification: a pathological expression cannot stall the server.
-    verify_timeout_s: float = 5.0
+    verify_timeout_s: Annotated[
+        float, Meta(gt=0, description="hard limit per verification: a pathological expression cannot stall the server")
+    ] = 5.0

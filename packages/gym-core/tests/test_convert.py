@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from msgspec import UNSET
 
 from gym_core.convert import (
@@ -148,10 +149,11 @@ def test_string_input_and_image_parts():
     ]
 
 
-def test_unset_settings_stay_unset_or_none():
+def test_unset_settings_stay_unset():
     chat = create_params_to_chat(ResponseCreateParams(input="x"))
-    assert chat.tools is UNSET and chat.tool_choice is UNSET
-    assert chat.max_tokens is UNSET and chat.temperature is UNSET
+    assert chat.tools is None and chat.tool_choice is None
+    assert chat.max_tokens is None and chat.temperature is None and chat.model is None
+    assert msgspec.json.decode(msgspec.json.encode(chat)) == {"messages": [{"role": "user", "content": "x"}]}
 
 
 def test_tool_choice_string_shapes_pass_through():
@@ -313,7 +315,7 @@ def test_training_fields_are_carried_both_ways():
     assert (last.prompt_token_ids, last.generation_token_ids, last.generation_log_probs) == (
         [1, 2], [3, 4, 5], [-0.1, -0.2, -0.3]
     )
-    assert response.output[0].generation_token_ids is UNSET  # only the last generated item
+    assert response.output[0].generation_token_ids is None  # only the last generated item
     back = response_to_chat_completion(response).choices[0].message
     assert (back.prompt_token_ids, back.generation_token_ids, back.generation_log_probs) == (
         [1, 2], [3, 4, 5], [-0.1, -0.2, -0.3]
@@ -322,7 +324,7 @@ def test_training_fields_are_carried_both_ways():
 
 def test_no_training_fields_when_none_were_generated():
     response = chat_completion_to_response(completion(ChatMessage(role="assistant", content="x")))
-    assert response.output[0].generation_token_ids is UNSET
+    assert response.output[0].generation_token_ids is None
     assert response_to_chat_completion(response).choices[0].message.generation_token_ids is UNSET
 
 

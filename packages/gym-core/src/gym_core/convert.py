@@ -11,6 +11,8 @@ Shape mapping:
   assistant text just before them, as chat APIs emit them);
 - ``function_call_output`` ⇄ a ``tool`` message;
 - ``reasoning`` ⇄ ``reasoning_content`` on the next assistant message.
+
+A setting that is null or absent on one side stays unset on the other.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ __all__ = [
     "response_to_chat_completion",
     "tools_to_chat",
 ]
+
+_TRAINING_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 
 
 def _content_text(content: Any) -> str:
@@ -140,8 +144,7 @@ def create_params_to_chat(params: ResponseCreateParams) -> ChatCompletionRequest
     request.model = params.model
     if params.tools:
         request.tools = tools_to_chat(params.tools)
-    if params.tool_choice is not UNSET:
-        request.tool_choice = _tool_choice_to_chat(params.tool_choice)
+    request.tool_choice = _tool_choice_to_chat(params.tool_choice)
     request.temperature = params.temperature
     request.top_p = params.top_p
     request.max_tokens = params.max_output_tokens
@@ -185,11 +188,10 @@ def chat_to_create_params(request: ChatCompletionRequest) -> ResponseCreateParam
             for t in request.tools
             if t.get("type", "function") == "function"
         ]
-    if request.tool_choice is not UNSET:
-        params.tool_choice = _tool_choice_from_chat(request.tool_choice)
+    params.tool_choice = _tool_choice_from_chat(request.tool_choice)
     params.temperature = request.temperature
     params.top_p = request.top_p
-    max_tokens = request.max_completion_tokens if request.max_completion_tokens not in (UNSET, None) else request.max_tokens
+    max_tokens = request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
     params.max_output_tokens = max_tokens
     params.parallel_tool_calls = request.parallel_tool_calls
     params.metadata = request.metadata
@@ -225,11 +227,11 @@ def chat_completion_to_response(completion: ChatCompletion, params: ResponseCrea
                     status="completed",
                 )
             )
-        if output and msg.generation_token_ids is not UNSET:
+        if output and msg.generation_token_ids not in (UNSET, None):
             last = output[-1]
-            last.prompt_token_ids = msg.prompt_token_ids
-            last.generation_token_ids = msg.generation_token_ids
-            last.generation_log_probs = msg.generation_log_probs
+            for name in _TRAINING_FIELDS:
+                value = getattr(msg, name)
+                setattr(last, name, None if value is UNSET else value)
     usage = None
     if completion.usage is not None:
         usage = Usage(
@@ -258,7 +260,7 @@ def _echo_params(response: Response, params: ResponseCreateParams) -> None:
         response.top_p = float(params.top_p)
     if isinstance(params.tools, list):
         response.tools = params.tools
-    if params.tool_choice is not UNSET:
+    if params.tool_choice is not None:
         response.tool_choice = params.tool_choice
     if isinstance(params.parallel_tool_calls, bool):
         response.parallel_tool_calls = params.parallel_tool_calls
@@ -279,12 +281,8 @@ def response_to_chat_completion(response: Response) -> ChatCompletion:
             calls.append(ChatToolCall(id=item.call_id, function=ChatToolCallFunction(name=item.name, arguments=item.arguments)))
         elif isinstance(item, Reasoning):
             reasoning.append("".join(s.text for s in item.summary) or _content_text(item.content or []))
-        if getattr(item, "generation_token_ids", UNSET) is not UNSET:
-            training = {
-                "prompt_token_ids": item.prompt_token_ids,
-                "generation_token_ids": item.generation_token_ids,
-                "generation_log_probs": item.generation_log_probs,
-            }
+        if getattr(item, "generation_token_ids", None) is not None:
+            training = {name: value for name in _TRAINING_FIELDS if (value := getattr(item, name)) is not None}
     message = ChatMessage(role="assistant", content="".join(texts) if texts or not calls else None, **training)
     if calls:
         message.tool_calls = calls

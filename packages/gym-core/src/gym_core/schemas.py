@@ -7,6 +7,13 @@ OpenAI object can be sent to a gym server. Output items carry optional training 
 
 Messages in the Responses API may omit ``"type": "message"`` (the "easy input message" form);
 :func:`decode_create_params` and :func:`decode_response` add it before typed decoding.
+
+Nulls: every field that OpenAI allows to be null, or that the ``openai`` SDK's ``model_dump()``
+writes as null, accepts ``null`` in the typed decoder itself (no second pass). In request bodies
+and items an optional field defaults to ``None``, so that ``null`` and absent mean the same and
+neither is sent on (``omit_defaults``): a gym server never forwards a null it was given. Structs
+that always emit their fields (:class:`OutputText`, :class:`ChatMessage`, :class:`Response`) keep
+``UNSET`` for the fields they emit only when set, and read ``None`` there as unset too.
 """
 
 from __future__ import annotations
@@ -50,9 +57,7 @@ __all__ = [
     "VerifyRequest",
     "VerifyResponse",
     "SeedSessionRequest",
-    "SeedSessionResponse",
     "RunRequest",
-    "ErrorBody",
     "LenientDecoder",
     "decode_create_params",
     "decode_response",
@@ -86,7 +91,7 @@ class InputText(_Wire, tag_field="type", tag="input_text", kw_only=True):
 
 class OutputText(_Wire, tag_field="type", tag="output_text", kw_only=True, omit_defaults=False):
     text: str
-    annotations: list[Any] = field(default_factory=list)
+    annotations: list[Any] | None = field(default_factory=list)  # null: none (OpenAI sends [])
     logprobs: list[Any] | None | UnsetType = UNSET
 
 
@@ -124,39 +129,39 @@ ContentPart = Union[InputText, OutputText, Refusal, InputImage, InputFile, Reaso
 class _TrainingFields(_Wire, kw_only=True):
     """Token-level data a trainer needs, present on generated items only when asked for."""
 
-    prompt_token_ids: list[int] | UnsetType = UNSET
-    generation_token_ids: list[int] | UnsetType = UNSET
-    generation_log_probs: list[float] | UnsetType = UNSET
+    prompt_token_ids: list[int] | None = None
+    generation_token_ids: list[int] | None = None
+    generation_log_probs: list[float] | None = None
 
 
 class Message(_TrainingFields, tag_field="type", tag="message", kw_only=True):
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[ContentPart]
-    id: str | UnsetType = UNSET
-    status: str | None | UnsetType = UNSET
+    id: str | None = None
+    status: str | None = None
 
 
 class FunctionCall(_TrainingFields, tag_field="type", tag="function_call", kw_only=True):
     call_id: str
     name: str
     arguments: str
-    id: str | None | UnsetType = UNSET
-    status: str | None | UnsetType = UNSET
+    id: str | None = None
+    status: str | None = None
 
 
 class FunctionCallOutput(_Wire, tag_field="type", tag="function_call_output", kw_only=True):
-    call_id: str
+    call_id: str | None = None  # OpenAI's current types allow it to be null
     output: str | list[ContentPart]
-    id: str | None | UnsetType = UNSET
-    status: str | None | UnsetType = UNSET
+    id: str | None = None
+    status: str | None = None
 
 
 class Reasoning(_TrainingFields, tag_field="type", tag="reasoning", kw_only=True):
     summary: list[SummaryText] = field(default_factory=list)
-    id: str | UnsetType = UNSET
-    content: list[ReasoningText] | None | UnsetType = UNSET
-    encrypted_content: str | None | UnsetType = UNSET
-    status: str | None | UnsetType = UNSET
+    id: str | None = None
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    status: str | None = None
 
 
 class ItemReference(_Wire, tag_field="type", tag="item_reference", kw_only=True):
@@ -194,24 +199,27 @@ class ReasoningConfig(_Wire, kw_only=True):
 
 
 class ResponseCreateParams(_Wire, kw_only=True):
-    """``POST /v1/responses`` body. ``model`` is optional: gym model servers know their model."""
+    """``POST /v1/responses`` body. ``model`` is optional: gym model servers know their model.
+
+    Every setting is ``None`` when absent or null (OpenAI reads both as "the default").
+    """
 
     input: str | list[Item] = field(default_factory=list)
-    model: str | UnsetType = UNSET
-    instructions: str | None | UnsetType = UNSET
-    tools: list[FunctionTool] | UnsetType = UNSET
-    tool_choice: str | dict[str, Any] | UnsetType = UNSET
-    temperature: float | None | UnsetType = UNSET
-    top_p: float | None | UnsetType = UNSET
-    max_output_tokens: int | None | UnsetType = UNSET
-    parallel_tool_calls: bool | None | UnsetType = UNSET
-    metadata: dict[str, str] | None | UnsetType = UNSET
-    reasoning: ReasoningConfig | None | UnsetType = UNSET
-    stream: bool | None | UnsetType = UNSET
-    store: bool | None | UnsetType = UNSET
-    seed: int | None | UnsetType = UNSET
+    model: str | None = None
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_output_tokens: int | None = None
+    parallel_tool_calls: bool | None = None
+    metadata: dict[str, str] | None = None
+    reasoning: ReasoningConfig | None = None
+    stream: bool | None = None
+    store: bool | None = None
+    seed: int | None = None
     # gym extension: ask generated items for token ids and log-probs (training).
-    return_token_ids: bool | UnsetType = UNSET
+    return_token_ids: bool | None = None
 
 
 class InputTokensDetails(_Wire, kw_only=True, omit_defaults=False):
@@ -288,6 +296,8 @@ class ChatToolCall(_Wire, kw_only=True, omit_defaults=False):
 
 
 class ChatMessage(_Wire, kw_only=True, omit_defaults=False):
+    """A chat message. ``content`` is always emitted; the rest only when set (``None`` reads as unset)."""
+
     role: str
     content: str | list[dict[str, Any]] | None = None
     name: str | None | UnsetType = UNSET
@@ -296,29 +306,31 @@ class ChatMessage(_Wire, kw_only=True, omit_defaults=False):
     reasoning_content: str | None | UnsetType = UNSET
     refusal: str | None | UnsetType = UNSET
     # gym extension, mirrors the Responses training fields.
-    prompt_token_ids: list[int] | UnsetType = UNSET
-    generation_token_ids: list[int] | UnsetType = UNSET
-    generation_log_probs: list[float] | UnsetType = UNSET
+    prompt_token_ids: list[int] | None | UnsetType = UNSET
+    generation_token_ids: list[int] | None | UnsetType = UNSET
+    generation_log_probs: list[float] | None | UnsetType = UNSET
 
 
 class ChatCompletionRequest(_Wire, kw_only=True):
+    """``POST /v1/chat/completions`` body. Every setting is ``None`` when absent or null."""
+
     messages: list[ChatMessage]
-    model: str | UnsetType = UNSET
-    tools: list[dict[str, Any]] | UnsetType = UNSET
-    tool_choice: str | dict[str, Any] | UnsetType = UNSET
-    temperature: float | None | UnsetType = UNSET
-    top_p: float | None | UnsetType = UNSET
-    max_tokens: int | None | UnsetType = UNSET
-    max_completion_tokens: int | None | UnsetType = UNSET
-    stop: str | list[str] | None | UnsetType = UNSET
-    n: int | None | UnsetType = UNSET
-    seed: int | None | UnsetType = UNSET
-    logprobs: bool | None | UnsetType = UNSET
-    top_logprobs: int | None | UnsetType = UNSET
-    parallel_tool_calls: bool | None | UnsetType = UNSET
-    metadata: dict[str, str] | None | UnsetType = UNSET
-    stream: bool | None | UnsetType = UNSET
-    return_token_ids: bool | UnsetType = UNSET
+    model: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stop: str | list[str] | None = None
+    n: int | None = None
+    seed: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    parallel_tool_calls: bool | None = None
+    metadata: dict[str, str] | None = None
+    stream: bool | None = None
+    return_token_ids: bool | None = None
 
 
 class ChatChoice(Struct, kw_only=True):
@@ -350,10 +362,6 @@ class SeedSessionRequest(_Wire, kw_only=True):
     """``POST /seed_session``: the task row. Resources servers subclass it with their task fields."""
 
 
-class SeedSessionResponse(_Wire, kw_only=True):
-    pass
-
-
 class RunRequest(_Wire, kw_only=True):
     """``POST /run`` on an agent: one task row. Other fields of the row reach seed_session and verify."""
 
@@ -376,14 +384,6 @@ class VerifyResponse(_Wire, kw_only=True):
     reward: float
 
 
-class ErrorBody(Struct):
-    """Every gym server answers errors as ``{"error": {"message", "type", "status"}}``."""
-
-    message: str
-    type: str
-    status: int
-
-
 # --- decoding with normalisation ----------------------------------------------------------------
 
 def _normalise_part(part: Any) -> Any:
@@ -398,9 +398,15 @@ def _normalise_item(item: Any) -> Any:
     if not isinstance(item, dict):
         return item
     kind = item.get("type")
-    if kind is None and "role" in item:
-        item = {**item, "type": "message"}
-        kind = "message"
+    if kind is None:
+        # OpenAI allows both without a type (or with "type": null): a message has a role, a
+        # reference only an id.
+        if "role" in item:
+            kind = "message"
+        elif "id" in item and item.keys() <= {"id", "type"}:
+            kind = "item_reference"
+        if kind is not None:
+            item = {**item, "type": kind}
     if kind not in _ITEM_TYPES:
         return {"type": "other", "original_type": str(kind), "data": item}
     if kind == "message" and isinstance(item.get("content"), list):
@@ -448,7 +454,11 @@ class LenientDecoder(Generic[T]):
             return self.convert(obj)
 
     def convert(self, obj: dict[str, Any]) -> T:
-        return msgspec.convert(_normalise_payload(obj), self.type)
+        """Convert an already-parsed body: typed first, normalised only when that fails."""
+        try:
+            return msgspec.convert(obj, self.type)
+        except msgspec.ValidationError:
+            return msgspec.convert(_normalise_payload(obj), self.type)
 
 
 _create_params_decoder = LenientDecoder(ResponseCreateParams)

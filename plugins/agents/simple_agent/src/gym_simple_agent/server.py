@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from msgspec import UNSET
 
 from gym_core import AgentServer, ServerHTTPError
 from gym_core.schemas import (
@@ -58,8 +57,8 @@ class SimpleAgent(AgentServer):
     async def _loop(self, params: ResponseCreateParams, cookies: dict[str, str]) -> Response:
         """Model ⇄ tools until the model stops calling tools; the response holds every output item."""
         cfg = self.config
-        if params.tools is UNSET and cfg.offer_resources_tools:
-            params.tools = await self._default_tools() or UNSET
+        if params.tools is None and cfg.offer_resources_tools:  # absent or null: the task names no tools
+            params.tools = await self._default_tools() or None
         conversation: list[Any] = (
             [Message(role="user", content=params.input)] if isinstance(params.input, str) else list(params.input)
         )

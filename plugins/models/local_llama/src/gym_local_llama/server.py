@@ -13,7 +13,6 @@ from typing import Any
 
 import msgspec
 from litestar.exceptions import HTTPException
-from msgspec import UNSET
 
 from gym_core import ModelServer
 from gym_core.schemas import (
@@ -31,7 +30,7 @@ from gym_local_llama.config import LocalLlamaConfig
 
 
 def _given(value: Any, default: Any) -> Any:
-    return default if value is UNSET or value is None else value
+    return default if value is None else value  # absent and null alike
 
 
 class LocalLlamaModel(ModelServer):

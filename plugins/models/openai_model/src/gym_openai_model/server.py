@@ -81,9 +81,27 @@ class OpenAIModel(ModelServer):
 
 
 def _create_params_body(params: ResponseCreateParams) -> dict[str, Any]:
-    """The request as the upstream expects it: items gym does not model go back to their own shape."""
+    """The request as the upstream expects it: items gym does not model go back to their own shape.
+
+    Null settings are not encoded (gym reads them as unset); the one null gym keeps, in output
+    text parts of earlier turns, is replaced by what OpenAI accepts there.
+    """
     body = msgspec.to_builtins(params)
     items = body.get("input")
     if isinstance(items, list):
-        body["input"] = [item["data"] if item.get("type") == "other" else item for item in items]
+        body["input"] = [_upstream_item(item) for item in items]
     return body
+
+
+def _upstream_item(item: dict[str, Any]) -> dict[str, Any]:
+    if item.get("type") == "other":
+        return item["data"]
+    content = item.get("content")
+    if isinstance(content, list):
+        for part in content:
+            if part.get("type") == "output_text":
+                if part.get("annotations") is None:
+                    part["annotations"] = []
+                if part.get("logprobs", ()) is None:
+                    del part["logprobs"]
+    return item

@@ -49,6 +49,9 @@ _EXPORTS = {
     "ServerClient": "gym_core.client",
     "Session": "gym_core.sessions",
     "SessionStore": "gym_core.sessions",
+    # hard limits for untrusted or pathological work
+    "WorkerPool": "gym_core.workers",
+    "WorkerError": "gym_core.workers",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -87,3 +90,4 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gym_core.registry import ServerType
     from gym_core.servers import AgentServer, GymServer, ModelServer, ResourcesServer, tool
     from gym_core.sessions import Session, SessionStore
+    from gym_core.workers import WorkerError, WorkerPool

@@ -25,6 +25,7 @@ import pytest
 from gym_core import ConfigError, GlobalConfig
 from gym_core.config import free_port, load_config
 from gym_core.plugins import PluginManager
+from gym_core.serving import ServerThread
 from gym_core.testing import running_servers
 
 # The caller is the official client, a test-only dependency (this plugin's `test` group).
@@ -167,14 +168,11 @@ async def test_wrong_api_key_is_a_clear_non_retryable_error(plugins, llama_serve
 async def test_unreachable_upstream_gives_502_after_bounded_retries(plugins):
     dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     async with openai_model(plugins, base_url=dead, max_attempts=2) as client:
-        started = time.monotonic()
         with pytest.raises(openai.APIStatusError) as caught:
             await client.chat.completions.create(model="m", messages=HELLO, max_tokens=4)
-        elapsed = time.monotonic() - started
     assert caught.value.status_code == 502
     message = caught.value.message
     assert dead in message and "/chat/completions" in message and "after 2 attempts" in message
-    assert elapsed < 10
 
 
 # --- api: responses, against gym's scripted model -----------------------------------------------
@@ -210,15 +208,62 @@ async def test_responses_passthrough(plugins):
     assert second.usage is not None and second.usage.output_tokens > 0
 
 
-async def test_concurrency_limit_queues_upstream_requests(plugins):
-    delay = 0.3
-    with scripted_upstream(plugins, delay_s=delay) as upstream:
-        async with openai_model(plugins, base_url=upstream, api="responses", max_concurrency=1) as client:
-            started = time.monotonic()
+class CountingUpstream:
+    """An upstream ``/v1/responses`` (ASGI) that holds each request ``hold_s`` seconds, answers
+    ``body``, and records the most requests it had in flight at once."""
+
+    def __init__(self, body: bytes, hold_s: float):
+        self.body = body
+        self.hold_s = hold_s
+        self.in_flight = 0
+        self.peak = 0
+        self.answered = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        while (await receive()).get("more_body"):
+            pass
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        try:
+            await asyncio.sleep(self.hold_s)
+        finally:
+            self.in_flight -= 1
+        self.answered += 1
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": self.body})
+
+
+@pytest.fixture(scope="module")
+def scripted_answer(plugins) -> bytes:
+    """One real ``/v1/responses`` answer of the scripted model, for CountingUpstream to replay."""
+    with scripted_upstream(plugins) as upstream:
+        request = urllib.request.Request(
+            f"{upstream}/responses", json.dumps({"model": "m", "input": "hi"}).encode(), {"content-type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return answer.read()
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+async def test_concurrency_limit_bounds_requests_in_flight_upstream(plugins, scripted_answer, limit):
+    upstream = CountingUpstream(scripted_answer, hold_s=0.3)
+    with ServerThread(upstream) as server:
+        async with openai_model(plugins, base_url=f"{server.url}/v1", api="responses", max_concurrency=limit) as client:
             answers = await asyncio.gather(*(client.responses.create(model="m", input="hi") for _ in range(3)))
-            elapsed = time.monotonic() - started
     assert [a.output_text for a in answers] == ["Hello from the scripted model."] * 3
-    assert elapsed >= 3 * delay  # one at a time: the scripted model alone would answer all three in `delay`
+    assert upstream.answered == 3
+    # The limit queues requests in the model server: the upstream never sees more than `limit` at once.
+    assert upstream.peak <= limit
+    if limit > 1:
+        assert upstream.peak > 1  # allowed to, the requests do overlap: the count observes concurrency
 
 
 async def test_upstream_refusal_is_424_naming_the_status(plugins):
@@ -236,14 +281,14 @@ async def test_upstream_refusal_is_424_naming_the_status(plugins):
 
 def test_config_file_reports_missing_endpoint(plugins):
     with pytest.raises(ConfigError) as caught:
-        load_config([CONFIG_FILE], env_file=None, plugins=plugins, allocate_ports=False)
+        load_config([CONFIG_FILE], env_file=None, server_types=plugins.servers(), allocate_ports=False)
     assert {p.split(":")[0] for p in caught.value.problems} == {"policy_model.base_url", "policy_model.model"}
 
 
 def test_config_file_with_env_yaml(plugins, tmp_path):
     env = tmp_path / "env.yaml"
     env.write_text("policy_model:\n  base_url: http://127.0.0.1:8000/v1\n  model: my-model\n  api_key: sk-secret\n")
-    config: GlobalConfig = load_config([CONFIG_FILE], env_file=env, plugins=plugins, allocate_ports=False)
+    config: GlobalConfig = load_config([CONFIG_FILE], env_file=env, server_types=plugins.servers(), allocate_ports=False)
     options = config.instances["policy_model"].options
     assert options["api_key"] == "sk-secret" and options["model"] == "my-model"
 
@@ -252,5 +297,5 @@ def test_bad_base_url_is_reported_with_its_path(plugins):
     with pytest.raises(ConfigError, match=r"policy_model.base_url"):
         load_config(
             [CONFIG_FILE], ["policy_model.base_url=localhost:8000", "policy_model.model=m"],
-            env_file=None, plugins=plugins, allocate_ports=False,
+            env_file=None, server_types=plugins.servers(), allocate_ports=False,
         )  # fmt: skip

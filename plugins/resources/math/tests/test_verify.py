@@ -1,18 +1,19 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
-import time
 
 import pytest
 
+from gym_core.workers import WorkerPoolClosed
 from gym_math.verify import (
-    VerifierPool,
     VerifyResult,
     answers_equivalent,
     averify_answer,
     extract_boxed_answer,
     get_default_pool,
+    make_verifier_pool,
     shutdown_default_pool,
     verify_answer,
 )
@@ -22,10 +23,22 @@ PATHOLOGICAL = [r"9^{9^{9^{9}}}", r"(10^{10})!"]
 
 @pytest.fixture(scope="module")
 def pool():
-    p = VerifierPool(size=2)
-    p.wait_ready()
+    p = make_verifier_pool(size=2)
+    p.start_blocking()
     yield p
     p.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True  # no /proc: the process exists
 
 
 # ---------------------------------------------------------------- extraction
@@ -66,11 +79,13 @@ def test_extract_unclosed_last_box_falls_back_to_last_complete_one():
     assert extract_boxed_answer(r"\boxed{1} ... truncated \boxed{\frac{2}{") == "1"
 
 
-def test_extract_long_text_is_fast():
-    text = ("x { y } " * 50_000) + r"\boxed{9}"
-    start = time.perf_counter()
-    assert extract_boxed_answer(text) == "9"
-    assert time.perf_counter() - start < 1.0
+def test_extract_long_and_deeply_nested_text():
+    # Model output can be long and brace-heavy; extraction is one pass without recursion, so
+    # neither length nor nesting depth can make it fail.
+    assert extract_boxed_answer(("x { y } " * 50_000) + r"\boxed{9}") == "9"
+    assert extract_boxed_answer("{" * 100_000 + r"\boxed{9}" + "}" * 100_000) == "9"
+    assert extract_boxed_answer(r"\boxed{" * 10_000 + "7" + "}" * 10_000) == "7"
+    assert extract_boxed_answer(r"\boxed{ " * 10_000 + r"x + \boxed{3}" + " }" * 10_000) == r"x + \boxed{3}"
 
 
 # ---------------------------------------------------------------- equivalence
@@ -163,19 +178,17 @@ def test_verify_no_box(pool):
 
 
 @pytest.mark.parametrize("expr", PATHOLOGICAL)
-def test_verify_timeout_is_bounded(pool, expr):
-    timeout_s = 1.0
-    start = time.monotonic()
-    r = verify_answer(rf"\boxed{{{expr}}}", "5", timeout_s=timeout_s, pool=pool)
-    elapsed = time.monotonic() - start
-    assert r.reason == "timeout"
-    assert r.reward == 0.0
-    assert r.extracted_answer == expr
-    assert elapsed < timeout_s + 0.75
-    # The killed worker was replaced: the pool keeps answering, quickly.
-    start = time.monotonic()
+def test_pathological_expression_is_killed_and_reported_as_timeout(pool, expr):
+    before = set(pool.pids)
+    r = verify_answer(rf"\boxed{{{expr}}}", "5", timeout_s=0.5, pool=pool)
+    assert r == VerifyResult(0.0, expr, "timeout")
+    # The worker that ran it was killed and a fresh one took its place.
+    killed = before - set(pool.pids)
+    assert len(killed) == 1
+    assert not alive(killed.pop())
+    assert len(pool.pids) == 2
+    # The pool keeps answering.
     assert verify_answer(r"\boxed{0.5}", "1/2", pool=pool).reason == "correct"
-    assert time.monotonic() - start < 2.0
 
 
 def test_verify_from_worker_threads(pool):
@@ -196,16 +209,14 @@ def test_verify_from_worker_threads(pool):
     assert all(r.reason == "correct" for r in results)
 
 
-def test_warm_overhead_is_small(pool):
-    # A simple answer that needs the worker (not decidable by string comparison alone).
-    for _ in range(20):
-        verify_answer(r"\boxed{3.0}", "3", pool=pool)
-    n = 200
-    start = time.perf_counter()
-    for _ in range(n):
+def test_warm_workers_serve_many_calls(pool):
+    # A simple answer that needs a worker (not decidable by string comparison alone). The same
+    # warm workers answer every call: none is forked per call, none dies.
+    assert verify_answer(r"\boxed{3.0}", "3", pool=pool).reward == 1.0
+    workers = pool.pids
+    for _ in range(200):
         assert verify_answer(r"\boxed{3.0}", "3", pool=pool).reward == 1.0
-    per_call = (time.perf_counter() - start) / n
-    assert per_call < 0.005
+    assert pool.pids == workers
 
 
 def test_default_pool():
@@ -217,10 +228,10 @@ def test_default_pool():
 
 
 def test_closed_pool_rejects_calls():
-    p = VerifierPool(size=1)
+    p = make_verifier_pool(size=1)
     p.close()
-    with pytest.raises(RuntimeError):
-        p.check("1", "1", 1.0)
+    with pytest.raises(WorkerPoolClosed):
+        verify_answer(r"\boxed{0.5}", "1/2", pool=p)
 
 
 # ---------------------------------------------------------------- averify_answer
@@ -234,26 +245,14 @@ async def test_averify_correct(pool):
 
 
 async def test_averify_does_not_block_event_loop(pool):
+    verification = asyncio.ensure_future(averify_answer(r"\boxed{9^{9^{9^{9}}}}", "5", timeout_s=1.0, pool=pool))
     ticks = 0
-    stop = asyncio.Event()
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while not stop.is_set():
-            await asyncio.sleep(0.01)
-            ticks += 1
-
-    task = asyncio.create_task(ticker())
-    timeout_s = 1.0
-    start = time.monotonic()
-    r = await averify_answer(r"\boxed{9^{9^{9^{9}}}}", "5", timeout_s=timeout_s, pool=pool)
-    elapsed = time.monotonic() - start
-    stop.set()
-    await task
-    assert r.reason == "timeout"
-    assert elapsed < timeout_s + 0.75
-    # ~100 ticks of 10 ms fit in the timeout; demand a good fraction of them.
-    assert ticks >= 40
+    while ticks < 5 and not verification.done():
+        await asyncio.sleep(0.005)
+        ticks += 1
+    # The loop kept turning while a worker was stuck on the expression.
+    assert ticks == 5 and not verification.done()
+    assert (await verification).reason == "timeout"
 
 
 async def test_averify_concurrent(pool):

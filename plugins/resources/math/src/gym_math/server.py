@@ -12,7 +12,7 @@ from gym_core import ResourcesServer, Session
 from gym_core.schemas import VerifyRequest, VerifyResponse, response_text
 
 from gym_math.config import MathConfig
-from gym_math.verify import averify_answer, shutdown_default_pool
+from gym_math.verify import averify_answer, make_verifier_pool
 
 
 class MathVerifyRequest(VerifyRequest, kw_only=True):
@@ -29,11 +29,16 @@ class MathVerifyResponse(VerifyResponse, kw_only=True, omit_defaults=False):
 class MathServer(ResourcesServer):
     config: MathConfig
 
-    async def verify(self, session: Session, body: MathVerifyRequest) -> MathVerifyResponse:
-        result = await averify_answer(
-            response_text(body.response), str(body.expected_answer), timeout_s=self.config.verify_timeout_s
-        )
-        return MathVerifyResponse(reward=result.reward, extracted_answer=result.extracted_answer, reason=result.reason)
+    async def startup(self) -> None:
+        # Warm workers (sympy imported) before the server says it is ready.
+        self.pool = make_verifier_pool(self.config.verify_workers, memory_limit_mb=self.config.verify_memory_limit_mb)
+        await self.pool.start()
 
     async def shutdown(self) -> None:
-        shutdown_default_pool()
+        await self.pool.aclose()
+
+    async def verify(self, session: Session, body: MathVerifyRequest) -> MathVerifyResponse:
+        result = await averify_answer(
+            response_text(body.response), str(body.expected_answer), timeout_s=self.config.verify_timeout_s, pool=self.pool
+        )
+        return MathVerifyResponse(reward=result.reward, extracted_answer=result.extracted_answer, reason=result.reason)

@@ -7,22 +7,20 @@ Public API:
   time limit);
 - :func:`verify_answer` / :func:`averify_answer` — extract, compare under a hard wall-clock limit,
   and return a :class:`VerifyResult` (``reward`` 1.0/0.0, ``extracted_answer``, ``reason``);
-- :class:`VerifierPool`, :func:`get_default_pool`, :func:`shutdown_default_pool` — the worker
-  processes behind the hard limit.
+- :func:`make_verifier_pool`, :func:`get_default_pool`, :func:`shutdown_default_pool` — the worker
+  processes behind the hard limit (a :class:`gym_core.workers.WorkerPool`).
 
 Reasons reported by :func:`verify_answer`: ``"correct"``, ``"wrong"``, ``"no_boxed_answer"``,
 ``"timeout"`` (the comparison ran past ``timeout_s`` and its worker was killed) and ``"error"``
-(the worker died, e.g. killed by the OS for memory).
+(the worker ran out of memory or died, or the comparison raised).
 
 Why worker processes: sympy can spin for hours (or until memory runs out) on inputs such as
 ``9^{9^{9^{9}}}``. ``math_verify`` bounds its own work with ``signal.alarm``, which only works in
 the main thread and cannot interrupt long C-level big-integer arithmetic, so its timeouts are
-disabled here (``parsing_timeout=None`` / ``timeout_seconds=None``) and the comparison runs in a
-small pool of persistent worker processes instead. A call sends the two strings over a socket and
-waits at most ``timeout_s``; on expiry the worker is SIGKILLed and a fresh one is forked from a
-pre-warmed "zygote" process, so the caller's wall time is bounded by ``timeout_s`` plus a few
-milliseconds no matter what sympy does. Warm workers keep sympy imported and math_verify's parser
-caches initialised, so a simple answer costs the socket round trip (~0.1-0.2 ms) plus the
+disabled here (``parsing_timeout=None`` / ``timeout_seconds=None``) and the comparison runs in
+gym's worker pool instead (:mod:`gym_core.workers`): a worker past ``timeout_s`` is killed and
+replaced, and each worker is capped in memory. The pool's workers are forked with sympy imported
+and math_verify's parser caches warm, so a simple answer costs a socket round trip plus the
 comparison itself. Cases decidable by plain string normalisation (e.g. ``"12"`` vs ``"12"``,
 ``"Paris"`` vs ``"paris"``) are answered in the calling process without touching a worker.
 
@@ -42,32 +40,23 @@ Equivalence (:func:`answers_equivalent`), in order:
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import functools
 import logging
 import os
-import queue
 import re
-import signal
-import socket
-import struct
-import subprocess
-import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
-from multiprocessing.connection import Connection
 from typing import Any
+
+from gym_core.workers import WorkerError, WorkerPool, WorkerPoolClosed, WorkerTimeout
 
 __all__ = [
     "VerifyResult",
-    "VerifierPool",
     "extract_boxed_answer",
     "answers_equivalent",
     "verify_answer",
     "averify_answer",
+    "make_verifier_pool",
     "get_default_pool",
     "shutdown_default_pool",
 ]
@@ -91,57 +80,43 @@ def extract_boxed_answer(text: str) -> str | None:
     Braces are matched with nesting (``\\boxed{\\frac{1}{2}}`` → ``\\frac{1}{2}``) and escaped
     braces (``\\{``, ``\\}``) are not counted. "Last" means the box that closes last, so a box
     nested in another yields the outer one; if the outer content is itself a single box it is
-    unwrapped (``\\boxed{\\boxed{3}}`` → ``3``). A box that is never closed (e.g. a response cut
-    off mid-answer) is ignored, and an earlier complete box, if any, is returned. Returns None
-    when there is no complete box.
+    unwrapped, at any depth (``\\boxed{\\boxed{3}}`` → ``3``). A box that is never closed (e.g. a
+    response cut off mid-answer) is ignored, and an earlier complete box, if any, is returned.
+    Returns None when there is no complete box. One pass over ``text``, no recursion.
     """
     if not text or ("boxed" not in text and "fbox" not in text):
         return None
-    # Stack of open braces: the content start index for a box, -1 for an ordinary brace.
-    stack: list[int] = []
+    # Stack of open braces: (opener start, content start) for a box, None for an ordinary brace.
+    stack: list[tuple[int, int] | None] = []
+    boxes: dict[int, tuple[int, int]] = {}  # opener start -> (content start, closing brace)
     last: tuple[int, int] | None = None
     for m in _BOX_TOKEN_RE.finditer(text):
         tok = m.group()
         if tok == "{":
-            stack.append(-1)
+            stack.append(None)
         elif tok == "}":
             if not stack:
                 continue  # stray closing brace: ignore
-            start = stack.pop()
-            if start >= 0:
-                last = (start, m.start())
+            box = stack.pop()
+            if box is not None:
+                boxes[box[0]] = last = (box[1], m.start())
         elif len(tok) > 2:  # a box opener (escapes are 2 characters, braces 1)
-            stack.append(m.end())
+            stack.append((m.start(), m.end()))
         # any other token is an escaped character: nothing to do
     if last is None:
         return None
-    content = text[last[0] : last[1]].strip()
-    inner = extract_boxed_answer(content) if content.startswith(("\\boxed", "\\fbox")) else None
-    if inner is not None and _is_single_box(content):
-        return inner
-    return content
-
-
-def _is_single_box(s: str) -> bool:
-    """True when ``s`` is exactly one ``\\boxed{...}``/``\\fbox{...}`` and nothing else."""
-    m = re.match(r"\\(?:boxed|fbox)\s*\{", s)
-    if not m:
-        return False
-    depth = 1
-    i = m.end()
-    while i < len(s):
-        c = s[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return s[i + 1 :].strip() == ""
-        i += 1
-    return False
+    start, end = last
+    while True:
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        # Unwrap while the content is exactly one box: a box opener at its start whose closing
+        # brace is its last character.
+        inner = boxes.get(start)
+        if inner is None or inner[1] != end - 1:
+            return text[start:end]
+        start, end = inner
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,332 +311,61 @@ def answers_equivalent(predicted: str, expected: str) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# Worker processes
-#
-# A "zygote" process is started once per pool with subprocess (a fresh interpreter: no fork of a
-# multi-threaded server, and unlike multiprocessing's spawn/forkserver it never re-imports the
-# caller's __main__). It imports sympy/math_verify, warms the parser caches, and then forks a
-# worker whenever the pool asks for one, handing the worker's end of a new socket pair back over
-# the control socket (SCM_RIGHTS). Workers are therefore ready within milliseconds, also right
-# after a timed-out worker was killed. Workers talk to the pool with
-# multiprocessing.connection.Connection framing (pickled tuples).
+# Worker processes (gym_core.workers): the comparison runs there, under a hard time limit
 # --------------------------------------------------------------------------------------------
 
 _WARMUP = (("\\frac{1}{2}", "0.5"), ("x+1", "1+x"), ("\\{1,2\\}", "\\{2,1\\}"), ("3.0", "3"))
-_PID = struct.Struct("!q")
 
 
-def _serve(conn: Connection) -> None:
-    """Loop of one worker process: receive (predicted, expected), answer ("ok", bool)."""
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        try:
-            reply: tuple[str, Any] = ("ok", bool(answers_equivalent(*msg)))
-        except BaseException as exc:  # noqa: BLE001 - report, keep serving
-            reply = ("error", f"{type(exc).__name__}: {exc}"[:500])
-        try:
-            conn.send(reply)
-        except (OSError, EOFError):
-            return
+def _warm_up() -> None:
+    """Run once in the pool's zygote before workers are forked: imports sympy and math_verify and
+    fills the parser caches, so every worker starts warm."""
+    for predicted, expected in _WARMUP:
+        answers_equivalent(predicted, expected)
 
 
-def _zygote_main(ctrl_fd: int, memory_limit_mb: int) -> None:
-    """Entry point of the zygote process (see above). Exits when the pool closes its end."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped automatically
-    ctrl = socket.socket(fileno=ctrl_fd)
-    try:
-        for p, e in _WARMUP:
-            answers_equivalent(p, e)
-    except Exception:  # noqa: BLE001
-        pass
-    ctrl.sendall(b"R")
-    commands = ctrl.makefile("rb")
-    for line in commands:
-        if line.strip() != b"spawn":
-            continue
-        ours, theirs = socket.socketpair()
-        pid = os.fork()
-        if pid == 0:  # worker
-            code = 0
-            try:
-                commands.close()
-                ctrl.close()
-                ours.close()
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                if memory_limit_mb > 0:
-                    try:
-                        import resource
+def make_verifier_pool(size: int | None = None, *, memory_limit_mb: int | None = 4096) -> WorkerPool:
+    """A :class:`~gym_core.workers.WorkerPool` set up for :func:`verify_answer`: warm workers
+    (sympy imported, parser caches filled), each capped at ``memory_limit_mb`` of address space.
 
-                        limit = memory_limit_mb * 1024 * 1024
-                        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-                    except (ImportError, ValueError, OSError):
-                        pass
-                _serve(Connection(theirs.detach()))
-            except BaseException:  # noqa: BLE001
-                code = 1
-            finally:
-                os._exit(code)
-        theirs.close()
-        socket.send_fds(ctrl, [_PID.pack(pid)], [ours.fileno()])
-        ours.close()
-
-
-class _Zygote:
-    def __init__(self, memory_limit_mb: int | None) -> None:
-        ours, theirs = socket.socketpair()
-        src_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        code = (
-            "import sys; sys.path.insert(0, sys.argv[1]); "
-            "from gym_math.verify import _zygote_main; _zygote_main(int(sys.argv[2]), int(sys.argv[3]))"
-        )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", code, src_root, str(theirs.fileno()), str(memory_limit_mb or 0)],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-        )
-        theirs.close()
-        self.ctrl = ours
-        self.ready = False
-
-    def spawn(self, startup_timeout_s: float) -> _Worker:
-        """Fork one worker (waits for the zygote's start-up the first time)."""
-        if not self.ready:
-            self.ctrl.settimeout(startup_timeout_s)
-            try:
-                if self.ctrl.recv(1) != b"R":
-                    raise EOFError("verifier zygote exited during start-up")
-            finally:
-                self.ctrl.settimeout(None)
-            self.ready = True
-        self.ctrl.sendall(b"spawn\n")
-        data, fds, _flags, _addr = socket.recv_fds(self.ctrl, _PID.size, 1)
-        while data and len(data) < _PID.size:
-            more = self.ctrl.recv(_PID.size - len(data))
-            if not more:
-                break
-            data += more
-        if len(data) != _PID.size or len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
-            raise EOFError("verifier zygote went away")
-        os.set_inheritable(fds[0], False)
-        return _Worker(_PID.unpack(data)[0], Connection(fds[0]))
-
-    def close(self) -> None:
-        try:
-            self.ctrl.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-@dataclass
-class _Worker:
-    pid: int
-    conn: Connection
-
-    def kill(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        self.conn.close()
-
-    def stop(self) -> None:
-        try:
-            self.conn.send(None)  # the worker exits at its next recv
-        except OSError:
-            pass
-        self.conn.close()
-
-
-class VerifierPool:
-    """A fixed number of persistent worker processes running :func:`answers_equivalent`.
-
-    Thread safe: a call takes an idle worker (waiting if all are busy), so at most ``size``
-    comparisons run at once. A worker that exceeds its time limit is SIGKILLed and a fresh one is
-    forked from the pool's zygote process (milliseconds). Start-up (the zygote importing sympy,
-    a few seconds) happens in the background from construction on; a call that arrives earlier
-    waits for it, up to ``startup_timeout_s``, without that counting against its ``timeout_s``.
-    Call :meth:`wait_ready` at server start-up to get it over with.
-
-    ``size`` defaults to ``$GYM_MATH_VERIFY_WORKERS`` or ``min(4, cpu_count)``.
-    ``memory_limit_mb`` caps each worker's address space (RLIMIT_AS; None for no cap), so a
-    runaway expression fails with MemoryError (→ "wrong") instead of exhausting the machine.
-    POSIX only (fork, SCM_RIGHTS).
+    ``size`` defaults to ``$GYM_MATH_VERIFY_WORKERS`` or ``min(4, cpu_count)``. The pool's own
+    time limit is only a default: every verification passes its ``timeout_s``.
     """
-
-    def __init__(
-        self,
-        size: int | None = None,
-        *,
-        memory_limit_mb: int | None = 4096,
-        startup_timeout_s: float = 120.0,
-    ) -> None:
-        if size is None:
-            env = os.environ.get("GYM_MATH_VERIFY_WORKERS")
-            size = int(env) if env else min(4, os.cpu_count() or 1)
-        if size < 1:
-            raise ValueError("size must be >= 1")
-        self.size = size
-        self.memory_limit_mb = memory_limit_mb
-        self.startup_timeout_s = startup_timeout_s
-        self.pid = os.getpid()
-        self._lock = threading.Lock()  # guards the zygote (spawning) and close()
-        self._closed = False
-        self._executor: ThreadPoolExecutor | None = None
-        self._zygote: _Zygote | None = _Zygote(memory_limit_mb)
-        # Idle slots: a live worker, or None for "fork one when needed".
-        self._idle: queue.LifoQueue[_Worker | None] = queue.LifoQueue()
-        for _ in range(size):
-            self._idle.put(None)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _spawn(self) -> _Worker:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("VerifierPool is closed")
-            for attempt in range(2):
-                if self._zygote is None:
-                    self._zygote = _Zygote(self.memory_limit_mb)
-                try:
-                    return self._zygote.spawn(self.startup_timeout_s)
-                except (OSError, EOFError):  # zygote died (or timed out): start over once
-                    self._zygote.close()
-                    self._zygote = None
-                    if attempt:
-                        raise
-            raise AssertionError("unreachable")
-
-    def wait_ready(self) -> None:
-        """Block until every worker is running (e.g. at server start-up)."""
-        slots: list[_Worker | None] = []
-        try:
-            while len(slots) < self.size:
-                slots.append(self._idle.get())
-            for i, slot in enumerate(slots):
-                if slot is None:
-                    slots[i] = self._spawn()
-        finally:
-            for slot in slots:
-                self._idle.put(slot)
-
-    def check(self, predicted: str, expected: str, timeout_s: float | None) -> tuple[str, Any]:
-        """Run ``answers_equivalent(predicted, expected)`` in a worker.
-
-        Returns ``("ok", bool)``, ``("timeout", None)`` or ``("error", message)``.
-        """
-        if self._closed:
-            raise RuntimeError("VerifierPool is closed")
-        slot = self._idle.get()
-        keep = False
-        try:
-            if slot is None:
-                try:
-                    slot = self._spawn()
-                except (OSError, EOFError, RuntimeError) as exc:
-                    return "error", f"cannot start a verifier worker: {exc}"
-            try:
-                slot.conn.send((predicted, expected))
-                if slot.conn.poll(timeout_s):
-                    reply = slot.conn.recv()
-                    keep = True
-                    return reply
-            except (EOFError, OSError) as exc:  # the worker died (e.g. killed for memory)
-                return "error", f"verifier worker died: {type(exc).__name__}"
-            return "timeout", None
-        finally:
-            if slot is not None and not keep:
-                slot.kill()
-                slot = None
-            if self._closed:
-                if slot is not None:
-                    slot.stop()
-            else:
-                if slot is None:  # replace now: forking is cheap and keeps the next call fast
-                    try:
-                        slot = self._spawn()
-                    except (OSError, EOFError, RuntimeError):
-                        slot = None
-                self._idle.put(slot)
-
-    @property
-    def executor(self) -> ThreadPoolExecutor:
-        """Threads that wait on workers for :func:`averify_answer` (one per worker)."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("VerifierPool is closed")
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    max_workers=self.size, thread_name_prefix="gym-math-verify"
-                )
-            return self._executor
-
-    def close(self) -> None:
-        """Stop the zygote and idle workers; busy workers are stopped when their call returns."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            executor, self._executor = self._executor, None
-            zygote, self._zygote = self._zygote, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
-        if os.getpid() != self.pid:
-            return  # a forked copy: the processes belong to the parent
-        while True:
-            try:
-                slot = self._idle.get_nowait()
-            except queue.Empty:
-                break
-            if slot is not None:
-                slot.stop()
-        if zygote is not None:
-            zygote.close()
-
-    def __enter__(self) -> VerifierPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    if size is None:
+        env = os.environ.get("GYM_MATH_VERIFY_WORKERS")
+        size = int(env) if env else min(4, os.cpu_count() or 1)
+    return WorkerPool(
+        size,
+        time_limit_s=5.0,
+        memory_limit_mb=memory_limit_mb,
+        initializer=_warm_up,
+        start_timeout_s=120.0,
+    )
 
 
-_default_pool: VerifierPool | None = None
+_default_pool: WorkerPool | None = None
+_default_pool_pid = 0
 _default_lock = threading.Lock()
 
 
-def get_default_pool() -> VerifierPool:
-    """The process-wide pool used by :func:`verify_answer`, created on first use."""
-    global _default_pool
+def get_default_pool() -> WorkerPool:
+    """The process-wide pool used by :func:`verify_answer`, created on first use (again in a
+    forked child, which cannot use its parent's)."""
+    global _default_pool, _default_pool_pid
     with _default_lock:
-        if _default_pool is None or _default_pool.closed or _default_pool.pid != os.getpid():
-            _default_pool = VerifierPool()
+        if _default_pool is None or _default_pool.closed or _default_pool_pid != os.getpid():
+            _default_pool = make_verifier_pool()
+            _default_pool_pid = os.getpid()
         return _default_pool
 
 
 def shutdown_default_pool() -> None:
-    """Stop the default pool's workers (also done at interpreter exit)."""
+    """Stop the default pool's workers (a pool also stops on its own at interpreter exit)."""
     global _default_pool
     with _default_lock:
         pool, _default_pool = _default_pool, None
     if pool is not None:
         pool.close()
-
-
-atexit.register(shutdown_default_pool)
 
 
 # --------------------------------------------------------------------------------------------
@@ -683,28 +387,28 @@ def verify_answer(
     expected_answer: str,
     timeout_s: float | None = 5.0,
     *,
-    pool: VerifierPool | None = None,
+    pool: WorkerPool | None = None,
 ) -> VerifyResult:
     """Reward 1.0 when the last ``\\boxed{}`` in ``response_text`` is equivalent to
     ``expected_answer``, else 0.0.
 
     The mathematical comparison runs in a worker process of ``pool`` (default:
-    :func:`get_default_pool`) and is abandoned after ``timeout_s`` seconds of wall time (None: no
-    limit), giving reason ``"timeout"``. Safe to call from any thread; blocks the caller.
+    :func:`get_default_pool`), which is killed after ``timeout_s`` seconds of wall time (None: the
+    pool's own limit), giving reason ``"timeout"``. Safe to call from any thread; blocks the caller.
     """
     extracted = extract_boxed_answer(response_text or "")
     if extracted is None:
         return VerifyResult(0.0, None, "no_boxed_answer")
-    fast = _fast_decision(extracted, str(expected_answer))
+    expected = str(expected_answer)
+    fast = _fast_decision(extracted, expected)
     if fast is not None:
-        return VerifyResult(1.0 if fast else 0.0, extracted, "correct" if fast else "wrong")
-    status, value = (pool or get_default_pool()).check(extracted, str(expected_answer), timeout_s)
-    if status == "ok":
-        return VerifyResult(1.0 if value else 0.0, extracted, "correct" if value else "wrong")
-    if status == "timeout":
-        return VerifyResult(0.0, extracted, "timeout")
-    log.warning("math verification failed for %.200r: %s", extracted, value)
-    return VerifyResult(0.0, extracted, "error")
+        return _decided(fast, extracted)
+    try:
+        pool = pool or get_default_pool()
+        same = pool.run_blocking(answers_equivalent, extracted, expected, time_limit_s=timeout_s)
+    except WorkerError as exc:
+        return _failed(exc, extracted)
+    return _decided(same, extracted)
 
 
 async def averify_answer(
@@ -712,17 +416,34 @@ async def averify_answer(
     expected_answer: str,
     timeout_s: float | None = 5.0,
     *,
-    pool: VerifierPool | None = None,
+    pool: WorkerPool | None = None,
 ) -> VerifyResult:
-    """:func:`verify_answer` for asyncio code: the wait happens in the pool's executor threads, so
-    the event loop keeps running. Calls beyond the pool size queue up (their ``timeout_s`` starts
-    when a worker picks them up)."""
+    """:func:`verify_answer` for asyncio code: the event loop keeps running while a worker
+    compares. Calls beyond the pool size queue up (their ``timeout_s`` starts when a worker picks
+    them up)."""
     extracted = extract_boxed_answer(response_text or "")
     if extracted is None:
         return VerifyResult(0.0, None, "no_boxed_answer")
-    if _fast_decision(extracted, str(expected_answer)) is not None:
-        return verify_answer(response_text, expected_answer, timeout_s, pool=pool)
-    pool = pool or get_default_pool()
-    loop = asyncio.get_running_loop()
-    call = functools.partial(verify_answer, response_text, expected_answer, timeout_s, pool=pool)
-    return await loop.run_in_executor(pool.executor, call)
+    expected = str(expected_answer)
+    fast = _fast_decision(extracted, expected)
+    if fast is not None:
+        return _decided(fast, extracted)
+    try:
+        pool = pool or get_default_pool()
+        same = await pool.run(answers_equivalent, extracted, expected, time_limit_s=timeout_s)
+    except WorkerError as exc:
+        return _failed(exc, extracted)
+    return _decided(same, extracted)
+
+
+def _decided(same: bool, extracted: str) -> VerifyResult:
+    return VerifyResult(1.0 if same else 0.0, extracted, "correct" if same else "wrong")
+
+
+def _failed(exc: WorkerError, extracted: str) -> VerifyResult:
+    if isinstance(exc, WorkerPoolClosed):
+        raise exc  # a caller's mistake, not a verdict on the answer
+    if isinstance(exc, WorkerTimeout):
+        return VerifyResult(0.0, extracted, "timeout")
+    log.warning("math verification failed for %.200r: %s", extracted, exc)
+    return VerifyResult(0.0, extracted, "error")

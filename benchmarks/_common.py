@@ -90,7 +90,7 @@ def gym_servers(config: dict[str, Any]) -> Iterator[Any]:
     """The servers of ``config`` as ``gym run --isolation none`` starts them: one process each."""
     from rich.console import Console
 
-    from gym_cli._launcher import launch
+    from gym_cli.launch import launch
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"

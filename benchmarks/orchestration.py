@@ -23,7 +23,7 @@ import aiohttp
 
 from gym_core import ClientConfig, ServerClient
 
-from gym_cli._collector import run_async
+from gym_cli.rollouts import run_async
 
 from benchmarks._common import COUNTER_TASKS, cpu_seconds, free_port, gym_servers, percentile, spawn, wait_http
 
@@ -70,7 +70,7 @@ def _pairs(tasks: list[Any], n: int) -> list[tuple[int, int]]:
 
 
 async def _gym_round(client: _TimedClient, tasks: list[Any], n: int, concurrency: int, pids: list[int]) -> dict[str, Any]:
-    from gym_cli._collector import CollectOptions, CollectSummary, collect_rollouts
+    from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts
 
     client.latencies = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,7 +114,7 @@ async def _measure(head_url: str, floor_urls: dict[str, str], hops: list[str], n
                    rounds: int, gym_pids: list[int], floor_pids: list[int]) -> dict[str, Any]:
     """Gym and floor at one concurrency: a warm-up pass each (connections opened), then rounds that
     alternate between the two so that both see the same drift of the machine."""
-    from gym_cli._collector import read_tasks
+    from gym_cli.rollouts import read_tasks
 
     tasks = read_tasks(COUNTER_TASKS)
     base = await ServerClient.from_head(head_url)

@@ -27,7 +27,7 @@ from typing import Any
 
 from gym_core import ClientConfig, ServerClient
 
-from gym_cli._collector import CollectOptions, CollectSummary, collect_rollouts, read_tasks, run_async
+from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts, read_tasks, run_async
 
 from benchmarks._common import COUNTER_TASKS, free_port, gym_servers, spawn, wait_http
 from benchmarks.orchestration import gym_config

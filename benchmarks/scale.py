@@ -19,7 +19,7 @@ from typing import Any
 
 from gym_core import ClientConfig, ServerClient
 
-from gym_cli._collector import run_async
+from gym_cli.rollouts import run_async
 
 from benchmarks._common import COUNTER_TASKS, gym_servers, peak_rss_mb
 
@@ -28,7 +28,7 @@ TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}
 
 
 async def _collect(head_url: str, n: int) -> dict[str, Any]:
-    from gym_cli._collector import CollectOptions, CollectSummary, collect_rollouts, read_tasks
+    from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts, read_tasks
 
     tasks = read_tasks(COUNTER_TASKS)
     repeats = -(-n // len(tasks))

@@ -1,4 +1,4 @@
-"""gym collect against real servers: rows, resume, kill -9, malformed input, failures."""
+"""gym collect against real servers: rows, resume, kill -9, Ctrl+C, malformed input, failures, which agent."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from gym_core.testing import running_servers
@@ -20,6 +19,7 @@ from gym_cli.main import cli
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[3]
 COUNTER_TASKS = ROOT / "plugins/resources/counter/data/example.jsonl"
+COUNTER_SCRIPTED = ROOT / "plugins/resources/counter/configs/counter_scripted.yaml"
 
 TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]
 
@@ -158,5 +158,59 @@ def test_unknown_agent_is_a_failure_not_a_crash(tmp_path):
 def test_no_head_server_is_a_clear_error(tmp_path):
     result = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(tmp_path / "o.jsonl"),
                     "--agent", "agent", "--head", "http://127.0.0.1:9", "--no-profile")
-    assert result.exit_code != 0
-    assert "head" in result.output and "127.0.0.1:9" in result.output
+    assert result.exit_code == 1  # a server does not answer
+    assert "head" in result.output and "127.0.0.1:9" in result.output and "gym run" in result.output
+
+
+def test_collect_against_gym_run_uses_its_only_agent(tmp_path, gym_run):
+    """Issue 8, bug 9c: the README tour, `gym run CONFIG` then `gym collect --input --output` with no
+    --agent and tasks without agent_ref, runs every task through the config's only agent."""
+    head = gym_run(COUNTER_SCRIPTED)
+    out = tmp_path / "out.jsonl"
+    result = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--head", head, "--no-profile")
+    assert result.exit_code == 0, result.output
+    collected = rows(out)
+    assert len(collected) == len(COUNTER_TASKS.read_text().splitlines())
+    assert {row["agent"] for row in collected} == {"counter_agent"}
+    assert all(row["final_count"] == row["initial_count"] + 3 for row in collected)
+    assert rows(tmp_path / "out.failures.jsonl") == []
+
+
+def test_several_agents_and_tasks_naming_none_is_a_usage_error(tmp_path):
+    """With several agents, no --agent and tasks without agent_ref, collect stops before any rollout
+    (exit 2) and names the agents; tasks that name theirs run."""
+    config = {**counter_config(), "other_agent": {"plugin": "simple_agent", "model_server": "policy",
+                                                  "resources_server": "counter"}}
+    out = tmp_path / "out.jsonl"
+    named = tmp_path / "named.jsonl"
+    named.write_text("".join(json.dumps({**json.loads(line), "agent_ref": {"name": "other_agent"}}) + "\n"
+                             for line in COUNTER_TASKS.read_text().splitlines()))
+    with running_servers(config) as running:
+        refused = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--head", running.head_url,
+                         "--no-profile")
+        accepted = invoke("collect", "--input", str(named), "--output", str(tmp_path / "named_out.jsonl"),
+                          "--head", running.head_url, "--no-profile")
+    assert refused.exit_code == 2, refused.output
+    assert "2 agents (agent, other_agent)" in refused.output and "--agent NAME" in refused.output
+    assert not out.exists()
+    assert accepted.exit_code == 0, accepted.output
+    assert {row["agent"] for row in rows(tmp_path / "named_out.jsonl")} == {"other_agent"}
+
+
+def test_interrupted_collect_exits_130_and_keeps_its_rows(tmp_path):
+    out = tmp_path / "out.jsonl"
+    with running_servers(counter_config(delay_s=0.05)) as config:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gym_cli", "collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent",
+             "agent", "--repeats", "50", "--parallel", "2", "--no-profile", "--head", config.head_url],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not out.exists() or len(out.read_bytes().splitlines()) < 4):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "re-run the same command to resume" in err
+    kept = rows(out)  # every line whole
+    assert 4 <= len(kept) < len(COUNTER_TASKS.read_text().splitlines()) * 50

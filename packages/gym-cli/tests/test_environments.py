@@ -1,22 +1,15 @@
-"""Plugin environments, built with the real uv (no mocks) from tiny packages made in tmp_path."""
+"""Plugins' venvs, built with the real uv (no mocks) from tiny packages made in tmp_path."""
 
 from __future__ import annotations
 
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from gym_cli._environments import (
-    MARKER,
-    EnvironmentBuildError,
-    EnvironmentManager,
-    PluginSource,
-    UvNotFoundError,
-    find_uv,
-)
+from gym_cli.sources import PluginSource
+from gym_cli.venvs import MARKER, UvNotFoundError, VenvBuildError, VenvManager, find_uv
 
 pytestmark = pytest.mark.skipif(find_uv() is None, reason="uv is not installed")
 
@@ -59,39 +52,55 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def manager(core: Path, messages: list[str] | None = None, **kwargs) -> EnvironmentManager:
+def manager(core: Path, messages: list[str] | None = None, **kwargs) -> VenvManager:
     sink = messages.append if messages is not None else None
-    return EnvironmentManager(core_path=core, console=sink, **kwargs)
+    return VenvManager(core_path=core, console=sink, **kwargs)
+
+
+def counting_uv(tmp_path: Path) -> tuple[str, Path]:
+    """A uv that records each of its invocations in a file, then runs the real uv."""
+    calls = tmp_path / "uv-calls.txt"
+    script = tmp_path / "counting-uv"
+    script.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\nexec "{find_uv()}" "$@"\n')
+    script.chmod(0o755)
+    return str(script), calls
+
+
+def uv_calls(calls: Path) -> list[str]:
+    return calls.read_text().splitlines() if calls.exists() else []
 
 
 def run_in(env_python: Path, code: str) -> str:
     return subprocess.run([str(env_python), "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def test_build_then_reuse_without_uv(home: Path, core: Path, plugin: Path) -> None:
+def test_build_then_reuse_without_uv(home: Path, core: Path, plugin: Path, tmp_path: Path) -> None:
     messages: list[str] = []
     source = PluginSource("demo", path=plugin)
-    env = manager(core, messages).ensure(source)
+    uv, calls = counting_uv(tmp_path)
+    env = manager(core, messages, uv=uv).ensure(source)
     assert not env.reused
-    assert env.path.parent == home / "envs" and env.path.name == f"demo-{env.key}" and len(env.key) == 12
+    assert env.path.parent == home / "venvs" and env.path.name == f"demo-{env.key}" and len(env.key) == 12
     assert (env.path / MARKER).is_file()
     assert run_in(env.python, "import demo_plugin, fake_gym_core; print(demo_plugin.VALUE, fake_gym_core.CORE)") == "v1 True"
-    assert messages[0] == "building env for demo…" and messages[1].startswith("built env for demo in ")
+    assert messages[0] == "building venv for demo…" and messages[1].startswith("built venv for demo in ")
+    built_with = uv_calls(calls)
+    assert [call.split()[:2] for call in built_with] == [["venv", "--no-project"], ["pip", "install"]]
 
-    # Reuse: no uv at all (this uv would fail), and fast.
+    # Reuse: uv is not called at all.
     messages.clear()
-    started = time.monotonic()
-    again = manager(core, messages, uv="/nonexistent/uv").ensure(source)
-    assert time.monotonic() - started < 0.5
+    again = manager(core, messages, uv=uv).ensure(source)
     assert again.reused and again.path == env.path and again.key == env.key
-    assert messages == ["reused env for demo"]
+    assert messages == ["reused venv for demo"]
+    assert uv_calls(calls) == built_with
 
-    # Editable: a code edit shows without a rebuild.
+    # Editable: a code edit shows without a rebuild, still without uv.
     (plugin / "src" / "demo_plugin" / "__init__.py").write_text("VALUE = 'v2'\n")
-    assert manager(core, uv="/nonexistent/uv").ensure(source).reused
+    assert manager(core, uv=uv).ensure(source).reused
     assert run_in(env.python, "import demo_plugin; print(demo_plugin.VALUE)") == "v2"
+    assert uv_calls(calls) == built_with
 
-    infos = manager(core).list_environments()
+    infos = manager(core).list_venvs()
     assert [(i.name, i.key, i.complete, i.source) for i in infos] == [("demo", env.key, True, str(plugin))]
 
 
@@ -119,7 +128,7 @@ def test_key_follows_dependencies_versions_and_core(home: Path, core: Path, plug
 
     make_package(core, "fake-gym-core", version="0.2.0")
     assert m.key_for(source) != rebuilt.key  # gym-core's metadata counts too
-    assert EnvironmentManager(core_path=core, python="3.99").key_for(source) != m.key_for(source)
+    assert VenvManager(core_path=core, python="3.99").key_for(source) != m.key_for(source)
     assert m.key_for(PluginSource("other", path=plugin)) != m.key_for(source)
     req = PluginSource("demo", requirement="demo-plugin", version="1.0")
     assert req.install_requirement == "demo-plugin==1.0"
@@ -129,25 +138,25 @@ def test_key_follows_dependencies_versions_and_core(home: Path, core: Path, plug
 def test_failed_build_raises_with_uv_output_and_leaves_nothing(home: Path, core: Path, tmp_path: Path) -> None:
     broken = make_package(tmp_path / "broken", "broken-plugin", dependencies=["gym-no-such-package-xyz"])
     m = manager(core)
-    with pytest.raises(EnvironmentBuildError) as info:
+    with pytest.raises(VenvBuildError) as info:
         m.ensure(PluginSource("broken", path=broken))
     err = info.value
     assert err.plugin == "broken"
     assert any("gym-no-such-package-xyz" in line for line in err.output_tail)
     assert 0 < len(err.output_tail) <= 30
     assert "gym-no-such-package-xyz" in str(err) and "uv pip install" in str(err)
-    assert not any(p for p in (home / "envs").iterdir() if not p.name.startswith("."))
-    assert m.list_environments() == []
+    assert not any(p for p in (home / "venvs").iterdir() if not p.name.startswith("."))
+    assert m.list_venvs() == []
     assert (home / "logs").is_dir() and any((home / "logs").iterdir())  # the full log stays for reading
 
 
 def test_leftover_of_interrupted_build_is_replaced(home: Path, core: Path, plugin: Path) -> None:
     source = PluginSource("demo", path=plugin)
     m = manager(core)
-    path = m.env_dir(source)
+    path = m.venv_dir(source)
     (path / "bin").mkdir(parents=True)
     (path / "bin" / "junk").write_text("half-written")
-    assert [i.complete for i in m.list_environments()] == [False]
+    assert [i.complete for i in m.list_venvs()] == [False]
     assert m.lookup(source) is None
     env = m.ensure(source)
     assert not env.reused and not (path / "bin" / "junk").exists()
@@ -173,7 +182,7 @@ def test_concurrent_ensure_builds_once(home: Path, core: Path, plugin: Path) -> 
     assert not errors
     assert sorted(r.reused for r in results) == [False, True]
     assert results[0].path == results[1].path
-    assert len([i for i in manager(core).list_environments()]) == 1
+    assert len(manager(core).list_venvs()) == 1
 
 
 def test_ensure_many_reports_progress(home: Path, core: Path, plugin: Path, tmp_path: Path) -> None:
@@ -182,26 +191,26 @@ def test_ensure_many_reports_progress(home: Path, core: Path, plugin: Path, tmp_
     m = manager(core, messages)
     envs = m.ensure_many([PluginSource("demo", path=plugin), PluginSource("other", path=other)], max_parallel=2)
     assert [e.name for e in envs] == ["demo", "other"] and not any(e.reused for e in envs)
-    assert sorted(m for m in messages if m.startswith("building")) == ["building env for demo…", "building env for other…"]
-    assert len([m for m in messages if m.startswith("built env for ")]) == 2
+    assert sorted(m for m in messages if m.startswith("building")) == ["building venv for demo…", "building venv for other…"]
+    assert len([m for m in messages if m.startswith("built venv for ")]) == 2
     messages.clear()
     assert all(e.reused for e in m.ensure_many([PluginSource("demo", path=plugin), PluginSource("other", path=other)]))
-    assert sorted(messages) == ["reused env for demo", "reused env for other"]
+    assert sorted(messages) == ["reused venv for demo", "reused venv for other"]
 
     assert m.remove("demo") == [envs[0].path]
     assert not envs[0].path.exists() and envs[1].path.exists()
-    assert [i.name for i in m.list_environments()] == ["other"]
+    assert [i.name for i in m.list_venvs()] == ["other"]
 
 
 def test_missing_uv_says_how_to_install(home: Path, core: Path, plugin: Path) -> None:
     with pytest.raises(UvNotFoundError, match="pip install uv"):
         manager(core, uv="/nonexistent/uv").ensure(PluginSource("demo", path=plugin))
-    assert manager(core).list_environments() == []
+    assert manager(core).list_venvs() == []
 
 
 def test_not_a_package(home: Path, core: Path, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    with pytest.raises(EnvironmentBuildError, match="no pyproject.toml"):
+    with pytest.raises(VenvBuildError, match="no pyproject.toml"):
         manager(core).ensure(PluginSource("empty", path=tmp_path / "empty"))
     with pytest.raises(ValueError):
         PluginSource("both", path=tmp_path, requirement="x")

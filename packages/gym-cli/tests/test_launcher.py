@@ -1,4 +1,4 @@
-"""Launcher decisions that need no processes: Ray only when asked for."""
+"""Launcher decisions: Ray only when asked for; what the head server publishes about the servers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.console import Console
 from gym_core.config import GlobalConfig
 from gym_core.errors import GymError
 
-from gym_cli._launcher import _maybe_start_ray
+from gym_cli.launch.launcher import _maybe_start_ray
 
 
 def test_no_ray_unless_asked():
@@ -24,5 +24,21 @@ def test_asking_for_ray_without_it_is_a_clear_error():
     config = GlobalConfig({"ray_head_node_address": "ray://10.0.0.1:10001"})
     with pytest.raises(GymError, match="ray_head_node_address is set.*pip install ray"):
         _maybe_start_ray(config, [], Console(quiet=True))
-    with pytest.raises(GymError, match="plugins sandbox.*pip install ray"):
+    with pytest.raises(GymError, match="server types sandbox.*pip install ray"):
         _maybe_start_ray(GlobalConfig({}), ["sandbox"], Console(quiet=True))
+
+
+def test_describing_the_servers_leaves_the_crash_for_gym_run_to_report():
+    """Issue 8, bug 9b, without a head server: what /server_instances publishes is a read."""
+    from gym_cli.launch.launcher import Launch
+    from gym_cli.launch.supervisor import ChildSpec, Supervisor
+
+    with Supervisor(output=lambda line: None) as supervisor:
+        supervisor.start(ChildSpec("env", [sys.executable, "-c", "raise SystemExit(3)"]))
+        state = Launch(GlobalConfig({}), rows=[{"name": "env", "kind": "resources", "plugin": "counter",
+                                                "url": "http://127.0.0.1:1", "venv": "none"}], supervisor=supervisor)
+        assert supervisor.watch(timeout_s=30)  # the child is done
+        listings = [state.describe() for _ in range(3)]
+        reported = supervisor.watch(timeout_s=0)
+    assert [(row["alive"], row["exit_code"]) for listing in listings for row in listing] == [(False, 3)] * 3
+    assert [(e.name, e.returncode) for e in reported] == [("env", 3)]

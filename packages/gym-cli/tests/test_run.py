@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -90,7 +92,7 @@ def run_until_ready_then_sigint(args: list[str], env: dict, timeout_s: float) ->
     return lines, rest
 
 
-@pytest.mark.parametrize("isolation", ["none", "uv"])
+@pytest.mark.parametrize("isolation", ["none", "venv"])
 def test_run_ready_then_ctrl_c_leaves_nothing_behind(tmp_path, isolation):
     head_port = free_port()
     env = {"GYM_HOME": str(tmp_path / "home"), "GYM_TEST_MARKER": f"marker-{tmp_path.name}"}
@@ -103,12 +105,12 @@ def test_run_ready_then_ctrl_c_leaves_nothing_behind(tmp_path, isolation):
     time.sleep(0.5)
     assert server_pids(env["GYM_TEST_MARKER"]) == []
     assert port_is_free(head_port)
-    if isolation == "uv":
-        assert "built env for counter" in text
-        # The second run reuses the three environments: no build.
+    if isolation == "venv":
+        assert "built venv for counter" in text
+        # The second run reuses the three venvs: no build.
         lines, _ = run_until_ready_then_sigint(args, env, timeout_s=120)
         text = "".join(lines)
-        assert "reused env for counter" in text and "built env" not in text
+        assert "reused venv for counter" in text and "built venv" not in text
 
 
 def test_sigterm_also_stops_cleanly(tmp_path):
@@ -131,14 +133,15 @@ def test_child_crash_during_start_up_fails_with_its_last_lines(tmp_path):
     config.write_text("policy:\n  plugin: local_llama\n  model_path: /nonexistent/model.gguf\n")
     proc = gym("run", str(config), "--isolation", "none", "head_server.port=0")
     out, _ = proc.communicate(timeout=120)
-    assert proc.returncode != 0
-    assert "policy" in out and "/nonexistent/model.gguf" in out
+    assert proc.returncode == 1, out  # a server failed (not a usage error: the config is valid)
+    assert "server 'policy' exited" in out and "while starting" in out and "/nonexistent/model.gguf" in out
 
 
-def run_fails(*args: str) -> str:
+def run_fails(*args: str, code: int = 2) -> str:
+    """The output of a `gym run` that exits with ``code`` (2: bad usage, config or input)."""
     proc = gym("run", *args)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode != 0, out
+    assert proc.returncode == code, out
     return out
 
 
@@ -151,7 +154,7 @@ def test_unknown_plugin_did_you_mean(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text("env:\n  plugin: countr\n")
     out = run_fails(str(config), "--isolation", "none", "head_server.port=0")
-    assert "unknown plugin 'countr'" in out and "did you mean 'counter'" in out
+    assert "unknown server type 'countr'" in out and "did you mean 'counter'" in out
 
 
 def test_head_port_in_use(tmp_path):
@@ -181,9 +184,52 @@ def test_status_lists_running_servers(tmp_path):
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
     assert status.returncode == 0, status.stderr
-    import json
-
     rows = {row["name"]: row for row in json.loads(status.stdout)}
     assert set(rows) == {"counter", "policy_model", "counter_agent"}
     assert all(row["health"] == "ok" for row in rows.values())
     assert rows["counter"]["kind"] == "resources"
+
+
+def server_instances(head_port: int) -> list[dict] | None:
+    """``GET /server_instances`` of the head server, None once it no longer answers."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://127.0.0.1:{head_port}/server_instances", timeout=10) as response:
+            return json.loads(response.read())
+    except OSError:
+        return None
+
+
+def test_a_server_dying_after_start_up_is_reported_however_often_it_is_listed():
+    """Issue 8, bug 9b: listing the servers (what `gym status` does) must not consume the crash report:
+    `gym run` still reports the crash and exits 1, and every listing says the server is dead."""
+    head_port = free_port()
+    proc = gym("run", str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={head_port}")
+    try:
+        wait_for(proc, "All servers ready", 120)
+        before = {row["name"]: row for row in server_instances(head_port)}
+        assert before["counter"]["alive"] is True and before["counter"]["exit_code"] is None
+        pid = before["counter"]["pid"]
+        os.kill(pid, signal.SIGKILL)
+        # The kernel reports the exit once every thread of the process is gone: until then a listing
+        # may still say alive. From the first listing that says dead on, every listing must.
+        listings = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(listings) < 5:
+            rows = server_instances(head_port)
+            if rows is None:
+                break
+            row = {r["name"]: r for r in rows}["counter"]
+            if listings or not row["alive"]:
+                listings.append(row)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert listings, "the head server stopped before a listing showed the crash"
+    for row in listings:
+        assert row["alive"] is False and row["exit_code"] == -signal.SIGKILL, listings
+    assert proc.returncode == 1, out
+    assert "server 'counter' exited with signal SIGKILL after start-up" in out
+    assert port_is_free(head_port)
+

@@ -1,17 +1,81 @@
-"""Helpers for testing gym plugins: real servers on loopback, in threads of the test process."""
+"""Testing gym plugins: real servers on loopback, in threads of the test process, and the conformance kit.
+
+- :func:`running_servers`: a head server and every instance of a config, started and stopped.
+- The conformance kit: one base test class per server kind, :class:`ResourcesServerTests`,
+  :class:`ModelServerTests` and :class:`AgentServerTests`. A plugin's test module subclasses one and
+  sets a few class attributes; pytest then checks the whole contract of that kind against the
+  plugin's real server (health and readiness, valid tool schemas, seed → tool → verify on the
+  plugin's own example data, 4xx JSON errors for malformed bodies, both model endpoints...)::
+
+      import gym_counter.plugin
+      from gym_core.testing import ResourcesServerTests
+
+      class TestCounter(ResourcesServerTests):
+          server_type = "counter"
+          plugins = [gym_counter.plugin]
+          example_data = Path(__file__).parents[1] / "data" / "example.jsonl"
+
+Each test's docstring says what it checks and how to fix a failure. The servers of a test class
+start once, when its first test runs, and stop after its last. Tests speak plain HTTP (urllib) to
+the servers, so they exercise the wire format exactly as any client would.
+
+This module imports pytest; nothing in gym_core imports it.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+import json
+import math
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pytest
 
 from gym_core.config import GlobalConfig, load_config
 from gym_core.head import build_head_app
 from gym_core.plugins import PluginManager, get_plugin_manager
 from gym_core.serving import ServerThread, build_server
 
-__all__ = ["running_servers"]
+if TYPE_CHECKING:
+    from gym_core.servers import GymServer
+
+__all__ = [
+    "running_servers",
+    "RunningServers",
+    "HTTPCaller",
+    "Reply",
+    "ServerTests",
+    "ResourcesServerTests",
+    "ModelServerTests",
+    "AgentServerTests",
+    "assistant_response",
+    "example_arguments",
+    "read_rows",
+]
+
+
+@contextlib.contextmanager
+def _start(config: Mapping[str, Any], plugins: PluginManager | None) -> Iterator[tuple[GlobalConfig, dict[str, GymServer]]]:
+    plugins = plugins or get_plugin_manager()
+    config = {"head_server": {"port": 0}, **config}
+    global_config = load_config(base=config, env_file=None, server_types=plugins.servers(), load_errors=plugins.load_errors)
+    threads = [ServerThread(build_head_app(global_config), port=global_config.head_port).start()]
+    servers: dict[str, GymServer] = {}
+    try:
+        for name, instance in global_config.instances.items():
+            servers[name] = build_server(global_config, name, plugins)
+            threads.append(ServerThread(servers[name].build_app(), instance.host, instance.port).start())
+        yield global_config, servers
+    finally:
+        for thread in reversed(threads):
+            thread.stop()
 
 
 @contextlib.contextmanager
@@ -20,15 +84,657 @@ def running_servers(config: dict[str, Any], plugins: PluginManager | None = None
 
     Yields the resolved global config (ports assigned); stops everything on exit.
     """
-    plugins = plugins or get_plugin_manager()
-    config = {"head_server": {"port": 0}, **config}
-    global_config = load_config(base=config, env_file=None, plugins=plugins)
-    threads = [ServerThread(build_head_app(global_config), port=global_config.head_port).start()]
-    try:
-        for name, instance in global_config.instances.items():
-            server = build_server(global_config, name, plugins)
-            threads.append(ServerThread(server.build_app(), instance.host, instance.port).start())
+    with _start(config, plugins) as (global_config, _):
         yield global_config
-    finally:
-        for thread in reversed(threads):
-            thread.stop()
+
+
+# --- plain HTTP -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    """One HTTP answer: its status, content type and body."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body as JSON; an assertion error saying what came instead when it is not."""
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise AssertionError(f"expected a JSON body, got status {self.status} with: {self.text[:500]!r}") from None
+
+
+class HTTPCaller:
+    """A minimal HTTP client for one server, keeping its cookies: one caller is one gym session."""
+
+    def __init__(self, url: str, timeout_s: float = 120.0):
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.cookies: dict[str, str] = {}
+
+    def get(self, path: str) -> Reply:
+        return self._send(urllib.request.Request(self.url + path, method="GET"))
+
+    def post(self, path: str, body: Any) -> Reply:
+        """``POST path`` with ``body``: bytes are sent as they are, anything else as JSON."""
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method="POST")
+        request.add_header("Content-Type", "application/json")
+        return self._send(request)
+
+    def _send(self, request: urllib.request.Request) -> Reply:
+        if self.cookies:
+            request.add_header("Cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items()))
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
+                reply = Reply(answer.status, answer.headers.get("content-type", ""), answer.read())
+                headers = answer.headers
+        except urllib.error.HTTPError as error:
+            reply = Reply(error.code, error.headers.get("content-type", ""), error.read())
+            headers = error.headers
+        for header in headers.get_all("set-cookie") or []:
+            for name, morsel in SimpleCookie(header).items():
+                self.cookies[name] = morsel.value
+        return reply
+
+
+def assert_json_error(reply: Reply, what: str) -> None:
+    """``reply`` is a 4xx answer carrying ``{"error": {"message", "type", "status"}}``."""
+    assert 400 <= reply.status < 500, f"{what}: expected a 4xx JSON error, got {reply.status}: {reply.text[:500]}"
+    assert reply.content_type.startswith("application/json"), f"{what}: the error is not JSON ({reply.content_type!r})"
+    body = reply.json()
+    error = body.get("error") if isinstance(body, dict) else None
+    assert isinstance(error, dict), f"{what}: the body has no 'error' object: {reply.text[:500]}"
+    assert isinstance(error.get("message"), str) and error["message"], f"{what}: error.message is missing: {error}"
+    assert isinstance(error.get("type"), str) and error["type"], f"{what}: error.type is missing: {error}"
+    assert error.get("status") == reply.status, f"{what}: error.status {error.get('status')!r} != HTTP {reply.status}"
+
+
+def assert_ok(reply: Reply, what: str) -> Any:
+    """``reply`` is a 2xx JSON answer; returns its body."""
+    assert 200 <= reply.status < 300, f"{what}: status {reply.status}: {reply.text[:1000]}"
+    return reply.json()
+
+
+# --- helpers subclasses use -----------------------------------------------------------------------
+
+
+def read_rows(source: str | Path | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Task rows from a JSONL file (blank lines skipped), or a sequence of rows as they are."""
+    if isinstance(source, (str, Path)):
+        lines = Path(source).read_text().splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+    return [dict(row) for row in source]
+
+
+def assistant_response(text: str) -> dict[str, Any]:
+    """A Responses API response whose output is one assistant message with ``text``."""
+    content = [{"type": "output_text", "text": text, "annotations": []}]
+    return {"output": [{"type": "message", "role": "assistant", "status": "completed", "content": content}]}
+
+
+def example_arguments(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A small object valid against a tool's ``parameters`` schema: its required properties, each
+    with the first value its schema allows (``const``, ``enum``, ``default``, or one of its type)."""
+    defs = schema.get("$defs", {})
+    value = _example(schema, defs, depth=0)
+    return value if isinstance(value, dict) else {}
+
+
+def _example(schema: Any, defs: Mapping[str, Any], depth: int) -> Any:
+    if not isinstance(schema, Mapping) or depth > 20:
+        return None
+    if "$ref" in schema:
+        return _example(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs, depth + 1)
+    for key in ("const", "default"):
+        if key in schema:
+            return schema[key]
+    if schema.get("enum"):
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        if schema.get(key):
+            options = [s for s in schema[key] if not (isinstance(s, Mapping) and s.get("type") == "null")]
+            return _example((options or schema[key])[0], defs, depth + 1)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and "properties" in schema):
+        properties = schema.get("properties", {})
+        return {name: _example(properties.get(name, {}), defs, depth + 1) for name in schema.get("required", [])}
+    if kind == "array":
+        return [_example(schema.get("items", {}), defs, depth + 1) for _ in range(schema.get("minItems", 0))]
+    if kind == "string":
+        return "a" * max(1, schema.get("minLength", 1))
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", 0) + (1 if "exclusiveMinimum" in schema else 0))
+        value = max(low, 1) if "maximum" not in schema else min(max(low, 1), schema["maximum"])
+        return int(math.ceil(value)) if kind == "integer" else float(value)
+    if kind == "boolean":
+        return True
+    return None
+
+
+def _wrong_type(schema: Mapping[str, Any]) -> Any:
+    """A value of a type ``schema`` does not allow, or a sentinel ``...`` when it allows any."""
+    kinds = schema.get("type")
+    if kinds is None:
+        return ...
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if "object" not in kinds:
+        return {"not": "of this type"}
+    if "array" not in kinds:
+        return ["not", "of this type"]
+    return ...
+
+
+# --- the kit --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunningServers:
+    """The servers of a kit test class, started: the config, the server objects, the one under test."""
+
+    config: GlobalConfig
+    servers: dict[str, GymServer]
+    instance: str
+    timeout_s: float = 120.0
+    _post_routes: list[str] | None = field(default=None, repr=False)
+
+    @property
+    def server(self) -> GymServer:
+        """The server object under test (its class, its options: ``server.config``)."""
+        return self.servers[self.instance]
+
+    @property
+    def url(self) -> str:
+        return self.config.instances[self.instance].url
+
+    def caller(self, instance: str | None = None) -> HTTPCaller:
+        """A new HTTP caller (a new session) of ``instance``, by default the one under test."""
+        return HTTPCaller(self.config.instances[instance or self.instance].url, self.timeout_s)
+
+    def post_routes(self) -> list[str]:
+        """Every fixed ``POST`` path the server under test serves (tools included)."""
+        if self._post_routes is None:
+            from litestar.handlers import HTTPRouteHandler
+
+            self._post_routes = sorted(
+                {
+                    path
+                    for handler in self.server.routes()
+                    if isinstance(handler, HTTPRouteHandler) and "POST" in handler.http_methods
+                    for path in handler.paths
+                    if "{" not in path
+                }
+            )
+        return self._post_routes
+
+
+class ServerTests:
+    """What every kit class shares: which servers to start, and the health and readiness checks.
+
+    Set either ``server_type`` (and ``options``), which starts one instance of it, or ``instances``,
+    a config mapping of instance names to options (``{"policy": {"plugin": "scripted"}, ...}``), for
+    a server that needs others; ``instance`` then names the one under test when several have its kind.
+    ``plugins`` are the plugin objects to register (a plugin's ``plugin`` module, say); when empty,
+    the installed ``gym`` entry points are loaded. Override :meth:`instances_config` to build the
+    config when the servers start (a free port, a temporary file...).
+    """
+
+    kind: ClassVar[str] = ""
+    server_type: ClassVar[str | None] = None
+    options: ClassVar[Mapping[str, Any]] = {}
+    instances: ClassVar[Mapping[str, Mapping[str, Any]] | None] = None
+    instance: ClassVar[str | None] = None
+    plugins: ClassVar[Sequence[object]] = ()
+    request_timeout_s: ClassVar[float] = 120.0
+
+    @classmethod
+    def instances_config(cls) -> dict[str, Any]:
+        """The config of the instances to start, called once per test class as its servers start."""
+        if cls.instances is not None:
+            return {name: dict(options) for name, options in cls.instances.items()}
+        if not cls.server_type:
+            raise TypeError(f"{cls.__name__}: set server_type (the registered name) or instances (a config mapping)")
+        return {cls.server_type: {"plugin": cls.server_type, **cls.options}}
+
+    @classmethod
+    def plugin_manager(cls) -> PluginManager:
+        """``plugins`` registered explicitly, or the installed entry points when there are none."""
+        if not cls.plugins:
+            return get_plugin_manager()
+        manager = PluginManager(load_entry_points=False)
+        for plugin in cls.plugins:
+            manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
+        return manager
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls) -> Iterator[RunningServers]:
+        """Start this class's servers; yields them, stops them on exit (what the ``gym_servers`` fixture does)."""
+        with _start(cls.instances_config(), cls.plugin_manager()) as (config, servers):
+            yield RunningServers(config, servers, cls._instance_under_test(servers), cls.request_timeout_s)
+
+    @classmethod
+    def _instance_under_test(cls, servers: Mapping[str, GymServer]) -> str:
+        if cls.instance is not None:
+            if cls.instance not in servers:
+                raise TypeError(f"{cls.__name__}.instance: no instance {cls.instance!r} in {sorted(servers)}")
+            return cls.instance
+        if cls.instances is None and cls.server_type in servers:
+            return cls.server_type
+        of_kind = [name for name, server in servers.items() if server.kind == cls.kind]
+        if len(of_kind) != 1:
+            raise TypeError(f"{cls.__name__}: set instance to the name of the {cls.kind} server under test (found {of_kind})")
+        return of_kind[0]
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def gym_servers(cls) -> Iterator[RunningServers]:
+        """The running servers of this test class (started once for all its tests)."""
+        with cls.running() as servers:
+            yield servers
+
+    def test_health_answers(self, gym_servers: RunningServers) -> None:
+        """``GET /health`` answers 200 with ``{"status": "ok", "name": <instance>, "kind": <kind>}``.
+
+        To fix: keep the base class's ``/health`` route (call ``super().routes()`` when overriding
+        ``routes()``), and subclass the base server of the right kind (ResourcesServer, ModelServer,
+        AgentServer) so that ``kind`` says what the server is.
+        """
+        body = assert_ok(gym_servers.caller().get("/health"), "GET /health")
+        assert body == {"status": "ok", "name": gym_servers.instance, "kind": self.kind}, body
+
+    def test_ready_answers(self, gym_servers: RunningServers) -> None:
+        """``GET /ready`` answers 200 ``{"status": "ready", ...}`` once the server has started.
+
+        To fix: keep the base class's ``/ready`` route (call ``super().routes()``), and make sure
+        ``startup()`` returns (load models and open pools there; it must not block forever).
+        """
+        body = assert_ok(gym_servers.caller().get("/ready"), "GET /ready")
+        assert body.get("status") == "ready" and body.get("name") == gym_servers.instance, body
+
+    def test_malformed_bodies_get_a_4xx_json_error(self, gym_servers: RunningServers) -> None:
+        """Every ``POST`` route answers a malformed body (not JSON, the wrong types, missing required
+        fields) with a 4xx and ``{"error": {"message", "type", "status"}}``, never a 5xx.
+
+        To fix: decode request bodies with msgspec structs (the base servers do: annotate the
+        ``body`` parameter of ``seed_session``/``verify`` with your struct, give tools typed
+        parameters) instead of indexing raw JSON, so that bad input raises a validation error,
+        which gym answers with a 4xx; raise ``ToolError(message, status)`` for input you reject yourself.
+        """
+        checked = self.malformed_bodies(gym_servers)
+        assert checked, "the server serves no POST route to check"
+        for path, bodies in checked.items():
+            for body in bodies:
+                what = f"POST {path} with {body[:80]!r}"
+                assert_json_error(gym_servers.caller().post(path, body), what)
+        for path in gym_servers.post_routes():
+            if path in checked:
+                continue
+            # A route of the plugin's own that may ignore its body: no 5xx, and a JSON error if any.
+            reply = gym_servers.caller().post(path, b"{not json")
+            assert reply.status < 500, f"POST {path} with a body that is not JSON: status {reply.status}: {reply.text[:500]}"
+            if reply.status >= 400:
+                assert_json_error(reply, f"POST {path} with a body that is not JSON")
+
+    def malformed_bodies(self, servers: RunningServers) -> dict[str, list[bytes]]:
+        """For each ``POST`` route that reads a body, bodies it must refuse with a 4xx (kind-specific)."""
+        return {}
+
+
+NOT_JSON = b'{"not": json'
+NOT_AN_OBJECT = b"[1, 2, 3]"
+
+
+class ResourcesServerTests(ServerTests):
+    """The contract of a resources server (an environment).
+
+    Class attributes, besides those of :class:`ServerTests`:
+
+    - ``example_data``: the plugin's ``data/example.jsonl`` (a path), or a list of task rows.
+
+    Hooks (override them for your environment):
+
+    - :meth:`response_for`: the model response to verify for a row (default: the row's
+      ``expected_answer`` in ``\\boxed{}``, or an empty assistant message);
+    - :meth:`tool_calls_for`: the tool calls to make between seed and verify (default: none);
+    - :meth:`expected_reward`: the reward a row must get (default: any in ``reward_range``);
+    - :meth:`tool_arguments`: valid arguments for a tool (default: derived from its schema).
+    """
+
+    kind = "resources"
+    example_data: ClassVar[str | Path | Sequence[Mapping[str, Any]] | None] = None
+
+    def response_for(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """The Responses API response ``/verify`` scores for ``row``."""
+        if "expected_answer" in row:
+            return assistant_response(f"The answer is \\boxed{{{row['expected_answer']}}}.")
+        return assistant_response("")
+
+    def tool_calls_for(self, row: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """``(tool name, arguments)`` calls made in the row's session after seeding, before verifying."""
+        return []
+
+    def expected_reward(self, row: Mapping[str, Any]) -> float | None:
+        """The reward ``row`` must get with :meth:`response_for` and :meth:`tool_calls_for` (None: any in range)."""
+        return None
+
+    def tool_arguments(self, tool: Mapping[str, Any]) -> dict[str, Any]:
+        """Arguments the tool accepts (``tool`` is its definition from ``GET /tools``)."""
+        return example_arguments(tool.get("parameters") or {})
+
+    def example_rows(self) -> list[dict[str, Any]]:
+        if self.example_data is None:
+            pytest.fail(
+                f"{type(self).__name__}.example_data is not set: point it at the plugin's example tasks, "
+                "e.g. example_data = Path(__file__).parents[1] / 'data' / 'example.jsonl'"
+            )
+        rows = read_rows(self.example_data)
+        assert rows, f"{self.example_data} holds no task rows"
+        return rows
+
+    def tools(self, servers: RunningServers) -> list[dict[str, Any]]:
+        tools = assert_ok(servers.caller().get("/tools"), "GET /tools")
+        assert isinstance(tools, list), f"GET /tools must answer a JSON list, got {tools!r}"
+        return tools
+
+    def test_tools_are_valid_json_schema(self, gym_servers: RunningServers) -> None:
+        """``GET /tools`` lists function tools whose ``parameters`` are valid JSON Schema objects,
+        each served at ``POST /<name>``.
+
+        To fix: declare tools with ``@tool`` on typed methods (``Annotated[int, msgspec.Meta(description=...)]``
+        for a described parameter), so that gym derives the schema; if you override
+        ``tool_definitions()``, check your schemas against the JSON Schema metaschema.
+        """
+        from jsonschema.validators import Draft202012Validator, validator_for
+
+        routes = gym_servers.post_routes()
+        for tool in self.tools(gym_servers):
+            assert tool.get("type") == "function", f"a tool is not a function tool: {tool}"
+            name = tool.get("name")
+            assert isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name), f"bad tool name: {name!r}"
+            assert f"/{name}" in routes, f"tool {name!r} is listed but no POST /{name} route serves it"
+            parameters = tool.get("parameters")
+            assert isinstance(parameters, dict), f"tool {name!r}: parameters must be a JSON Schema object"
+            validator = validator_for(parameters, default=Draft202012Validator)
+            try:
+                validator.check_schema(parameters)
+            except Exception as exc:  # jsonschema.SchemaError
+                raise AssertionError(f"tool {name!r}: parameters are not valid JSON Schema: {exc}") from None
+            assert parameters.get("type") == "object", f"tool {name!r}: parameters must have type 'object'"
+
+    def test_each_tool_answers_valid_arguments(self, gym_servers: RunningServers) -> None:
+        """Each tool answers a call with valid arguments, in a seeded session, with 2xx JSON.
+
+        To fix: make the tool accept every input its schema allows (the kit sends the required
+        properties with the simplest values of their types), or override ``tool_arguments()``
+        in the test class to return arguments your tool accepts.
+        """
+        from jsonschema.validators import Draft202012Validator, validator_for
+
+        row = self.example_rows()[0]
+        for tool in self.tools(gym_servers):
+            arguments = self.tool_arguments(tool)
+            schema = tool.get("parameters") or {}
+            validator = validator_for(schema, default=Draft202012Validator)
+            if validator(validator.META_SCHEMA).is_valid(schema):  # an invalid one fails the schema test
+                validator(schema).validate(arguments)
+            caller = gym_servers.caller()
+            assert_ok(caller.post("/seed_session", row), "POST /seed_session with the first example row")
+            assert_ok(caller.post(f"/{tool['name']}", arguments), f"POST /{tool['name']} with {arguments}")
+
+    def test_seed_tool_verify_on_the_example_data(self, gym_servers: RunningServers) -> None:
+        """Every row of the example data seeds a session, takes its tool calls, and verifies to a
+        reward in the environment's ``reward_range``.
+
+        To fix: keep ``data/example.jsonl`` rows in the shape ``seed_session`` and ``verify``
+        decode (``responses_create_params`` plus your task fields); return at least ``reward``
+        from ``verify``; set ``reward_range`` on the server class when rewards go beyond [0, 1];
+        override ``response_for()``/``tool_calls_for()`` in the test class for rows that need them.
+        """
+        low, high = type(gym_servers.server).reward_range
+        for index, row in enumerate(self.example_rows()):
+            what = f"example row {index}"
+            assert isinstance(row.get("responses_create_params"), dict), f"{what} has no responses_create_params object"
+            caller = gym_servers.caller()
+            assert_ok(caller.post("/seed_session", row), f"{what}: POST /seed_session")
+            for name, arguments in self.tool_calls_for(row):
+                assert_ok(caller.post(f"/{name}", arguments), f"{what}: POST /{name} with {arguments}")
+            verdict = assert_ok(caller.post("/verify", {**row, "response": self.response_for(row)}), f"{what}: POST /verify")
+            reward = verdict.get("reward") if isinstance(verdict, dict) else None
+            assert isinstance(reward, (int, float)) and not isinstance(reward, bool), f"{what}: no numeric reward in {verdict}"
+            assert low <= reward <= high, f"{what}: reward {reward} is outside reward_range ({low}, {high}): {verdict}"
+            expected = self.expected_reward(row)
+            if expected is not None:
+                assert reward == expected, f"{what}: reward {reward}, expected {expected}: {verdict}"
+
+    def malformed_bodies(self, servers: RunningServers) -> dict[str, list[bytes]]:
+        response = json.dumps(assistant_response("")).encode()
+        bodies = {
+            "/seed_session": [NOT_JSON, NOT_AN_OBJECT],
+            "/verify": [
+                NOT_JSON,
+                NOT_AN_OBJECT,
+                b'{"response": ' + response + b"}",  # no responses_create_params
+                b'{"responses_create_params": 5, "response": ' + response + b"}",
+            ],
+        }
+        for tool in self.tools(servers):
+            schema = tool.get("parameters") or {}
+            bad = [NOT_JSON, NOT_AN_OBJECT]
+            if schema.get("required"):
+                bad.append(b"{}")
+            valid = self.tool_arguments(tool)
+            for name, prop in (schema.get("properties") or {}).items():
+                wrong = _wrong_type(prop)
+                if wrong is not ...:
+                    bad.append(json.dumps({**valid, name: wrong}).encode())
+            bodies[f"/{tool['name']}"] = bad
+        return bodies
+
+
+class ModelServerTests(ServerTests):
+    """The contract of a model server: both OpenAI endpoints, ``/v1/models``, the official client.
+
+    Class attributes, besides those of :class:`ServerTests`:
+
+    - ``prompt``: the user message of the test requests;
+    - ``max_tokens``: their token limit (keep it small for real models);
+    - ``deterministic``: the same request always gets the same text (greedy decoding, a scripted
+      model): both endpoints must then answer the same text, not only both answer.
+
+    Hooks: :meth:`responses_request` and :meth:`chat_request`, the bodies of the test requests
+    (``prompt``, ``max_tokens`` and temperature 0 by default).
+    """
+
+    kind = "model"
+    prompt: ClassVar[str] = "Say hello."
+    max_tokens: ClassVar[int] = 16
+    deterministic: ClassVar[bool] = False
+
+    def responses_request(self) -> dict[str, Any]:
+        """The ``POST /v1/responses`` body of the kit's requests."""
+        return {"input": [{"role": "user", "content": self.prompt}], "max_output_tokens": self.max_tokens, "temperature": 0}
+
+    def chat_request(self) -> dict[str, Any]:
+        """The ``POST /v1/chat/completions`` body of the kit's requests (the same conversation)."""
+        return {"messages": [{"role": "user", "content": self.prompt}], "max_tokens": self.max_tokens, "temperature": 0}
+
+    def _responses_text(self, servers: RunningServers) -> str:
+        body = assert_ok(servers.caller().post("/v1/responses", self.responses_request()), "POST /v1/responses")
+        assert body.get("object") == "response", f"not a Responses API response: {body}"
+        output = body.get("output")
+        assert isinstance(output, list) and output, f"the response has no output items: {body}"
+        messages = [item for item in output if item.get("type") == "message" and item.get("role") == "assistant"]
+        calls = [item for item in output if item.get("type") == "function_call"]
+        assert messages or calls, f"the response holds neither an assistant message nor a function call: {output}"
+        return "".join(
+            part.get("text", "") for item in messages for part in item.get("content") or [] if part.get("type") == "output_text"
+        )
+
+    def _chat_text(self, servers: RunningServers) -> str:
+        body = assert_ok(servers.caller().post("/v1/chat/completions", self.chat_request()), "POST /v1/chat/completions")
+        assert body.get("object") == "chat.completion", f"not a chat completion: {body}"
+        choices = body.get("choices")
+        assert isinstance(choices, list) and choices, f"the completion has no choices: {body}"
+        message = choices[0].get("message") or {}
+        assert message.get("role") == "assistant", f"choice 0 is not an assistant message: {choices[0]}"
+        assert isinstance(message.get("content"), str) or message.get("tool_calls"), f"the message is empty: {message}"
+        return message.get("content") or ""
+
+    def test_responses_answer(self, gym_servers: RunningServers) -> None:
+        """``POST /v1/responses`` answers a one-message request with an assistant message or a call.
+
+        To fix: implement ``responses()`` (or ``chat_completions()``, from which gym derives it)
+        and return a ``Response`` whose ``output`` holds a ``Message(role="assistant", ...)``.
+        """
+        self._responses_text(gym_servers)
+
+    def test_chat_completions_answer(self, gym_servers: RunningServers) -> None:
+        """``POST /v1/chat/completions`` answers a one-message request with an assistant message.
+
+        To fix: implement ``chat_completions()`` (or ``responses()``, from which gym derives it).
+        """
+        self._chat_text(gym_servers)
+
+    def test_both_endpoints_agree(self, gym_servers: RunningServers) -> None:
+        """Both endpoints answer the same request alike: the same text for a deterministic model
+        (``deterministic = True``), an assistant message from each otherwise.
+
+        To fix: serve one endpoint from the other (implement only ``responses()`` or only
+        ``chat_completions()``; gym converts), or pass the same sampling options to your model
+        from both; set ``deterministic = False`` if your model samples.
+        """
+        responses_text = self._responses_text(gym_servers)
+        chat_text = self._chat_text(gym_servers)
+        if self.deterministic:
+            assert responses_text == chat_text, f"/v1/responses said {responses_text!r}, /v1/chat/completions {chat_text!r}"
+
+    def test_models_lists_a_model(self, gym_servers: RunningServers) -> None:
+        """``GET /v1/models`` answers an OpenAI model list with at least one model.
+
+        To fix: keep the base class's ``/v1/models`` route (call ``super().routes()``) and set
+        ``model_name`` on the server.
+        """
+        body = assert_ok(gym_servers.caller().get("/v1/models"), "GET /v1/models")
+        assert body.get("object") == "list" and body.get("data"), body
+        assert all(isinstance(model.get("id"), str) and model["id"] for model in body["data"]), body
+
+    def test_the_openai_client_calls_both_endpoints(self, gym_servers: RunningServers) -> None:
+        """The official ``openai`` client calls both endpoints and parses the answers.
+
+        To fix: add ``openai`` to the test dependency group of the plugin's pyproject.toml; when
+        the client fails to parse an answer, return gym's schema types (``Response``,
+        ``ChatCompletion``) rather than hand-built dicts, so that every field it needs is there.
+        """
+        try:
+            import openai
+        except ImportError:
+            pytest.fail("the openai package is missing: add openai>=1.60 to the plugin's `test` dependency group")
+        client = openai.OpenAI(base_url=f"{gym_servers.url}/v1", api_key="x", max_retries=0, timeout=self.request_timeout_s)
+        try:
+            response = client.responses.create(model="gym-test", input=self.prompt, max_output_tokens=self.max_tokens, temperature=0)
+            completion = client.chat.completions.create(
+                model="gym-test", messages=[{"role": "user", "content": self.prompt}], max_tokens=self.max_tokens, temperature=0
+            )
+        finally:
+            client.close()
+        assert response.output, response
+        assert completion.choices and completion.choices[0].message.role == "assistant", completion
+        if self.deterministic:
+            assert response.output_text == (completion.choices[0].message.content or "")
+
+    def malformed_bodies(self, servers: RunningServers) -> dict[str, list[bytes]]:
+        return {
+            "/v1/responses": [NOT_JSON, NOT_AN_OBJECT, b'{"input": 5}', b'{"input": "hi", "temperature": "hot"}'],
+            "/v1/chat/completions": [NOT_JSON, NOT_AN_OBJECT, b"{}", b'{"messages": "hello"}'],
+        }
+
+
+class AgentServerTests(ServerTests):
+    """The contract of an agent: ``POST /run`` on task rows returns a reward in range and the response.
+
+    Class attributes, besides those of :class:`ServerTests`:
+
+    - ``model``: the options of the policy model instance (default: the scripted model);
+    - ``environment``: the options of the resources server instance (required unless ``instances``);
+    - ``example_data``: the task rows to run (a JSONL path, or a list of rows), usually the
+      environment's own ``data/example.jsonl``.
+
+    With ``server_type``, the config is ``policy`` (``model``), ``environment`` (``environment``) and
+    the agent, named after its server type, with ``model_server: policy``,
+    ``resources_server: environment`` and ``options``.
+
+    Hooks: :meth:`run_body` (the ``/run`` body of a row, default the row),
+    :meth:`expected_reward` (the reward a row must get, default any in range) and
+    :meth:`environment_reward_range` (default: that of the agent's ``resources_server``).
+    """
+
+    kind = "agent"
+    model: ClassVar[Mapping[str, Any]] = {"plugin": "scripted"}
+    environment: ClassVar[Mapping[str, Any] | None] = None
+    example_data: ClassVar[str | Path | Sequence[Mapping[str, Any]] | None] = None
+
+    @classmethod
+    def instances_config(cls) -> dict[str, Any]:
+        if cls.instances is not None or cls.server_type is None:
+            return super().instances_config()
+        if cls.environment is None:
+            raise TypeError(f"{cls.__name__}: set environment (the resources server's options) or instances")
+        agent = {"plugin": cls.server_type, "model_server": "policy", "resources_server": "environment", **cls.options}
+        return {"policy": dict(cls.model), "environment": dict(cls.environment), cls.server_type: agent}
+
+    def run_body(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``POST /run`` body for ``row`` (to add a scripted model's turns to its metadata, say)."""
+        return dict(row)
+
+    def expected_reward(self, row: Mapping[str, Any]) -> float | None:
+        """The reward the rollout of ``row`` must get (None: any in the environment's ``reward_range``)."""
+        return None
+
+    def environment_reward_range(self, servers: RunningServers) -> tuple[float, float]:
+        """The ``reward_range`` of the environment the agent plays: its ``resources_server`` option,
+        or else the only resources server of the config."""
+        named = getattr(servers.server.config, "resources_server", None)
+        if named in servers.servers:
+            return type(servers.servers[named]).reward_range
+        environments = [server for server in servers.servers.values() if server.kind == "resources"]
+        assert len(environments) == 1, "override environment_reward_range(): which resources server does the agent play?"
+        return type(environments[0]).reward_range
+
+    def test_run_on_the_example_data(self, gym_servers: RunningServers) -> None:
+        """``POST /run`` on each example row returns a ``reward`` in the environment's range and the
+        ``response`` (a Responses API object with the rollout's output items).
+
+        To fix: in ``run()``, seed the session, call the model (and tools), then ``/verify`` on the
+        resources server with the task and the response, and return the verdict's fields with
+        ``response`` next to them.
+        """
+        low, high = self.environment_reward_range(gym_servers)
+        rows = read_rows(self.example_data) if self.example_data is not None else []
+        assert rows, f"{type(self).__name__}.example_data is not set: point it at the environment's example tasks"
+        for index, row in enumerate(rows):
+            what = f"example row {index}"
+            result = assert_ok(gym_servers.caller().post("/run", self.run_body(row)), f"{what}: POST /run")
+            reward = result.get("reward") if isinstance(result, dict) else None
+            assert isinstance(reward, (int, float)) and not isinstance(reward, bool), f"{what}: no numeric reward in {result}"
+            assert low <= reward <= high, f"{what}: reward {reward} is outside the environment's range ({low}, {high})"
+            response = result.get("response")
+            assert isinstance(response, dict) and isinstance(response.get("output"), list), f"{what}: no response in {result}"
+            expected = self.expected_reward(row)
+            if expected is not None:
+                assert reward == expected, f"{what}: reward {reward}, expected {expected}: {result}"
+
+    def malformed_bodies(self, servers: RunningServers) -> dict[str, list[bytes]]:
+        return {
+            "/run": [NOT_JSON, NOT_AN_OBJECT, b"{}", b'{"responses_create_params": 5}'],
+            "/v1/responses": [NOT_JSON, NOT_AN_OBJECT, b'{"input": 5}'],
+        }

@@ -1,24 +1,25 @@
-"""The local_llama model server over real HTTP, called by the official ``openai`` client.
+"""The local_llama model server over real HTTP: gym's conformance kit, then what is particular to it,
+called by the official ``openai`` client.
 
-One server (one model load) serves the whole module; replies are kept to a few tokens.
+One server (one model load) serves the whole class; replies are kept to a few tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
 from gym_core import ServerClient
-from gym_core.testing import running_servers
+from gym_core.testing import ModelServerTests, RunningServers
 
+import gym_local_llama.plugin
 from gym_local_llama.engine import MODEL_NAME
 
-# The caller is the official client, a test-only dependency (the workspace's dev group).
-import openai  # noqa: E402  (the test group of this plugin)
+# The caller is the official client, a test-only dependency (this plugin's `test` group).
+import openai  # noqa: E402
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 WEATHER_TOOL = {
@@ -61,137 +62,124 @@ def weather_items() -> list[dict]:
     return [*items, LAST_QUESTION]
 
 
-@pytest.fixture(scope="module")
-def server_url() -> Iterator[str]:
+class TestLocalLlama(ModelServerTests):
+    server_type = "local_llama"
     # One thread: llama.cpp's threads spin-wait on each other, so on a busy machine (parallel test
     # runs) more threads than free cores make a 135M model many times slower, not faster.
-    options = {"plugin": "local_llama", "max_tokens": 16, "n_ctx": 2048, "n_threads": 1}
-    with running_servers({"policy": options}) as config:
-        yield config.instances["policy"].url
+    options = {"max_tokens": 16, "n_ctx": 2048, "n_threads": 1}
+    plugins = [gym_local_llama.plugin]
+    deterministic = True  # the kit asks for temperature 0: greedy decoding
 
+    @pytest.fixture
+    async def client(self, gym_servers: RunningServers) -> AsyncIterator[openai.AsyncOpenAI]:
+        async with openai.AsyncOpenAI(base_url=f"{gym_servers.url}/v1", api_key="unused", max_retries=0) as client:
+            yield client
 
-@pytest.fixture
-async def client(server_url: str) -> AsyncIterator[openai.AsyncOpenAI]:
-    async with openai.AsyncOpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0) as client:
-        yield client
+    async def test_chat_completions(self, client):
+        completion = await client.chat.completions.create(model="any", messages=HELLO, temperature=0)
+        choice = completion.choices[0]
+        assert choice.message.role == "assistant"
+        assert isinstance(choice.message.content, str) and choice.message.content.strip()
+        assert choice.finish_reason in ("stop", "length")
+        assert completion.model == MODEL_NAME
+        usage = completion.usage
+        assert usage is not None
+        assert usage.prompt_tokens > 0 and 0 < usage.completion_tokens <= 16
+        assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
+    async def test_responses(self, client):
+        response = await client.responses.create(
+            model="any", instructions="Answer briefly.", input="Say hello.", temperature=0
+        )
+        assert response.output_text.strip()
+        message = response.output[0]
+        assert message.type == "message" and message.role == "assistant"
+        assert response.status in ("completed", "incomplete")
+        assert response.usage is not None
+        assert response.usage.input_tokens > 0 and 0 < response.usage.output_tokens <= 16
+        assert response.instructions == "Answer briefly."
 
-async def test_chat_completions(client):
-    completion = await client.chat.completions.create(model="any", messages=HELLO, temperature=0)
-    choice = completion.choices[0]
-    assert choice.message.role == "assistant"
-    assert isinstance(choice.message.content, str) and choice.message.content.strip()
-    assert choice.finish_reason in ("stop", "length")
-    assert completion.model == MODEL_NAME
-    usage = completion.usage
-    assert usage is not None
-    assert usage.prompt_tokens > 0 and 0 < usage.completion_tokens <= 16
-    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    async def test_models_lists_the_loaded_model(self, client):
+        models = await client.models.list()
+        assert [m.id for m in models.data] == [MODEL_NAME]
 
+    async def test_chat_with_tools(self, client):
+        completion = await client.chat.completions.create(
+            model="any", messages=weather_messages(), tools=[WEATHER_TOOL], temperature=0, max_tokens=32
+        )
+        choice = completion.choices[0]
+        # Whether the 135M model calls the tool is its choice; a call it makes must be well formed.
+        for call in choice.message.tool_calls or []:
+            assert call.function.name == "get_weather" and call.id
+            assert isinstance(json.loads(call.function.arguments), dict)
+        if choice.message.tool_calls:
+            assert choice.finish_reason == "tool_calls"
+        else:
+            assert choice.message.content is not None
 
-async def test_responses(client):
-    response = await client.responses.create(
-        model="any", instructions="Answer briefly.", input="Say hello.", temperature=0
-    )
-    assert response.output_text.strip()
-    message = response.output[0]
-    assert message.type == "message" and message.role == "assistant"
-    assert response.status in ("completed", "incomplete")
-    assert response.usage is not None
-    assert response.usage.input_tokens > 0 and 0 < response.usage.output_tokens <= 16
-    assert response.instructions == "Answer briefly."
+    async def test_responses_with_tools(self, client):
+        tool = {"type": "function", **WEATHER_TOOL["function"]}
+        response = await client.responses.create(
+            model="any", input=weather_items(), tools=[tool], temperature=0, max_output_tokens=32
+        )
+        assert response.output
+        # As above: the model may answer in text; a call it makes is a function_call item.
+        for item in response.output:
+            assert item.type in ("message", "function_call")
+            if item.type == "function_call":
+                assert item.name == "get_weather" and item.call_id and item.id
+                assert isinstance(json.loads(item.arguments), dict)
+        assert [t.name for t in response.tools] == ["get_weather"]
 
+    async def test_return_token_ids_on_responses(self, client):
+        response = await client.responses.create(model="any", input="Say hello.", extra_body={"return_token_ids": True})
+        item = response.output[-1].model_dump()
+        prompt_ids, generated_ids = item["prompt_token_ids"], item["generation_token_ids"]
+        log_probs = item["generation_log_probs"]
+        assert response.usage is not None
+        assert len(prompt_ids) == response.usage.input_tokens
+        assert len(generated_ids) == len(log_probs) == response.usage.output_tokens > 0
+        assert all(isinstance(t, int) for t in prompt_ids + generated_ids)
+        assert all(lp <= 0.0 for lp in log_probs)
 
-async def test_models_lists_the_loaded_model(client):
-    models = await client.models.list()
-    assert [m.id for m in models.data] == [MODEL_NAME]
+    async def test_return_token_ids_on_chat(self, client):
+        completion = await client.chat.completions.create(
+            model="any", messages=HELLO, extra_body={"return_token_ids": True}
+        )
+        message = completion.choices[0].message.model_dump()
+        usage = completion.usage
+        assert usage is not None
+        assert len(message["prompt_token_ids"]) == usage.prompt_tokens
+        assert len(message["generation_token_ids"]) == len(message["generation_log_probs"]) == usage.completion_tokens
+        assert completion.choices[0].logprobs is None  # token ids were asked for, not chat logprobs
 
+    async def test_chat_logprobs(self, client):
+        completion = await client.chat.completions.create(model="any", messages=HELLO, logprobs=True, temperature=0)
+        choice = completion.choices[0]
+        assert choice.logprobs is not None and choice.logprobs.content
+        assert completion.usage is not None and len(choice.logprobs.content) == completion.usage.completion_tokens
+        for entry in choice.logprobs.content:
+            assert isinstance(entry.token, str) and entry.logprob <= 0.0
+        # The tokens spell the reply (the end-of-generation token renders as nothing).
+        assert "".join(e.token for e in choice.logprobs.content).strip() == choice.message.content.strip()
 
-async def test_chat_with_tools(client):
-    completion = await client.chat.completions.create(
-        model="any", messages=weather_messages(), tools=[WEATHER_TOOL], temperature=0, max_tokens=32
-    )
-    choice = completion.choices[0]
-    # Whether the 135M model calls the tool is its choice; a call it makes must be well formed.
-    for call in choice.message.tool_calls or []:
-        assert call.function.name == "get_weather" and call.id
-        assert isinstance(json.loads(call.function.arguments), dict)
-    if choice.message.tool_calls:
-        assert choice.finish_reason == "tool_calls"
-    else:
-        assert choice.message.content is not None
+    async def test_invalid_sampling_value_is_a_400(self, client):
+        with pytest.raises(openai.BadRequestError, match="top_p"):
+            await client.chat.completions.create(model="any", messages=HELLO, top_p=0.0)
 
-
-async def test_responses_with_tools(client):
-    tool = {"type": "function", **WEATHER_TOOL["function"]}
-    response = await client.responses.create(
-        model="any", input=weather_items(), tools=[tool], temperature=0, max_output_tokens=32
-    )
-    assert response.output
-    # As above: the model may answer in text; a call it makes is a function_call item.
-    for item in response.output:
-        assert item.type in ("message", "function_call")
-        if item.type == "function_call":
-            assert item.name == "get_weather" and item.call_id and item.id
-            assert isinstance(json.loads(item.arguments), dict)
-    assert [t.name for t in response.tools] == ["get_weather"]
-
-
-async def test_return_token_ids_on_responses(client):
-    response = await client.responses.create(model="any", input="Say hello.", extra_body={"return_token_ids": True})
-    item = response.output[-1].model_dump()
-    prompt_ids, generated_ids = item["prompt_token_ids"], item["generation_token_ids"]
-    log_probs = item["generation_log_probs"]
-    assert response.usage is not None
-    assert len(prompt_ids) == response.usage.input_tokens
-    assert len(generated_ids) == len(log_probs) == response.usage.output_tokens > 0
-    assert all(isinstance(t, int) for t in prompt_ids + generated_ids)
-    assert all(lp <= 0.0 for lp in log_probs)
-
-
-async def test_return_token_ids_on_chat(client):
-    completion = await client.chat.completions.create(
-        model="any", messages=HELLO, extra_body={"return_token_ids": True}
-    )
-    message = completion.choices[0].message.model_dump()
-    usage = completion.usage
-    assert usage is not None
-    assert len(message["prompt_token_ids"]) == usage.prompt_tokens
-    assert len(message["generation_token_ids"]) == len(message["generation_log_probs"]) == usage.completion_tokens
-    assert completion.choices[0].logprobs is None  # token ids were asked for, not chat logprobs
-
-
-async def test_chat_logprobs(client):
-    completion = await client.chat.completions.create(model="any", messages=HELLO, logprobs=True, temperature=0)
-    choice = completion.choices[0]
-    assert choice.logprobs is not None and choice.logprobs.content
-    assert completion.usage is not None and len(choice.logprobs.content) == completion.usage.completion_tokens
-    for entry in choice.logprobs.content:
-        assert isinstance(entry.token, str) and entry.logprob <= 0.0
-    # The tokens spell the reply (the end-of-generation token renders as nothing).
-    assert "".join(e.token for e in choice.logprobs.content).strip() == choice.message.content.strip()
-
-
-async def test_invalid_sampling_value_is_a_400(client):
-    with pytest.raises(openai.BadRequestError, match="top_p"):
-        await client.chat.completions.create(model="any", messages=HELLO, top_p=0.0)
-
-
-async def test_concurrent_requests_while_health_stays_responsive(client, server_url):
-    generations = asyncio.gather(
-        *(client.chat.completions.create(model="any", messages=HELLO, max_tokens=16) for _ in range(4))
-    )
-    latencies = []
-    async with ServerClient() as http:
-        while not generations.done():
-            started = time.monotonic()
-            health = await http.get(server_url, "/health", timeout_s=5)
-            if not generations.done():  # answered while the model was still generating
-                latencies.append(time.monotonic() - started)
-            assert health["status"] == "ok"
-            await asyncio.sleep(0.02)
-    completions = await generations
-    assert len(completions) == 4
-    assert all(c.usage.completion_tokens > 0 for c in completions)
-    assert latencies, "generation finished before a health check could overlap it"
-    assert max(latencies) < 1.0, f"health checks took up to {max(latencies):.2f} s during generation"
+    async def test_health_answers_while_requests_generate(self, client, gym_servers):
+        generations = asyncio.gather(
+            *(client.chat.completions.create(model="any", messages=HELLO, max_tokens=16) for _ in range(4))
+        )
+        answered_during_generation = 0
+        async with ServerClient() as http:
+            while not generations.done():
+                health = await http.get(gym_servers.url, "/health", timeout_s=60)
+                assert health["status"] == "ok"
+                if not generations.done():  # answered while the model was still generating
+                    answered_during_generation += 1
+                await asyncio.sleep(0.02)
+        completions = await generations
+        assert len(completions) == 4
+        assert all(c.usage.completion_tokens > 0 for c in completions)
+        assert answered_during_generation > 0, "no health check was answered while the model generated"

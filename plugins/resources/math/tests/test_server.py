@@ -1,59 +1,45 @@
-"""The math resources server over real HTTP, and its aggregate metric."""
+"""The math resources server over real HTTP (gym's conformance kit, then its verdicts), and its metric."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import pytest
-
-from gym_core import ServerClient
-from gym_core.plugins import PluginManager
-from gym_core.testing import running_servers
+from gym_core import PluginManager
+from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response
 
 import gym_math.plugin
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "example.jsonl"
-
-
-@pytest.fixture
-def plugins() -> PluginManager:
-    manager = PluginManager(load_entry_points=False)
-    manager.register(gym_math.plugin, name="math")
-    return manager
-
 
 def body(text: str, expected) -> dict:
-    return {
-        "responses_create_params": {"input": [{"role": "user", "content": "q"}]},
-        "response": {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]},
-        "expected_answer": expected,
-    }
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, "expected_answer": expected}
+    return {**row, "response": assistant_response(text)}
 
 
-async def test_verify_rewards_equivalent_boxed_answers(plugins):
-    with running_servers({"math": {"plugin": "math"}}, plugins) as config:
-        async with ServerClient(config) as client:
-            right = await client.post("math", "/verify", body("so \\boxed{\\frac{1}{2}}", "0.5"))
-            wrong = await client.post("math", "/verify", body("\\boxed{3}", 4))
-            missing = await client.post("math", "/verify", body("the answer is 4", "4"))
-    assert right == {"reward": 1.0, "extracted_answer": "\\frac{1}{2}", "reason": "correct"}
-    assert wrong["reward"] == 0.0 and wrong["extracted_answer"] == "3"
-    assert missing == {"reward": 0.0, "extracted_answer": None, "reason": "no_boxed_answer"}
+class TestMath(ResourcesServerTests):
+    server_type = "math"
+    plugins = [gym_math.plugin]
+    example_data = Path(__file__).resolve().parents[1] / "data" / "example.jsonl"
+
+    def expected_reward(self, row):
+        return 1.0  # the kit's default response boxes the row's expected answer
+
+    def test_verify_rewards_equivalent_boxed_answers(self, gym_servers: RunningServers):
+        caller = gym_servers.caller()
+        right = caller.post("/verify", body("so \\boxed{\\frac{1}{2}}", "0.5")).json()
+        wrong = caller.post("/verify", body("\\boxed{3}", 4)).json()
+        missing = caller.post("/verify", body("the answer is 4", "4")).json()
+        assert right == {"reward": 1.0, "extracted_answer": "\\frac{1}{2}", "reason": "correct"}
+        assert wrong["reward"] == 0.0 and wrong["extracted_answer"] == "3"
+        assert missing == {"reward": 0.0, "extracted_answer": None, "reason": "no_boxed_answer"}
 
 
-def test_boxed_answer_rate_metric(plugins):
+def test_boxed_answer_rate_metric_counts_math_rows_only():
+    plugins = PluginManager(load_entry_points=False)
+    plugins.register(gym_math.plugin, name="math")
     rows = [
-        {"task_index": 0, "reward": 1.0, "extracted_answer": "4", "expected_answer": "4"},
-        {"task_index": 0, "reward": 0.0, "extracted_answer": None, "expected_answer": "4"},
+        {"environment": "math", "reward": 1.0, "extracted_answer": "4", "expected_answer": "4"},
+        {"environment": "math", "reward": 0.0, "extracted_answer": None, "expected_answer": "4"},
+        {"environment": "counter", "reward": 1.0, "final_count": 3},
     ]
     assert plugins.aggregate_metrics(rows) == {"math/boxed_answer_rate": 0.5}
-    assert plugins.aggregate_metrics([{"task_index": 0, "reward": 1.0}]) == {}
-
-
-def test_example_rows_follow_the_nemo_gym_format():
-    rows = [json.loads(line) for line in DATA.read_text().splitlines()]
-    assert len(rows) >= 5
-    for row in rows:
-        assert isinstance(row["responses_create_params"]["input"], list)
-        assert isinstance(row["expected_answer"], str)
+    assert plugins.aggregate_metrics([{"environment": "counter", "reward": 1.0}]) == {}

@@ -1,7 +1,7 @@
 """The gym catalog, ``workspace.toml``: which plugins exist, their kind, and where they come from.
 
 Found by ``$GYM_WORKSPACE`` or by walking up from the current directory. Outside a workspace the
-catalog is empty and plugins come from the current environment only.
+catalog is empty and plugins come from the Python environment running gym only.
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import tomlkit
 
 from gym_core.errors import GymError
 
-__all__ = ["CatalogEntry", "Catalog", "find_catalog"]
+__all__ = ["CATALOG_FILE", "CatalogEntry", "Catalog", "find_catalog"]
 
 CATALOG_FILE = "workspace.toml"
 
 
 @dataclass(frozen=True)
 class CatalogEntry:
+    """One ``[plugins.<name>]`` table: a server type's name, its kind, and its package's source."""
+
     name: str
     kind: str | None
     path: Path | None = None
@@ -32,6 +34,8 @@ class CatalogEntry:
 
 
 class Catalog:
+    """The plugins of ``workspace.toml`` (none when ``file`` is None), by server type name."""
+
     def __init__(self, file: Path | None):
         self.file = file
         self.root = file.parent if file is not None else Path.cwd()
@@ -48,7 +52,7 @@ class Catalog:
 
     @property
     def core_path(self) -> Path | None:
-        """gym-core's package directory, installed into every isolated environment."""
+        """gym-core's package directory, installed into every plugin's venv."""
         path = (self._doc.get("core") or {}).get("path")
         return (self.root / path).resolve() if path else None
 

@@ -1,41 +1,25 @@
-"""``gym profile``: rollouts → per-task and overall reward statistics, pass@k and majority@k."""
+"""The reward profile of rollouts: per-task and overall statistics, pass@k, majority@k, and each
+plugin's aggregate metrics; computed, written next to the rollouts as JSON, and printed as tables.
+Used by ``gym profile`` and at the end of ``gym collect``."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-import click
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from gym_core.errors import GymError
 from gym_core.metrics import profile_rollouts
 from gym_core.plugins import get_plugin_manager
 
-from gym_cli._collector import iter_jsonl
+from gym_cli.rollouts import read_rollouts
+
+__all__ = ["DEFAULT_KS", "ANSWER_FIELDS", "build_profile", "profile_file", "print_profile"]
 
 DEFAULT_KS = (1, 4, 16)
 ANSWER_FIELDS = ("extracted_answer", "answer")
-
-
-def read_rollouts(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise GymError(f"rollouts file not found: {path}")
-    rows = []
-    for number, row, problem in iter_jsonl(path):
-        if problem:
-            raise GymError(problem)
-        if not isinstance(row, dict) or "reward" not in row or "task_index" not in row:
-            raise GymError(f"{path}:{number}: not a rollout row (needs task_index and reward)")
-        row.pop("response", None)  # the trajectory is not needed for statistics and is the bulk
-        rows.append(row)
-    if not rows:
-        raise GymError(f"{path}: no rollouts")
-    return rows
 
 
 def build_profile(rows: list[dict[str, Any]], ks=DEFAULT_KS, answer_field: str | None = None) -> dict[str, Any]:
@@ -62,6 +46,8 @@ def _fmt(value: Any) -> str:
 
 
 def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30) -> None:
+    """Print a profile as tables: reward fields overall, then pass@k / majority@k per task (the first
+    ``max_tasks``) and overall, then the plugins' metrics."""
     overall = profile["overall"]
     metric_keys = [k for k in overall if k.startswith(("pass@", "majority@"))]
     table = Table(title=f"reward profile: {overall['num_tasks']} tasks, {overall['num_rollouts']} rollouts")
@@ -91,22 +77,3 @@ def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30
         console.print(f"{name}: {_fmt(value)}")
     if "_written_to" in profile:
         console.print(f"profile written to {profile['_written_to']}")
-
-
-@click.command()
-@click.argument("rollouts", type=click.Path(path_type=Path))
-@click.option("--output", type=click.Path(path_type=Path), help="JSON file (default: ROLLOUTS with .profile.json).")
-@click.option("-k", "ks", type=click.IntRange(min=1), multiple=True, help="k of pass@k (repeatable; default 1, 4, 16).")
-@click.option("--answer-field", help="Field holding the extracted answer, for majority@k (default: auto).")
-def profile(rollouts: Path, output: Path | None, ks: tuple[int, ...], answer_field: str | None) -> None:
-    """Reward statistics of a rollouts file: per task and overall, with pass@k and majority@k.
-
-    \b
-    Example:
-      gym profile rollouts.jsonl -k 1 -k 4
-    """
-    try:
-        print_profile(profile_file(rollouts, output, ks or DEFAULT_KS, answer_field), Console())
-    except GymError as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        sys.exit(2)

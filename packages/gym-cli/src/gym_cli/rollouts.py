@@ -1,4 +1,4 @@
-"""Rollout collection: JSONL tasks in, JSONL scored rollouts out, resumable, losing nothing.
+"""Rollouts: JSONL tasks in, JSONL scored rollouts out, resumable, losing nothing; and reading them back.
 
 - Each (task, rollout) pair is one ``POST /run`` on an agent server, at most ``parallel`` at a time.
 - A row is written and flushed as soon as its rollout completes, so an interrupted run (Ctrl+C,
@@ -6,6 +6,8 @@
   (a partial last line left by a kill is cut off first) and never duplicates one.
 - A failing rollout goes to the failures file with its typed reason; the run goes on, and the
   next run retries it.
+- Which agent runs a task: ``--agent``, else the task's ``agent_ref``, else the only agent of the
+  running config (:func:`choose_agent`, checked before the first rollout).
 """
 
 from __future__ import annotations
@@ -16,43 +18,63 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from gym_core import ServerCallError, ServerClient
-from gym_core.errors import GymError
-from gym_core.serving import tune_gc
+from gym_core.errors import GymError, ServerCallError
 
-__all__ = ["run_async", "iter_jsonl", "InputError", "CollectOptions", "CollectSummary", "read_tasks", "read_done", "collect_rollouts", "pending_pairs"]
+if TYPE_CHECKING:
+    from gym_core.client import ServerClient
+
+__all__ = [
+    "InputError",
+    "CollectOptions",
+    "CollectSummary",
+    "run_async",
+    "iter_jsonl",
+    "read_tasks",
+    "read_done",
+    "read_rollouts",
+    "pending_pairs",
+    "task_agent",
+    "choose_agent",
+    "collect_rollouts",
+]
 
 _encoder = msgspec.json.Encoder()
 T = TypeVar("T")
-SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
 
 
 class InputError(GymError):
-    pass
+    """A tasks, rollouts or output file gym cannot use; the message names the file and line."""
 
 
 @dataclass
 class CollectOptions:
+    """Where rows go, and how tasks run: ``agent`` runs every task (``--agent``); else a task's own
+    ``agent_ref``, else ``default_agent`` (see :func:`choose_agent`)."""
+
     output: Path
     failures: Path
     agent: str | None = None
     repeats: int = 1
     parallel: int = 16
     sampling: dict[str, Any] = field(default_factory=dict)
+    default_agent: str | None = None
 
 
 @dataclass
 class CollectSummary:
+    """Counts of a collection run, updated as rollouts complete."""
+
     total: int = 0
     skipped: int = 0
     done: int = 0
     failed: int = 0
     reward_sum: float = 0.0
     started: float = field(default_factory=time.monotonic)
+    finished: float | None = None  # set when collect_rollouts returns
 
     @property
     def mean_reward(self) -> float | None:
@@ -60,12 +82,14 @@ class CollectSummary:
 
     @property
     def elapsed_s(self) -> float:
-        return time.monotonic() - self.started
+        return (self.finished or time.monotonic()) - self.started
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on uvloop when it is installed (faster sockets), else on asyncio's loop, with
     the garbage collector tuned for thousands of requests in flight (:func:`gym_core.serving.tune_gc`)."""
+    from gym_core.serving import tune_gc
+
     tune_gc()
     try:
         import uvloop
@@ -134,20 +158,60 @@ def read_done(output: Path) -> set[tuple[int, int]]:
     return done
 
 
+def read_rollouts(path: Path) -> list[dict[str, Any]]:
+    """The rows of a rollouts file (``gym collect``'s output) without their ``response`` (the bulk),
+    for statistics; an :class:`InputError` at the first line that is not a rollout row."""
+    if not path.is_file():
+        raise InputError(f"rollouts file not found: {path}")
+    rows = []
+    for number, row, problem in iter_jsonl(path):
+        if problem:
+            raise InputError(problem)
+        if not isinstance(row, dict) or "reward" not in row or "task_index" not in row:
+            raise InputError(f"{path}:{number}: not a rollout row (needs task_index and reward)")
+        row.pop("response", None)
+        rows.append(row)
+    if not rows:
+        raise InputError(f"{path}: no rollouts")
+    return rows
+
+
 def pending_pairs(n_tasks: int, repeats: int, done: set[tuple[int, int]]) -> list[tuple[int, int]]:
     """Pairs still to collect, rollout-major so that every task gets its first rollouts early."""
     return [(t, r) for r in range(repeats) for t in range(n_tasks) if (t, r) not in done]
 
 
-def _agent_for(task: dict[str, Any], default: str | None) -> str:
-    if default:
-        return default
+def task_agent(task: dict[str, Any]) -> str | None:
+    """The agent instance a task names itself (``agent_ref: {"name": ...}``, or ``agent``), if any."""
     ref = task.get("agent_ref")
     if isinstance(ref, dict) and isinstance(ref.get("name"), str):
         return ref["name"]
     if isinstance(task.get("agent"), str):
         return task["agent"]
-    raise InputError("no agent for this task: pass --agent NAME or give rows an agent_ref {\"name\": ...}")
+    return None
+
+
+def choose_agent(tasks: list[dict[str, Any]], agents: list[str]) -> str | None:
+    """The agent for the tasks that name none: the only one of ``agents`` (the agent instances of the
+    running config); None when every task names its own. Raises :class:`InputError` when some task
+    names none and there is not exactly one agent to choose."""
+    unnamed = sum(task_agent(task) is None for task in tasks)
+    if not unnamed:
+        return None
+    if len(agents) == 1:
+        return agents[0]
+    what = f"{unnamed} of {len(tasks)} tasks name no agent (no agent_ref)"
+    if not agents:
+        raise InputError(f"{what} and the running config has no agent server: add one, or give rows an agent_ref")
+    raise InputError(f"{what} and the running config has {len(agents)} agents ({', '.join(agents)}): "
+                     f"pass --agent NAME, or give rows an agent_ref {{\"name\": ...}}")
+
+
+def _agent_for(task: dict[str, Any], options: CollectOptions) -> str:
+    agent = options.agent or task_agent(task) or options.default_agent
+    if agent is None:
+        raise InputError("no agent for this task: pass --agent NAME or give rows an agent_ref {\"name\": ...}")
+    return agent
 
 
 def _request_body(task: dict[str, Any], sampling: dict[str, Any]) -> dict[str, Any]:
@@ -175,7 +239,7 @@ async def collect_rollouts(
             # The row records the task as sent: sampling overrides included.
             task = _request_body(tasks[task_index], options.sampling)
             try:
-                agent = _agent_for(task, options.agent)
+                agent = _agent_for(task, options)
                 raw = await client.request("POST", agent, "/run", body=task)
                 result = msgspec.json.decode(raw)
                 reward = float(result["reward"])
@@ -207,4 +271,5 @@ async def collect_rollouts(
             for w in workers:
                 w.cancel()
             os.fsync(out.fileno())
+            summary.finished = time.monotonic()
     return summary

@@ -1,8 +1,8 @@
-"""``gym test``: run each plugin's own ``tests/`` with pytest, in the plugin's isolated environment.
+"""``gym test``: run each plugin's own ``tests/`` with pytest, in the plugin's venv.
 
-A plugin is tested where it runs: in its uv environment (gym-core and the plugin, to which pytest, the
-pytest plugins gym's tests use and the package's own ``test`` dependency group are added once), or with
-``--isolation none`` in the current one.
+A plugin is tested where it runs: in its venv (gym-core and the plugin, to which pytest, the pytest
+plugins gym's tests use and the package's own ``test`` dependency group are added once), or with
+``--isolation none`` with the Python running gym.
 pytest is configured the same way wherever the plugin lives: the plugin's own pytest settings (from its
 pyproject.toml) plus gym's defaults for those it does not set (asyncio mode auto, importlib imports,
 a per-test timeout), so a plugin's tests behave alike inside and outside the workspace.
@@ -11,7 +11,6 @@ a per-test timeout), so a plugin's tests behave alike inside and outside the wor
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -29,16 +28,26 @@ from rich.text import Text
 
 from gym_core.errors import GymError, did_you_mean
 
-from gym_cli._catalog import Catalog, find_catalog
-from gym_cli._environments import Environment, EnvironmentManager, PluginSource, _read_pyproject, find_uv
-from gym_cli._launcher import ISOLATION_MODES
-from gym_cli.plugin import fail, plugin_source, source_of_directory
+from gym_cli.catalog import Catalog, find_catalog
+from gym_cli.exits import CommandFailed
+from gym_cli.launch.launcher import ISOLATION_MODES
+from gym_cli.sources import (
+    PluginSource,
+    looks_like_path,
+    normalize_name,
+    read_pyproject,
+    requirement_name,
+    source_of_directory,
+    source_of_entry,
+    workspace_distributions,
+)
+from gym_cli.venvs import Venv, VenvManager, find_uv
 
 __all__ = ["test", "TEST_REQUIREMENTS", "requirements_for_tests", "pytest_arguments"]
 
-# Installed into a plugin's environment before its tests run, with its own `test` dependency group.
+# Installed into a plugin's venv before its tests run, with its own `test` dependency group.
 TEST_REQUIREMENTS = ("pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.3")
-# Written into an environment once its test requirements are installed there: later runs skip uv.
+# Written into a venv once its test requirements are installed there: later runs skip uv.
 TEST_MARKER = ".gym-test-requirements"
 # gym's pytest settings, applied where the plugin's own configuration does not set them.
 DEFAULT_INI = {"asyncio_mode": "auto", "asyncio_default_fixture_loop_scope": "function", "timeout": "300"}
@@ -47,7 +56,7 @@ TAIL_LINES = 40
 
 @dataclass
 class Target:
-    """A plugin to test: its name, package directory and, from the catalog, its environment source."""
+    """A plugin to test: its name, package directory and the catalog that may hold its venv's source."""
 
     name: str
     directory: Path | None
@@ -84,7 +93,7 @@ def _targets(names: tuple[str, ...], catalog: Catalog) -> list[Target]:
         if entry is not None:
             note = "" if entry.path is not None else f"installed from {entry.requirement}: its tests are not here"
             targets.append(Target(name, entry.path, catalog, note))
-        elif os.sep in name or name.startswith(".") or Path(name).is_dir():
+        elif looks_like_path(name):
             source, _ = source_of_directory(Path(name))
             targets.append(Target(source.name, source.path, catalog))
         else:
@@ -96,7 +105,7 @@ def _targets(names: tuple[str, ...], catalog: Catalog) -> list[Target]:
     return targets
 
 
-# --- environments --------------------------------------------------------------------------------
+# --- venvs -------------------------------------------------------------------------------------------
 
 
 def requirements_for_tests(directory: Path, catalog: Catalog | None = None) -> list[str]:
@@ -106,58 +115,40 @@ def requirements_for_tests(directory: Path, catalog: Catalog | None = None) -> l
     its workspace directory: workspace plugins are not on PyPI.
     """
     try:
-        groups = _read_pyproject(directory).get("dependency-groups") or {}
+        groups = read_pyproject(directory).get("dependency-groups") or {}
     except (OSError, ValueError):
         groups = {}
     own = [r for r in groups.get("test") or [] if isinstance(r, str)]  # {include-group = ...} aside
-    local = _workspace_distributions(catalog) if catalog is not None else {}
+    local = workspace_distributions(catalog) if catalog is not None else {}
     resolved = []
     for requirement in own:
-        name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
-        path = local.get(_canonical(name.group(0))) if name else None
+        name = requirement_name(requirement)
+        path = local.get(normalize_name(name)) if name else None
         resolved.append(str(path) if path is not None else requirement)
     return list(dict.fromkeys([*TEST_REQUIREMENTS, *resolved]))
 
 
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _workspace_distributions(catalog: Catalog) -> dict[str, Path]:
-    """Distribution name → directory, for the catalog's path plugins."""
-    found = {}
-    for entry in catalog.entries.values():
-        if entry.path is not None:
-            try:
-                name = _read_pyproject(entry.path).get("project", {}).get("name")
-            except (OSError, ValueError):
-                continue
-            if name:
-                found[_canonical(name)] = entry.path
-    return found
-
-
 def _install_test_requirements(
-    env: Environment, requirements: list[str], console: Console, manager: EnvironmentManager, root: Path
+    venv: Venv, requirements: list[str], console: Console, manager: VenvManager, root: Path
 ) -> None:
-    """Install ``requirements`` into ``env`` unless an earlier run installed the same ones."""
-    marker = env.path / TEST_MARKER
+    """Install ``requirements`` into ``venv`` unless an earlier run installed the same ones."""
+    marker = venv.path / TEST_MARKER
     wanted = "\n".join(requirements)
     if marker.is_file() and marker.read_text() == wanted:
         return
     uv = find_uv()
     if uv is None:
-        raise GymError("uv is not installed; gym needs it to add pytest to the plugin's environment: pip install uv")
-    console.print(f"[dim]installing {escape(', '.join(requirements))} into the env of {env.name}…[/]")
+        raise GymError("uv is not installed; gym needs it to add pytest to the plugin's venv: pip install uv")
+    console.print(f"[dim]installing {escape(', '.join(requirements))} into the venv of {venv.name}…[/]")
     environ = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
     # From the workspace root, with the wheels gym keeps: compiled packages (llama-cpp-python) get the
     # root's build variables and are not compiled again.
     links = ["--find-links", str(manager.wheels_dir)] if manager.wheels_dir.is_dir() else []
-    proc = subprocess.run([uv, "pip", "install", "--python", str(env.python), *links, *requirements],
+    proc = subprocess.run([uv, "pip", "install", "--python", str(venv.python), *links, *requirements],
                           capture_output=True, text=True, env=environ, cwd=root)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-        raise GymError(f"cannot install pytest into the env of {env.name}: " + " | ".join(tail))
+        raise GymError(f"cannot install pytest into the venv of {venv.name}: " + " | ".join(tail))
     marker.write_text(wanted)
 
 
@@ -172,16 +163,16 @@ def _python_for(target: Target, isolation: str, console: Console) -> tuple[str, 
             environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(src), environ.get("PYTHONPATH")) if p)
         return sys.executable, environ
     entry = target.catalog.entries.get(target.name)
-    source = plugin_source(entry) if entry is not None else PluginSource(name=target.name, path=target.directory)
-    manager = EnvironmentManager(core_path=target.catalog.core_path,
-                                 console=lambda line: console.print(f"[dim]{escape(line)}[/]"))
-    env = manager.ensure(source)
+    source = source_of_entry(entry) if entry is not None else PluginSource(name=target.name, path=target.directory)
+    manager = VenvManager(core_path=target.catalog.core_path,
+                          console=lambda line: console.print(f"[dim]{escape(line)}[/]"))
+    venv = manager.ensure(source)
     assert target.directory is not None  # only packages with tests/ get here
-    _install_test_requirements(env, requirements_for_tests(target.directory, target.catalog), console, manager,
+    _install_test_requirements(venv, requirements_for_tests(target.directory, target.catalog), console, manager,
                                target.catalog.root)
     for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         environ.pop(var, None)
-    return str(env.python), environ
+    return str(venv.python), environ
 
 
 # --- running pytest ------------------------------------------------------------------------------
@@ -190,7 +181,7 @@ def _python_for(target: Target, isolation: str, console: Console) -> tuple[str, 
 def pytest_arguments(directory: Path, junit: Path) -> list[str]:
     """pytest's arguments for the tests of the package in ``directory``: its own settings, gym's for the rest."""
     try:
-        tool = _read_pyproject(directory).get("tool", {})
+        tool = read_pyproject(directory).get("tool", {})
     except (OSError, ValueError):
         tool = {}
     table = tool.get("pytest") or {}
@@ -275,30 +266,28 @@ def summary_table(outcomes: list[Outcome]) -> Table:
 
 @click.command()
 @click.argument("plugins", nargs=-1, metavar="[PLUGIN|DIR]...")
-@click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="uv", show_default=True,
-              help="uv: in each plugin's own environment (pytest added once); none: in this environment.")
+@click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="venv", show_default=True,
+              help="venv: in each plugin's own venv (pytest added once); none: with the Python running gym.")
 @click.option("-q", "--quiet", is_flag=True, help="Show only the output of failing plugins (their last lines).")
 def test(plugins: tuple[str, ...], isolation: str, quiet: bool) -> None:
     """Run the tests/ of each PLUGIN (default: every plugin of the catalog) with pytest.
 
-    Each plugin is tested in its isolated environment, as `gym run` would run it; a summary table
-    follows, and the exit status is 1 when any plugin fails.
+    Each plugin is tested in its venv, as `gym run` would run it; a summary table follows, and
+    the exit status is 1 when any plugin's tests fail.
 
     \b
     Examples:
       gym test counter math
-      gym test --isolation none          # every catalog plugin, in this environment
+      gym test --isolation none          # every catalog plugin, with the Python running gym
       gym test plugins/resources/my_env  # a package directory
     """
     console = Console(stderr=True, highlight=False, soft_wrap=True)
-    try:
-        targets = _targets(plugins, find_catalog())
-    except GymError as exc:
-        fail(exc)
+    targets = _targets(plugins, find_catalog())
     outcomes = [run_plugin_tests(target, isolation, console, stream=not quiet) for target in targets]
     Console().print(summary_table(outcomes))
     for outcome in outcomes:
         if outcome.result == "error":
             console.print(f"[bold red]error:[/] {outcome.name}: {escape(outcome.detail)}")
-    if not all(o.ok for o in outcomes):
-        sys.exit(1)
+    failed = [o.name for o in outcomes if not o.ok]
+    if failed:
+        raise CommandFailed(f"the tests of {len(failed)} of {len(outcomes)} plugins failed: {', '.join(failed)}")

@@ -1,8 +1,9 @@
 """Launching a config: head server in this process, every instance as its own process.
 
 Used by ``gym run`` and ``gym collect --serve``. Each instance runs ``python -m gym_core.serve`` in
-the isolated uv environment of its plugin (``isolation="uv"``) or in this environment
-(``isolation="none"``); the global config and the instance name reach it through the environment.
+its plugin's venv (``isolation="venv"``) or with the interpreter running gym (``isolation="none"``);
+the global config and the instance name reach it through environment variables. The head server
+publishes :meth:`Launch.describe`, which reads the supervisor's state and changes nothing.
 """
 
 from __future__ import annotations
@@ -14,47 +15,57 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from gym_core.config import CONFIG_ENV, INSTANCE_ENV, GlobalConfig, load_config
 from gym_core.errors import GymError
-from gym_core.head import build_head_app
-from gym_core.plugins import PluginManager, get_plugin_manager
-from gym_core.serving import ServerThread
 
-from gym_cli._catalog import Catalog, find_catalog
+from gym_cli.catalog import Catalog, find_catalog
+from gym_cli.launch.supervisor import ChildSpec, Supervisor
+from gym_cli.sources import source_of_entry
 
-__all__ = ["Launch", "launch", "ISOLATION_MODES"]
+if TYPE_CHECKING:  # the server stack loads when something is launched, not when `gym --help` runs
+    from gym_core.config import GlobalConfig
+    from gym_core.plugins import PluginManager
+    from gym_core.serving import ServerThread
 
-ISOLATION_MODES = ("uv", "none")
+__all__ = ["Launch", "launch", "ISOLATION_MODES", "default_env_file"]
+
+ISOLATION_MODES = ("venv", "none")
+"""``venv``: each plugin in its own venv; ``none``: every server with the interpreter running gym."""
 
 
 @dataclass
 class Launch:
+    """A launched config: its servers (``rows``), their supervisor and the head server."""
+
     config: GlobalConfig
     rows: list[dict[str, Any]] = field(default_factory=list)
-    supervisor: Any = None
+    supervisor: Supervisor | None = None
     head: ServerThread | None = None
     started_at: float = field(default_factory=time.monotonic)
     ready_after_s: float | None = None
 
     def describe(self) -> list[dict[str, Any]]:
-        """The live instance list the head server publishes."""
-        exited = {}
-        if self.supervisor is not None:
-            exited = {name: code for name, code, _ in self.supervisor.poll_crashed()}
-        return [{**row, "alive": row["name"] not in exited} for row in self.rows]
+        """The live instance list the head server publishes: each row with ``pid``, ``alive`` and
+        ``exit_code`` (None while it runs). A read: it never consumes what ``gym run`` watches for."""
+        codes = self.supervisor.returncodes() if self.supervisor is not None else {}
+        pids = self.supervisor.pids() if self.supervisor is not None else {}
+        described = []
+        for row in self.rows:
+            code = codes.get(row["name"])
+            described.append({**row, "pid": pids.get(row["name"]), "alive": code is None, "exit_code": code})
+        return described
 
     def table(self) -> Table:
         table = Table(title="gym servers")
-        for column in ("instance", "kind", "plugin", "url", "environment"):
+        for column in ("instance", "kind", "server type", "url", "venv"):
             table.add_column(column)
         table.add_row("head", "head", "-", self.config.head_url, "this process")
         for row in self.rows:
-            table.add_row(row["name"], row["kind"], row["plugin"], row["url"], row["environment"])
+            table.add_row(row["name"], row["kind"], row["plugin"], row["url"], row["venv"])
         return table
 
 
@@ -68,7 +79,7 @@ def _check_port_free(host: str, port: int, what: str, fix: str) -> None:
 
 
 def _maybe_start_ray(config: GlobalConfig, needs_ray: list[str], console: Console) -> None:
-    """Ray costs seconds to start: only when the config joins a cluster or a plugin needs it."""
+    """Ray costs seconds to start: only when the config joins a cluster or a server type needs it."""
     address = config.ray_head_node_address
     if not address and not needs_ray:
         return
@@ -76,7 +87,7 @@ def _maybe_start_ray(config: GlobalConfig, needs_ray: list[str], console: Consol
         import ray  # type: ignore[import-not-found]
     except ImportError:
         raise GymError(
-            f"Ray is needed ({'ray_head_node_address is set' if address else 'plugins ' + ', '.join(needs_ray)})"
+            f"Ray is needed ({'ray_head_node_address is set' if address else 'server types ' + ', '.join(needs_ray)})"
             " but not installed: pip install ray"
         ) from None
     console.print(f"starting Ray ({'joining ' + address if address else 'local'})…")
@@ -88,7 +99,7 @@ def launch(
     config_paths: Sequence[str],
     overrides: Sequence[str] = (),
     *,
-    isolation: str = "uv",
+    isolation: str = "venv",
     console: Console | None = None,
     ready_timeout_s: float = 600.0,
     env_file: str | None = "env.yaml",
@@ -96,7 +107,10 @@ def launch(
     catalog: Catalog | None = None,
 ) -> Iterator[Launch]:
     """Start the head server and every instance; stop them all on exit. Yields once all are ready."""
-    from gym_cli._processes import ChildSpec, Supervisor
+    from gym_core.config import CONFIG_ENV, INSTANCE_ENV, load_config
+    from gym_core.head import build_head_app
+    from gym_core.plugins import get_plugin_manager
+    from gym_core.serving import ServerThread
 
     if isolation not in ISOLATION_MODES:
         raise GymError(f"--isolation must be one of {', '.join(ISOLATION_MODES)}, not {isolation!r}")
@@ -105,7 +119,8 @@ def launch(
     catalog = catalog or find_catalog()
     known = plugins.servers()
     config = load_config(
-        config_paths, overrides, env_file=env_file, plugins=plugins, external_plugins=catalog.entries.keys()
+        config_paths, overrides, env_file=env_file, server_types=known, load_errors=plugins.load_errors,
+        external_types=catalog.entries.keys(),
     )
     if not config.instances:
         raise GymError("the config defines no server instances (entries like `name: {plugin: ...}`)")
@@ -117,7 +132,7 @@ def launch(
 
     _maybe_start_ray(config, [n for n, p in known.items() if p.needs_ray and n in {i.plugin for i in config.instances.values()}], console)
 
-    pythons = _environments(config, isolation, catalog, console)
+    pythons = _pythons(config, isolation, catalog, console)
     state = Launch(config)
     state.head = ServerThread(build_head_app(config, state.describe), config.head_host, config.head_port).start()
     supervisor = Supervisor()
@@ -128,7 +143,7 @@ def launch(
             python, where = pythons[inst.plugin]
             kind = known[inst.plugin].kind if inst.plugin in known else (catalog.entries[inst.plugin].kind or "?")
             state.rows.append(
-                {"name": inst.name, "kind": kind, "plugin": inst.plugin, "url": inst.url, "environment": where}
+                {"name": inst.name, "kind": kind, "plugin": inst.plugin, "url": inst.url, "venv": where}
             )
             supervisor.start(
                 ChildSpec(
@@ -147,26 +162,23 @@ def launch(
         state.head.stop()
 
 
-def _environments(config: GlobalConfig, isolation: str, catalog: Catalog, console: Console) -> dict[str, tuple[str, str]]:
-    """The python each plugin runs with, and a word on where it comes from."""
+def _pythons(config: GlobalConfig, isolation: str, catalog: Catalog, console: Console) -> dict[str, tuple[str, str]]:
+    """The python each server type runs with, and a word on its venv."""
     used = sorted({i.plugin for i in config.instances.values()})
     if isolation == "none":
-        return {name: (sys.executable, "current") for name in used}
-    from gym_cli._environments import EnvironmentManager, PluginSource
+        return {name: (sys.executable, "none (gym's)") for name in used}
+    from gym_cli.venvs import VenvManager
 
     missing = [name for name in used if name not in catalog.entries]
-    result = {name: (sys.executable, "current (not in catalog)") for name in missing}
-    sources = []
-    for name in used:
-        entry = catalog.entries.get(name)
-        if entry is not None:
-            sources.append(PluginSource(name=name, path=entry.path, requirement=entry.requirement))
+    result = {name: (sys.executable, "none (not in catalog)") for name in missing}
+    sources = [source_of_entry(catalog.entries[name]) for name in used if name in catalog.entries]
     if sources:
-        manager = EnvironmentManager(core_path=catalog.core_path, console=lambda msg: console.print(msg, highlight=False))
-        for source, env in zip(sources, manager.ensure_many(sources)):
-            result[source.name] = (str(env.python), "reused" if env.reused else "built")
+        manager = VenvManager(core_path=catalog.core_path, console=lambda msg: console.print(msg, highlight=False))
+        for source, venv in zip(sources, manager.ensure_many(sources)):
+            result[source.name] = (str(venv.python), "reused" if venv.reused else "built")
     return result
 
 
 def default_env_file() -> str | None:
+    """The env file every config loads (secrets, local paths): ``$GYM_ENV_FILE``, else ``env.yaml``."""
     return os.environ.get("GYM_ENV_FILE", "env.yaml")

@@ -1,5 +1,9 @@
 """Supervision of the server processes that ``gym run`` starts.
 
+Asking about the children (:meth:`Supervisor.exited`, :meth:`Supervisor.returncodes`) is a read:
+any number of readers (``gym run``'s watch loop, the head server's ``/server_instances``) see the same
+answer, and a child that has exited is reported as exited by every later call.
+
 Each child runs in a session (and process group) of its own, so a Ctrl+C typed in the terminal reaches
 only the CLI, which then shuts the children down in order: SIGINT to each child's process group, a
 grace period, SIGKILL to the groups still alive. Signalling whole groups also stops whatever a server
@@ -27,7 +31,7 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import urlsplit
 
-from gym_core.errors import GymError
+from gym_cli.exits import CommandFailed
 
 __all__ = [
     "ChildSpec",
@@ -64,14 +68,16 @@ class ChildExit(NamedTuple):
     last_lines: list[str]
 
 
-class ChildExitedError(GymError):
-    """A child exited while the others were starting."""
+class ChildExitedError(CommandFailed):
+    """A child exited: while the others were starting (``while_starting``), or later."""
 
-    def __init__(self, name: str, returncode: int, last_lines: list[str]):
+    def __init__(self, name: str, returncode: int, last_lines: list[str], *, while_starting: bool = True):
         self.name = name
         self.returncode = returncode
         self.last_lines = list(last_lines)
-        text = f"server {name!r} exited with {_describe_returncode(returncode)} while starting"
+        self.while_starting = while_starting
+        when = "while starting" if while_starting else "after start-up"
+        text = f"server {name!r} exited with {_describe_returncode(returncode)} {when}"
         if self.last_lines:
             text += "; its last output:\n" + "\n".join(f"  [{name}] {line}" for line in self.last_lines)
         else:
@@ -79,7 +85,7 @@ class ChildExitedError(GymError):
         super().__init__(text)
 
 
-class ReadyTimeoutError(GymError, TimeoutError):
+class ReadyTimeoutError(CommandFailed, TimeoutError):
     """Some children were still not ready when the deadline passed."""
 
     def __init__(self, names: list[str], last_lines: dict[str, list[str]], waited_s: float | None = None):
@@ -119,7 +125,6 @@ class _Child:
         self.lines: deque[str] = deque(maxlen=ring_lines)
         self.lines_lock = threading.Lock()
         self.ready = spec.ready_url is None
-        self.reported = False
         self.reader: threading.Thread | None = None
 
     def last_lines(self) -> list[str]:
@@ -140,6 +145,9 @@ class Supervisor:
         self._ring_lines = ring_lines
         self._children: dict[str, _Child] = {}
         self._lock = threading.Lock()
+        # Popen.poll() from two threads at once answers None to the one that finds the other reaping
+        # the child: readers (the head's /server_instances, the watch loop) take turns instead.
+        self._poll_lock = threading.Lock()
         self._shutdown_codes: dict[str, int | None] | None = None
         self._shutting_down = False
         atexit.register(self._atexit)
@@ -204,7 +212,7 @@ class Supervisor:
         return self._children[name].proc.pid
 
     def pids(self) -> dict[str, int]:
-        return {name: child.proc.pid for name, child in self._children.items()}
+        return {name: child.proc.pid for name, child in list(self._children.items())}
 
     def last_lines(self, name: str) -> list[str]:
         child = self._children[name]
@@ -212,12 +220,16 @@ class Supervisor:
         return child.last_lines()
 
     def returncode(self, name: str) -> int | None:
-        return self._children[name].proc.poll()
+        return self._poll(self._children[name])
+
+    def _poll(self, child: _Child) -> int | None:
+        with self._poll_lock:
+            return child.proc.poll()
 
     def _drain(self, child: _Child, timeout: float = 1.0) -> None:
         """Once the child has exited, let its reader catch the last lines (bounded: a grandchild may
         still hold the pipe open)."""
-        if child.proc.poll() is not None and child.reader is not None and child.reader.is_alive():
+        if self._poll(child) is not None and child.reader is not None and child.reader.is_alive():
             child.reader.join(timeout)
 
     # -- readiness -----------------------------------------------------------------------------------
@@ -232,10 +244,9 @@ class Supervisor:
         interval = 0.05
         while True:
             for child in list(self._children.values()):
-                returncode = child.proc.poll()
+                returncode = self._poll(child)
                 if returncode is not None:
                     self._drain(child)
-                    child.reported = True
                     raise ChildExitedError(child.spec.name, returncode, child.last_lines())
             pending = [c for c in waiting if not c.ready]
             for child in pending:
@@ -257,28 +268,31 @@ class Supervisor:
 
     # -- watching ------------------------------------------------------------------------------------
 
-    def poll_crashed(self) -> list[ChildExit]:
-        """Children that have exited since the last call (each reported once; none during shutdown)."""
+    def returncodes(self) -> dict[str, int | None]:
+        """Each child's return code, None while it runs (negative: killed by that signal). A read, and
+        cheap: it never waits for a child's last output lines."""
+        return {name: self._poll(child) for name, child in list(self._children.items())}
+
+    def exited(self) -> list[ChildExit]:
+        """Every child that has exited, with its last lines; none during shutdown. A read: a child that
+        exited is in every later answer, whoever else asked."""
         if self._shutting_down:
             return []
-        exited: list[ChildExit] = []
+        exits: list[ChildExit] = []
         for child in list(self._children.values()):
-            if child.reported:
-                continue
-            returncode = child.proc.poll()
+            returncode = self._poll(child)
             if returncode is not None:
                 self._drain(child)
-                child.reported = True
-                exited.append(ChildExit(child.spec.name, returncode, child.last_lines()))
-        return exited
+                exits.append(ChildExit(child.spec.name, returncode, child.last_lines()))
+        return exits
 
     def watch(self, timeout_s: float | None = None, interval_s: float = 0.2,
               stop: threading.Event | None = None) -> list[ChildExit]:
-        """Block until a child exits (its :meth:`poll_crashed` report), ``stop`` is set, or ``timeout_s``
-        passes (then an empty list)."""
+        """Block until some child has exited (then :meth:`exited`), ``stop`` is set, shutdown begins, or
+        ``timeout_s`` passes (then an empty list)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            exited = self.poll_crashed()
+            exited = self.exited()
             if exited or self._shutting_down:
                 return exited
             if stop is not None and stop.is_set():
@@ -296,7 +310,7 @@ class Supervisor:
     def signal_all(self, signum: int = signal.SIGINT) -> None:
         """Send ``signum`` to the process group of every child still running."""
         for child in list(self._children.values()):
-            if child.proc.poll() is None:
+            if self._poll(child) is None:
                 _killpg(child.pgid, signum)
 
     def shutdown(self, timeout_s: float = 10) -> dict[str, int | None]:
@@ -309,7 +323,7 @@ class Supervisor:
             children = list(self._children.values())
         try:
             for child in children:
-                if child.proc.poll() is None:
+                if self._poll(child) is None:
                     _killpg(child.pgid, signal.SIGINT)
             deadline = time.monotonic() + max(0.0, timeout_s)
             for child in children:
@@ -319,7 +333,7 @@ class Supervisor:
                     pass
             for child in children:
                 # The group of a child that exited may still hold processes it spawned: stop them too.
-                if child.proc.poll() is None or _group_alive(child.pgid):
+                if self._poll(child) is None or _group_alive(child.pgid):
                     _killpg(child.pgid, signal.SIGKILL)
             for child in children:
                 try:
@@ -330,7 +344,7 @@ class Supervisor:
                 if child.reader is not None:
                     child.reader.join(timeout=2)
         finally:
-            codes = {child.spec.name: child.proc.poll() for child in children}
+            codes = {child.spec.name: self._poll(child) for child in children}
             with self._lock:
                 self._shutdown_codes = codes
             atexit.unregister(self._atexit)

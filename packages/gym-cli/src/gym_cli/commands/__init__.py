@@ -1,0 +1,20 @@
+"""gym's built-in subcommands, one module each, registered through the same hook third-party
+commands use. A subcommand module depends on gym_cli's shared modules, never on another subcommand."""
+
+from gym_core import hookimpl
+
+__all__ = ["gym_register_commands"]
+
+
+@hookimpl
+def gym_register_commands(register):
+    from gym_cli.commands.collect import collect
+    from gym_cli.commands.plugin import plugin
+    from gym_cli.commands.profile import profile
+    from gym_cli.commands.run import run
+    from gym_cli.commands.status import status
+    from gym_cli.commands.test import test
+    from gym_cli.commands.workspace import workspace
+
+    for command in (run, status, collect, profile, plugin, test, workspace):
+        register(command)

@@ -1,0 +1,146 @@
+"""``gym collect``: JSONL tasks → scored JSONL rollouts, in parallel, resumable; then the profile."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from rich.console import Console
+
+from gym_cli.exits import CommandFailed
+from gym_cli.head import default_head
+from gym_cli.launch.launcher import ISOLATION_MODES
+
+if TYPE_CHECKING:
+    from gym_cli.rollouts import CollectOptions, CollectSummary
+
+__all__ = ["collect"]
+
+
+async def _collect(head: str, tasks: list[dict[str, Any]], pairs: list[tuple[int, int]], options: CollectOptions,
+                   summary: CollectSummary, console: Console) -> None:
+    """Ask the head server what runs, choose the agent, then collect with a progress bar."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from gym_core.client import ServerClient
+    from gym_core.errors import ServerCallError
+    from gym_core.options import ClientConfig
+    from gym_core.plugins import get_plugin_manager
+
+    from gym_cli.head import agent_instances, server_instances
+    from gym_cli.rollouts import choose_agent, collect_rollouts
+
+    client_config = ClientConfig(timeout_s=3600, max_attempts=3, deadline_s=7200)
+    try:
+        client = await ServerClient.from_head(head, config=client_config)
+    except ServerCallError as exc:
+        raise CommandFailed(f"cannot reach the head server at {head} ({exc.detail}): start the servers with "
+                            "`gym run CONFIG` and pass its --head, or let this command start them with --serve CONFIG") from None
+    columns = (
+        TextColumn("[bold]collecting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:.2f} rollouts/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TextColumn("mean reward {task.fields[mean]}  failed {task.fields[failed]}"),
+    )
+    async with client:
+        if options.agent is None:
+            rows = await server_instances(client, head)
+            options.default_agent = choose_agent(tasks, agent_instances(rows, get_plugin_manager().servers()))
+        options.failures.unlink(missing_ok=True)  # the failures of this run only; earlier ones are retried now
+        with Progress(*columns, console=console, transient=False) as progress:
+            bar = progress.add_task("collect", total=summary.total, completed=summary.skipped, rate=0.0, mean="-", failed=0)
+
+            def on_progress(s: CollectSummary) -> None:
+                mean = s.mean_reward
+                progress.update(
+                    bar,
+                    completed=s.skipped + s.done + s.failed,
+                    rate=(s.done + s.failed) / max(s.elapsed_s, 1e-9),
+                    mean="-" if mean is None else f"{mean:.3f}",
+                    failed=s.failed,
+                )
+
+            await collect_rollouts(client, tasks, pairs, options, summary, on_progress)
+
+
+@click.command()
+@click.option("--input", "input_path", type=click.Path(path_type=Path), required=True, help="Tasks, one JSON object per line.")
+@click.option("--output", "output_path", type=click.Path(path_type=Path), required=True, help="Rollouts JSONL (appended; resumes).")
+@click.option("--agent", help="Agent instance to run every task (default: the row's agent_ref, else the only agent).")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Rollouts per task.")
+@click.option("--parallel", type=click.IntRange(min=1), default=16, show_default=True, help="Rollouts in flight at once.")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the first N tasks.")
+@click.option("--temperature", type=float, help="Override the sampling temperature of every task.")
+@click.option("--top-p", type=float, help="Override top_p of every task.")
+@click.option("--max-output-tokens", type=click.IntRange(min=1), help="Override max_output_tokens of every task.")
+@click.option("--failures", "failures_path", type=click.Path(path_type=Path), help="Failed rollouts (default: OUTPUT with .failures.jsonl).")
+@click.option("--head", default=default_head, show_default="gym run's default head", help="Head server of a running `gym run`.")
+@click.option("--serve", "serve_configs", multiple=True, type=click.Path(path_type=Path),
+              help="Start the servers of this config first (repeatable), stop them at the end.")
+@click.option("--set", "overrides", multiple=True, help="Override for --serve configs, Hydra grammar (repeatable).")
+@click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="venv", show_default=True,
+              help="Where --serve servers run: venv, each plugin's own; none, the Python running gym.")
+@click.option("--profile/--no-profile", default=True, show_default=True, help="Print the reward profile at the end.")
+def collect(input_path, output_path, agent, repeats, parallel, limit, temperature, top_p, max_output_tokens,
+            failures_path, head, serve_configs, overrides, isolation, profile) -> None:
+    """Collect scored rollouts: each task of INPUT runs REPEATS times through an agent.
+
+    Rows are written as they complete. Re-running the same command resumes: completed
+    (task, rollout) pairs are skipped; failed ones are retried. Exits 1 when some rollouts
+    failed (they are in the failures file), 130 when interrupted.
+
+    \b
+    Example (one command: start servers, collect, profile, stop):
+      gym collect --serve plugins/resources/math/configs/math_local.yaml \\
+          --input plugins/resources/math/data/example.jsonl --output rollouts.jsonl --repeats 4
+    """
+    from gym_cli.launch.launcher import default_env_file, launch
+    from gym_cli.reward_profile import print_profile, profile_file
+    from gym_cli.rollouts import CollectOptions, CollectSummary, pending_pairs, read_done, read_tasks, run_async
+
+    console = Console(stderr=True, soft_wrap=True)
+    failures_path = failures_path or output_path.with_name(output_path.stem + ".failures.jsonl")
+    sampling = {k: v for k, v in {"temperature": temperature, "top_p": top_p, "max_output_tokens": max_output_tokens}.items() if v is not None}
+    tasks = read_tasks(input_path, limit)
+    done = read_done(output_path)
+    pairs = pending_pairs(len(tasks), repeats, done)
+    summary = CollectSummary(total=len(tasks) * repeats, skipped=len(tasks) * repeats - len(pairs))
+    if summary.skipped:
+        console.print(f"resuming: {summary.skipped} of {summary.total} rollouts already in {output_path}")
+    options = CollectOptions(output_path, failures_path, agent, repeats, parallel, sampling)
+    interrupted = False
+    if pairs:
+        serving = (
+            launch([str(p) for p in serve_configs], overrides, isolation=isolation, console=console,
+                   env_file=default_env_file())
+            if serve_configs else contextlib.nullcontext()
+        )
+        with serving as state:
+            if state is not None:
+                console.print(state.table())
+                console.print(f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s")
+                head = state.config.head_url
+            try:
+                run_async(_collect(head, tasks, pairs, options, summary, console))
+            except KeyboardInterrupt:
+                interrupted = True
+    rate = (summary.done + summary.failed) / max(summary.elapsed_s, 1e-9)
+    console.print(
+        f"{summary.done} rollouts collected, {summary.failed} failed, {summary.skipped} already done "
+        f"in {summary.elapsed_s:.1f} s ({rate:.2f} rollouts/s) → {output_path}"
+    )
+    if summary.failed:
+        console.print(f"[yellow]failures written to {failures_path}; re-run the same command to retry them[/]")
+    if interrupted:
+        console.print("[yellow]completed rollouts are kept; re-run the same command to resume[/]")
+        raise KeyboardInterrupt
+    if profile and output_path.exists():
+        print_profile(profile_file(output_path), Console())
+    if summary.failed:
+        raise CommandFailed()

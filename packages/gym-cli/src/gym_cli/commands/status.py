@@ -1,0 +1,73 @@
+"""``gym status``: the servers of the running ``gym run``, each with its health."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from gym_cli.exits import CommandFailed
+from gym_cli.head import default_head
+
+__all__ = ["status"]
+
+
+async def _status(head: str) -> list[dict]:
+    from gym_core.client import ServerClient
+    from gym_core.errors import ServerCallError
+    from gym_core.options import ClientConfig
+
+    from gym_cli.head import server_instances
+
+    async with ServerClient(config=ClientConfig(timeout_s=5, max_attempts=1)) as client:
+        try:
+            instances = await server_instances(client, head)
+        except ServerCallError as exc:
+            raise CommandFailed(f"no gym servers are running at {head} (start them with `gym run CONFIG`): "
+                                f"{exc.detail}") from None
+
+        async def health(row: dict) -> dict:
+            if row.get("alive") is False:  # reported by `gym run`'s supervisor: no need to ask
+                return {**row, "health": f"exited with code {row.get('exit_code')}"}
+            try:
+                await client.request("GET", row["url"], "/health", server_name=row["name"])
+                return {**row, "health": "ok"}
+            except ServerCallError as exc:
+                return {**row, "health": f"down: {exc.detail}"}
+
+        return list(await asyncio.gather(*(health(row) for row in instances)))
+
+
+@click.command()
+@click.option("--head", default=default_head, show_default="gym run's default head",
+              help="URL of the head server of `gym run`.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def status(head: str, as_json: bool) -> None:
+    """Show the servers of the running `gym run` and whether each answers.
+
+    Exits 1 when no head server answers at HEAD or some server is down.
+
+    \b
+    Example:
+      gym status --head http://127.0.0.1:11000
+    """
+    head = head.rstrip("/")
+    rows = asyncio.run(_status(head))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        table = Table(title=f"gym servers ({head})")
+        for column in ("instance", "kind", "server type", "url", "health"):
+            table.add_column(column)
+        for row in rows:
+            style = "green" if row["health"] == "ok" else "red"
+            table.add_row(row["name"], row.get("kind", "?"), row.get("plugin", "?"), row["url"],
+                          f"[{style}]{escape(row['health'])}[/]")
+        Console().print(table)
+    down = [row["name"] for row in rows if row["health"] != "ok"]
+    if down:
+        raise CommandFailed(f"{len(down)} of {len(rows)} servers are not healthy: {', '.join(down)}")

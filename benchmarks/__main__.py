@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmarks._common import ROOT, load
 
-MEASUREMENTS = ("orchestration", "startup", "scale", "model_overhead")
+MEASUREMENTS = ("orchestration", "startup", "scale", "model_overhead", "worker_pool")
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -52,6 +52,13 @@ def markdown(results: dict[str, Any]) -> str:
                   f"| through the framework (HTTP /v1/responses) | {m['framework_tokens_per_s']} |",
                   f"| llama engine in-process | {m['direct_tokens_per_s']} |", "",
                   f"overhead: {m['overhead_pct']} % (completion tokens {m['completion_tokens']})", ""]
+    if "worker_pool" in results:
+        w = results["worker_pool"]
+        lines += ["## Worker pool (gym_core.workers)", "", "| call | ms |", "| --- | --- |",
+                  f"| async call of a trivial function | {w['async_call_ms']} |",
+                  f"| blocking call of a trivial function | {w['blocking_call_ms']} |",
+                  f"| kill a worker past its limit and replace it | {w['kill_and_replace_ms']} |",
+                  f"| math verify_answer needing a worker | {w.get('math_verify_call_ms', '—')} |", ""]
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_harness_runs_tiny(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--size", "tiny", "--only", "orchestration", "startup", "scale",
+        [sys.executable, "-m", "benchmarks", "--size", "tiny", "--only", "orchestration", "startup", "scale", "worker_pool",
          "--output", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
@@ -33,5 +33,7 @@ def test_harness_runs_tiny(tmp_path):
     assert scale["completed"] == scale["written"] == scale["in_flight"] and scale["errors"] == 0
     assert set(scale["peak_rss_mb"]) == {"agent", "counter", "policy_model", "collector"}
     assert all(mb > 0 for mb in scale["peak_rss_mb"].values())
+    pool = results["worker_pool"]
+    assert all(pool[key] > 0 for key in ("async_call_ms", "blocking_call_ms", "kill_and_replace_ms", "math_verify_call_ms"))
     assert set(results) >= {"load_before", "load_after", "machine"}
     assert "Orchestration overhead" in (tmp_path / "results.md").read_text()

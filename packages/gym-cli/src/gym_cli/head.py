@@ -14,7 +14,7 @@ __all__ = ["default_head", "server_instances", "agent_instances"]
 
 def default_head() -> str:
     """The URL of ``gym run``'s head server with the default ``head_server`` settings."""
-    from gym_core.config import DEFAULT_HEAD_PORT, DEFAULT_HOST
+    from gym_core.options import DEFAULT_HEAD_PORT, DEFAULT_HOST
 
     return f"http://{DEFAULT_HOST}:{DEFAULT_HEAD_PORT}"
 

@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gym_core.errors import ConfigError, GymError, did_you_mean
-from gym_core.options import ref_of
+from gym_core.options import DEFAULT_HEAD_PORT, DEFAULT_HOST, ref_of
 
 if TYPE_CHECKING:
     from gym_core.registry import ServerType
@@ -43,8 +43,6 @@ __all__ = [
     "validate_instance_options",
 ]
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_HEAD_PORT = 11000
 RESERVED_KEYS = frozenset({"head_server", "ray_head_node_address", "ray"})
 CONFIG_ENV = "GYM_CONFIG"  # the resolved global config (JSON), given to every server process
 INSTANCE_ENV = "GYM_INSTANCE"  # which instance of it a server process is

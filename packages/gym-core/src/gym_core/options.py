@@ -22,6 +22,8 @@ import msgspec
 from msgspec import Meta
 
 __all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_HEAD_PORT",
     "ServerConfig",
     "ClientConfig",
     "Ref",
@@ -33,6 +35,10 @@ __all__ = [
     "OptionInfo",
     "describe_options",
 ]
+
+
+DEFAULT_HOST = "127.0.0.1"  # servers listen on loopback unless a config says otherwise
+DEFAULT_HEAD_PORT = 11000  # where `gym run` serves the head server, and where clients look for it
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,7 @@ class ClientConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Options every server instance accepts. A server type's config struct subclasses it."""
 
-    host: Annotated[str, Meta(description="address to listen on")] = "127.0.0.1"
+    host: Annotated[str, Meta(description="address to listen on")] = DEFAULT_HOST
     port: Annotated[int, Meta(ge=0, le=65535, description="port to listen on; 0: a free one, assigned at start")] = 0
     max_body_bytes: Annotated[int, Meta(ge=1, description="largest request body accepted (413 above)")] = 64 * 1024 * 1024
     session_ttl_s: Annotated[float, Meta(gt=0, description="idle time after which a session's state is dropped")] = 3600.0

@@ -80,7 +80,7 @@ async def _collect(head: str, tasks: list[dict[str, Any]], pairs: list[tuple[int
 @click.option("--top-p", type=float, help="Override top_p of every task.")
 @click.option("--max-output-tokens", type=click.IntRange(min=1), help="Override max_output_tokens of every task.")
 @click.option("--failures", "failures_path", type=click.Path(path_type=Path), help="Failed rollouts (default: OUTPUT with .failures.jsonl).")
-@click.option("--head", default=default_head, show_default="gym run's default head", help="Head server of a running `gym run`.")
+@click.option("--head", default=default_head(), show_default=True, help="Head server of a running `gym run`.")
 @click.option("--serve", "serve_configs", multiple=True, type=click.Path(path_type=Path),
               help="Start the servers of this config first (repeatable), stop them at the end.")
 @click.option("--set", "overrides", multiple=True, help="Override for --serve configs, Hydra grammar (repeatable).")

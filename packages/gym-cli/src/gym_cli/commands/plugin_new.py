@@ -17,11 +17,11 @@ from gym_core.plugins import ENTRY_POINT_GROUP, SERVER_KINDS
 
 from gym_cli.catalog import find_catalog
 from gym_cli.exits import fail
+from gym_cli.workspace import KIND_DIRECTORIES
 
 __all__ = ["new", "render_template"]
 
 # Where `gym plugin new` puts a plugin of each kind inside a workspace.
-KIND_DIRECTORIES = {"model": "plugins/models", "resources": "plugins/resources", "agent": "plugins/agents"}
 TEMPLATE = ("templates", "plugin")
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*")
 
@@ -147,6 +147,6 @@ def new(kind: str, name: str, output_dir: Path | None, description: str | None) 
         console.print("next: run its tests (`uv run` locks the workspace and installs the new member first):")
         console.print(f"  uv run pytest {shown}", markup=False)
         return
-    console.print("next: build its environment and record it in the catalog, then run its tests:")
+    console.print("next: build its venv and record it in the catalog, then run its tests:")
     console.print(f"  gym plugin install {shown}", markup=False)
     console.print(f"  gym test {plugin_name}", markup=False)

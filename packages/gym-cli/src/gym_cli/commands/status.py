@@ -43,7 +43,7 @@ async def _status(head: str) -> list[dict]:
 
 
 @click.command()
-@click.option("--head", default=default_head, show_default="gym run's default head",
+@click.option("--head", default=default_head(), show_default=True,
               help="URL of the head server of `gym run`.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(head: str, as_json: bool) -> None:

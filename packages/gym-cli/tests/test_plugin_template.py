@@ -304,23 +304,23 @@ def test_new_registers_the_plugin_in_the_workspace(tmp_path):
 
     root = copy_of_workspace(tmp_path)
     comments = {name: comment_lines(root / name) for name in ("pyproject.toml", "workspace.toml")}
-    result = gym("plugin", "new", "resources", "demo-env", env={"GYM_WORKSPACE": str(root)})
+    result = gym("plugin", "new", "resources", "probe-env-xyz", env={"GYM_WORKSPACE": str(root)})
     assert result.exit_code == 0, result.output
-    assert "uv run pytest" in result.output and "plugins/resources/demo_env" in result.output
+    assert "uv run pytest" in result.output and "plugins/resources/probe_env_xyz" in result.output
 
     pyproject = tomllib.loads((root / "pyproject.toml").read_text())
-    assert "gym-demo-env" in pyproject["project"]["dependencies"]
-    assert pyproject["tool"]["uv"]["sources"]["gym-demo-env"] == {"workspace": True}
+    assert "gym-probe-env-xyz" in pyproject["project"]["dependencies"]
+    assert pyproject["tool"]["uv"]["sources"]["gym-probe-env-xyz"] == {"workspace": True}
     assert {"jsonschema>=4.18", "pytest>=8"} <= set(pyproject["dependency-groups"]["test"])
     catalog = tomllib.loads((root / "workspace.toml").read_text())
-    assert catalog["plugins"]["demo_env"] == {"kind": "resources", "path": "plugins/resources/demo_env"}
+    assert catalog["plugins"]["probe_env_xyz"] == {"kind": "resources", "path": "plugins/resources/probe_env_xyz"}
     for name, lines in comments.items():
         assert comment_lines(root / name) == lines  # comments kept, in place
     # In sync now; registering again changes nothing.
     assert check(root) == []
     before = (root / "pyproject.toml").read_text(), (root / "workspace.toml").read_text()
-    directory = root / "plugins" / "resources" / "demo_env"
-    assert register_member(root, directory, "resources", "demo_env", "gym-demo-env") == []
+    directory = root / "plugins" / "resources" / "probe_env_xyz"
+    assert register_member(root, directory, "resources", "probe_env_xyz", "gym-probe-env-xyz") == []
     assert ((root / "pyproject.toml").read_text(), (root / "workspace.toml").read_text()) == before
 
 
@@ -405,11 +405,11 @@ def test_uv_run_pytest_runs_a_new_plugin_s_tests(tmp_path):
         "[tool.uv.sources]\ngym-core = { workspace = true }\n"
     )
     (root / "workspace.toml").write_text('[core]\npath = "packages/gym-core"\n')
-    assert gym("plugin", "new", "resources", "demo-env", env={"GYM_WORKSPACE": str(root)}).exit_code == 0
+    assert gym("plugin", "new", "resources", "probe-env-xyz", env={"GYM_WORKSPACE": str(root)}).exit_code == 0
 
     environ = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH")}
     proc = subprocess.run(
-        [find_uv(), "run", "pytest", "plugins/resources/demo_env", "-q", "-p", "no:cacheprovider"],
+        [find_uv(), "run", "pytest", "plugins/resources/probe_env_xyz", "-q", "-p", "no:cacheprovider"],
         cwd=root, env=environ, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -61,7 +61,7 @@ plugin.add_command(new)
 # --- list and show -------------------------------------------------------------------------------
 
 
-def _default(option: dict[str, Any], width: int = 40) -> str:
+def _default(option: dict[str, Any], width: int = 24) -> str:
     if option["required"]:
         return "required"
     text = json.dumps(option["default"])
@@ -72,8 +72,10 @@ def options_table(options: list[dict[str, Any]], title: str | None = None, *, in
     """A server type's options: name, type, default and description; ``inherited``: with those every
     server has (``host``, ``port``...), after its own."""
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in ("option", "type", "default", "description"):
-        table.add_column(column, overflow="fold")
+    table.add_column("option", no_wrap=True)
+    table.add_column("type", overflow="fold", max_width=24)
+    table.add_column("default", overflow="fold", max_width=24)
+    table.add_column("description", overflow="fold", ratio=1)
     rows = sorted((o for o in options if inherited or not o["inherited"]), key=lambda o: o["inherited"])
     for option in rows:
         style = "dim" if option["inherited"] else ""

@@ -195,7 +195,9 @@ class GymServer:
         if isinstance(exc, HTTPException):
             return error_response(str(exc.detail), exc.status_code, type(exc).__name__)
         if isinstance(exc, msgspec.ValidationError):
-            return error_response(f"invalid request body for {request.url.path}: {exc}", 422, "validation_error")
+            # Names the server (the environment) and the field: "math: invalid request body for /verify:
+            # Object missing required field `expected_answer`".
+            return error_response(f"{self.name}: invalid request body for {request.url.path}: {exc}", 422, "validation_error")
         if isinstance(exc, msgspec.DecodeError):
             return error_response(f"request body of {request.url.path} is not valid JSON: {exc}", 400, "decode_error")
         if isinstance(exc, ToolError):

@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmarks._common import ROOT, load
 
-MEASUREMENTS = ("orchestration", "startup", "scale", "model_overhead", "worker_pool")
+MEASUREMENTS = ("orchestration", "startup", "scale", "model_overhead", "worker_pool", "verify_throughput")
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -59,6 +59,16 @@ def markdown(results: dict[str, Any]) -> str:
                   f"| blocking call of a trivial function | {w['blocking_call_ms']} |",
                   f"| kill a worker past its limit and replace it | {w['kill_and_replace_ms']} |",
                   f"| math verify_answer needing a worker | {w.get('math_verify_call_ms', '—')} |", ""]
+    if "verify_throughput" in results:
+        v = results["verify_throughput"]
+        levels = sorted({int(c) for rows in v.values() for c in rows})
+        lines += ["## Verify throughput per environment (POST /verify, example rows cycled)", "",
+                  "| environment | " + " | ".join(f"c={c} verif/s | c={c} p99 ms" for c in levels) + " | errors |",
+                  "| --- |" + " --- | --- |" * len(levels) + " --- |"]
+        for name, rows in v.items():
+            cells = " | ".join(f"{rows[str(c)]['per_s']} | {rows[str(c)]['p99_ms']}" for c in levels)
+            lines.append(f"| {name} | {cells} | {sum(r['errors'] for r in rows.values())} |")
+        lines.append("")
     return "\n".join(lines)
 
 

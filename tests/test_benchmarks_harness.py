@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_harness_runs_tiny(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--size", "tiny", "--only", "orchestration", "startup", "scale", "worker_pool",
+        [sys.executable, "-m", "benchmarks", "--size", "tiny", "--only", "orchestration", "startup", "scale", "worker_pool", "verify_throughput",
          "--output", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
@@ -35,5 +35,10 @@ def test_harness_runs_tiny(tmp_path):
     assert all(mb > 0 for mb in scale["peak_rss_mb"].values())
     pool = results["worker_pool"]
     assert all(pool[key] > 0 for key in ("async_call_ms", "blocking_call_ms", "kill_and_replace_ms", "math_verify_call_ms"))
+    verify = results["verify_throughput"]
+    assert set(verify) == {"counter", "math"}
+    for rows in verify.values():
+        assert set(rows) == {"1", "8"} and all(row["errors"] == 0 and row["per_s"] > 0 for row in rows.values())
+    assert "Verify throughput per environment" in (tmp_path / "results.md").read_text()
     assert set(results) >= {"load_before", "load_after", "machine"}
     assert "Orchestration overhead" in (tmp_path / "results.md").read_text()

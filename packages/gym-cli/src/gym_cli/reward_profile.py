@@ -23,10 +23,19 @@ ANSWER_FIELDS = ("extracted_answer", "answer")
 
 
 def build_profile(rows: list[dict[str, Any]], ks=DEFAULT_KS, answer_field: str | None = None) -> dict[str, Any]:
-    """The profile of rollout rows, with every plugin's aggregate metrics under ``plugin_metrics``."""
+    """The profile of rollout rows, with every plugin's aggregate metrics under ``plugin_metrics``
+    and, under ``environments``, the overall block of each environment's own rows (rows record the
+    environment that verified them; a collection can mix several)."""
     if answer_field is None:
         answer_field = next((f for f in ANSWER_FIELDS if any(f in row for row in rows)), None)
     profile = profile_rollouts(rows, ks=ks, answer_field=answer_field)
+    by_environment: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_environment.setdefault(str(row.get("environment") or "?"), []).append(row)
+    profile["environments"] = {
+        name: profile_rollouts(env_rows, ks=ks, answer_field=answer_field)["overall"]
+        for name, env_rows in sorted(by_environment.items())
+    }
     profile["plugin_metrics"] = get_plugin_manager().aggregate_metrics(rows)
     profile["answer_field"] = answer_field
     return profile
@@ -73,6 +82,16 @@ def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30
     k_table.add_row("[bold]overall", str(overall["num_rollouts"]), _fmt(overall["fields"]["reward"]["mean"]),
                     *(f"[bold]{_fmt(overall[k])}" for k in metric_keys))
     console.print(k_table)
+    environments = profile.get("environments", {})
+    if len(environments) > 1:
+        keys = [k for k in metric_keys if any(k in block for block in environments.values())]
+        e_table = Table(title="by environment")
+        for column in ("environment", "tasks", "rollouts", "mean reward", *keys):
+            e_table.add_column(column, justify="left" if column == "environment" else "right")
+        for name, block in environments.items():
+            e_table.add_row(name, str(block["num_tasks"]), str(block["num_rollouts"]),
+                            _fmt(block["fields"]["reward"]["mean"]), *(_fmt(block.get(k, "-")) for k in keys))
+        console.print(e_table)
     for name, value in profile.get("plugin_metrics", {}).items():
         console.print(f"{name}: {_fmt(value)}")
     if "_written_to" in profile:

@@ -93,6 +93,6 @@ def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30
                             _fmt(block["fields"]["reward"]["mean"]), *(_fmt(block.get(k, "-")) for k in keys))
         console.print(e_table)
     for name, value in profile.get("plugin_metrics", {}).items():
-        console.print(f"{name}: {_fmt(value)}")
+        console.print(f"{name}: {_fmt(value)}", markup=False)  # names like pass@1[avg-of-4] are not markup
     if "_written_to" in profile:
         console.print(f"profile written to {profile['_written_to']}")

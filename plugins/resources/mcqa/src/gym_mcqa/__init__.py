@@ -1,1 +1,1 @@
-"""A gym environment: tools and a verifier."""
+"""The mcqa environment: multiple-choice QA graded by the extracted option letter."""

@@ -1,1 +1,1 @@
-"""A gym environment: tools and a verifier."""
+"""The ``string_match`` environment: a free-form answer graded against a reference string."""

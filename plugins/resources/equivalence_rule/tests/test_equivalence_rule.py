@@ -1,5 +1,6 @@
-"""Tests of the equivalence_rule plugin, real servers on loopback: gym's conformance kit for
-a resources server, then what is particular to this one.
+"""The equivalence_rule server over real HTTP: gym's conformance kit under each grading rule, the
+verdicts and their edge cases, bad rows, the time limit, the aggregate metrics and the example
+config played by the scripted model.
 
 The plugin is registered explicitly rather than found through its entry point, so these tests also
 run from a source checkout. The test of the example config needs gym's first-party plugins too; it
@@ -9,19 +10,76 @@ is skipped where they are not installed (in the plugin's own venv, say).
 from __future__ import annotations
 
 import json
+import threading
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from gym_core import PluginManager, ServerClient
+from gym_core.config import load_config
+from gym_core.errors import ConfigError
 from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
 
 import gym_equivalence_rule.plugin
+from gym_equivalence_rule.scoring import score
 
 PACKAGE = Path(__file__).resolve().parents[1]
-CONFIG = PACKAGE / "configs" / "equivalence_rule.yaml"
+EXAMPLES = PACKAGE / "data" / "example.jsonl"
+SCRIPTED_CONFIG = PACKAGE / "configs" / "equivalence_rule_scripted.yaml"
+
+
+def message(*parts: dict) -> dict:
+    return {"type": "message", "role": "assistant", "status": "completed", "content": list(parts)}
+
+
+def text(value: str) -> dict:
+    return {"type": "output_text", "text": value, "annotations": []}
+
+
+# What the tests answer to each example row (by its hashid), the text that is graded, and the
+# `exact` reward it must get: right answers written differently, wrong ones, and malformed outputs.
+EXAMPLE_RESPONSES: dict[str, tuple[dict, str, float]] = {
+    # Right, in another case and spacing.
+    "h01-copy-sentence": (
+        assistant_response("  THE quick brown\n\tfox jumps over the lazy dog.  "),
+        "  THE quick brown\n\tfox jumps over the lazy dog.  ",
+        1.0,
+    ),
+    # Right, split over two output_text parts after a reasoning item (not graded).
+    "h02-mrcr-second-toast": (
+        {
+            "output": [
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "it is the tide one"}]},
+                message(text("Xq7Lm2Pa9Z"), text("Raise a glass to the tide, which always comes back.")),
+            ]
+        },
+        "Xq7Lm2Pa9ZRaise a glass to the tide, which always comes back.",
+        1.0,
+    ),
+    # Wrong text with the right hash: partial similarity, no exact match.
+    "h03-mrcr-first-poem": (
+        assistant_response("k3VbN8wQ1eRaise a glass to the tide, which always comes back."),
+        "k3VbN8wQ1eRaise a glass to the tide, which always comes back.",
+        0.0,
+    ),
+    # Cut short.
+    "h04-copy-line": (assistant_response("Meeting moved to Thursday"), "Meeting moved to Thursday", 0.0),
+    # Malformed: only a function call, no message at all.
+    "h05-reverse-word": (
+        {"output": [{"type": "function_call", "call_id": "c1", "name": "reverse", "arguments": "{\"word\""}]},
+        "",
+        0.0,
+    ),
+    # Malformed: a refusal only (refusals are not output_text).
+    "h06-first-list-line": (
+        {"output": [message({"type": "refusal", "refusal": "1. Apples, 3 kg"})]},
+        "",
+        0.0,
+    ),
+}
 
 
 def first_party(*names: str) -> list[object]:
@@ -41,55 +99,221 @@ def plugins(*others: object) -> PluginManager:
     return manager
 
 
-def example_config() -> dict:
-    return yaml.safe_load(CONFIG.read_text())
+def verify_body(response_text: str | None, expected: Any = "the answer", **extra: Any) -> dict:
+    row = {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, **extra}
+    if expected is not ...:
+        row["expected_answer"] = expected
+    response = assistant_response(response_text) if response_text is not None else {"output": []}
+    return {**row, "response": response}
 
 
-class TestEquivalenceRule(ResourcesServerTests):
+class EquivalenceRuleKit(ResourcesServerTests):
+    """The kit on the example rows, each answered as :data:`EXAMPLE_RESPONSES` says."""
+
     server_type = "equivalence_rule"
     plugins = [gym_equivalence_rule.plugin]
-    example_data = PACKAGE / "data" / "example.jsonl"
-
-    # What a perfect policy does with each example task: one call of the tool, then the answer.
-    def tool_calls_for(self, row):
-        return [("add", {"a": 1, "b": 2})]
+    example_data = EXAMPLES
+    grading_rule = "exact"
 
     def response_for(self, row):
-        return assistant_response(row["expected_answer"])
+        return EXAMPLE_RESPONSES[row["hashid"]][0]
 
     def expected_reward(self, row):
-        return 1.0
+        return score(self.grading_rule, EXAMPLE_RESPONSES[row["hashid"]][1], row["expected_answer"])
 
-    def test_verify_reports_the_answer_and_the_tool_calls(self, gym_servers: RunningServers):
-        task = {"responses_create_params": {"input": "What is 12 + 30?"}, "expected_answer": "42"}
+
+class TestExact(EquivalenceRuleKit):
+    def expected_reward(self, row):
+        return EXAMPLE_RESPONSES[row["hashid"]][2]
+
+    def test_every_example_row_has_a_response(self):
+        assert sorted(EXAMPLE_RESPONSES) == sorted(row["hashid"] for row in read_rows(EXAMPLES))
+
+    def test_verify_answers_reward_score_and_reason(self, gym_servers: RunningServers):
         caller = gym_servers.caller()
-        caller.post("/seed_session", task)
-        assert caller.post("/add", {"a": 12, "b": 30}).json() == {"sum": 42}
-        right = caller.post("/verify", {**task, "response": assistant_response("42")}).json()
-        wrong = caller.post("/verify", {**task, "response": assistant_response("41")}).json()
-        assert right == {"reward": 1.0, "answer": "42", "tool_calls": 1}
+        right = caller.post("/verify", verify_body(" The  ANSWER\n", "the answer")).json()
+        wrong = caller.post("/verify", verify_body("the answer.", "the answer")).json()
+        empty = caller.post("/verify", verify_body(None, "the answer")).json()
+        assert right == {"reward": 1.0, "equivalence_score": 1.0, "reason": "match"}
+        assert wrong == {"reward": 0.0, "equivalence_score": 0.0, "reason": "no_match"}
+        assert empty == {"reward": 0.0, "equivalence_score": 0.0, "reason": "empty_response"}
+
+    def test_empty_answer_matches_an_empty_response(self, gym_servers: RunningServers):
+        reply = gym_servers.caller().post("/verify", verify_body("   ", "")).json()
+        assert reply == {"reward": 1.0, "equivalence_score": 1.0, "reason": "match"}
+
+    def test_rows_with_nulls_and_extra_keys_are_accepted(self, gym_servers: RunningServers):
+        body = verify_body(
+            "ok",
+            "OK",
+            question="q?",
+            dataset="mrcr.sdg_ns_out+S.0-8k",
+            source="mrcr",
+            hashid="abc",
+            context_length=8192,
+            anything_else={"nested": [1, None]},
+        )
+        body["responses_create_params"].update(temperature=None, tools=None, reasoning=None, max_output_tokens=None)
+        body["response"].update(usage=None, incomplete_details=None, instructions=None)
+        reply = gym_servers.caller().post("/verify", body)
+        assert reply.status == 200, reply.text
+        assert reply.json()["reward"] == 1.0
+
+    def test_a_row_without_expected_answer_gets_a_422_naming_it(self, gym_servers: RunningServers):
+        reply = gym_servers.caller().post("/verify", verify_body("x", ...))
+        assert reply.status == 422, reply.text
+        assert "expected_answer" in reply.json()["error"]["message"]
+
+    @pytest.mark.parametrize("bad", [None, 42, ["a"]])
+    def test_an_expected_answer_that_is_not_a_string_gets_a_422(self, gym_servers: RunningServers, bad):
+        reply = gym_servers.caller().post("/verify", verify_body("42", bad))
+        assert reply.status == 422, reply.text
+        assert "expected_answer" in reply.json()["error"]["message"]
+
+    def test_long_exact_comparisons_go_through_the_worker_pool(self, gym_servers: RunningServers):
+        answer = "lorem ipsum dolor sit amet " * 5000  # beyond what is compared inline
+        caller = gym_servers.caller()
+        right = caller.post("/verify", verify_body(answer.upper(), answer)).json()
+        wrong = caller.post("/verify", verify_body(answer + "!", answer)).json()
+        assert right == {"reward": 1.0, "equivalence_score": 1.0, "reason": "match"}
         assert wrong["reward"] == 0.0
+        assert gym_servers.server.pool.pids  # a worker did the work
 
-    def test_sessions_are_separate(self, gym_servers: RunningServers):
-        first, second = gym_servers.caller(), gym_servers.caller()
-        for caller in (first, first, second):
-            caller.post("/add", {"a": 1, "b": 1})
-        task = {"responses_create_params": {"input": "q"}, "expected_answer": "2"}
-        assert first.post("/verify", {**task, "response": assistant_response("2")}).json()["tool_calls"] == 2
+    def test_default_grading_rule_is_exact(self, gym_servers: RunningServers):
+        assert gym_servers.server.config.grading_rule == "exact"
 
-    def test_tools_are_offered_to_models(self, gym_servers: RunningServers):
-        tools = gym_servers.caller().get("/tools").json()
-        assert [t["name"] for t in tools] == ["add"]
-        assert set(tools[0]["parameters"]["properties"]) == {"a", "b"}
+    def test_no_tools(self, gym_servers: RunningServers):
+        assert gym_servers.caller().get("/tools").json() == []
 
 
-async def test_example_config_solves_every_example():
-    # The scripted model calls the tool, then gives the expected answer (its script rides in metadata).
+class TestSeqMatch(EquivalenceRuleKit):
+    options = {"grading_rule": "seq_match", "verify_workers": 1}
+    grading_rule = "seq_match"
+
+    def test_partial_similarity(self, gym_servers: RunningServers):
+        reply = gym_servers.caller().post("/verify", verify_body("ABCD", "bcde")).json()
+        assert reply == {"reward": 0.75, "equivalence_score": 0.75, "reason": "partial"}
+
+    def test_autojunk_quirk_over_http(self, gym_servers: RunningServers):
+        # One extra leading character hides a 300-character answer of popular characters, as in difflib.
+        reply = gym_servers.caller().post("/verify", verify_body("x" + "a" * 300, "A" * 300)).json()
+        assert reply == {"reward": 0.0, "equivalence_score": 0.0, "reason": "no_match"}
+
+    def test_example_rows_get_partial_credit_where_exact_gives_none(self, gym_servers: RunningServers):
+        row = next(r for r in read_rows(EXAMPLES) if r["hashid"] == "h04-copy-line")
+        reply = gym_servers.caller().post("/verify", {**row, "response": EXAMPLE_RESPONSES[row["hashid"]][0]}).json()
+        assert 0.0 < reply["reward"] < 1.0 and reply["reason"] == "partial"
+
+
+class TestWeightedSeqMatch(EquivalenceRuleKit):
+    options = {"grading_rule": "weighted_seq_match", "verify_workers": 1}
+    grading_rule = "weighted_seq_match"
+
+    def test_prefix_bonus(self, gym_servers: RunningServers):
+        caller = gym_servers.caller()
+        right_start = caller.post("/verify", verify_body("ABCDEFGHIJ xyz", "abcdefghij")).json()
+        assert right_start["reward"] == pytest.approx(0.85 * 20 / 24 + 0.15)
+        assert right_start["equivalence_score"] == right_start["reward"]
+        # The same characters, the hash moved to the end: the prefix bonus is lost.
+        moved = caller.post("/verify", verify_body("xyzabcdefghij", "abcdefghij")).json()
+        assert moved["reward"] < right_start["reward"]
+
+    def test_empty_answer_gives_only_the_prefix_weight(self, gym_servers: RunningServers):
+        reply = gym_servers.caller().post("/verify", verify_body("something", "")).json()
+        assert reply["reward"] == pytest.approx(0.15) and reply["reason"] == "partial"
+
+
+# A response difflib needs seconds for (a long repetitive response against a 199-character
+# answer, below autojunk's threshold).
+SLOW_ANSWER = ("a b c " * 40)[:199]
+SLOW_RESPONSE = "c b a " * 10_000
+
+
+class TestTimeLimit(ResourcesServerTests):
+    server_type = "equivalence_rule"
+    plugins = [gym_equivalence_rule.plugin]
+    options = {"grading_rule": "seq_match", "verify_timeout_s": 0.5, "verify_workers": 1}
+    example_data = EXAMPLES
+
+    def response_for(self, row):
+        return EXAMPLE_RESPONSES[row["hashid"]][0]
+
+    def test_a_pathological_response_scores_0_with_reason_timeout(self, gym_servers: RunningServers):
+        caller = gym_servers.caller()
+        before = gym_servers.server.pool.pids
+        reply = caller.post("/verify", verify_body(SLOW_RESPONSE, SLOW_ANSWER)).json()
+        assert reply == {"reward": 0.0, "equivalence_score": 0.0, "reason": "timeout"}
+        assert gym_servers.server.pool.pids != before  # the stuck worker was replaced
+        # The server keeps scoring.
+        assert caller.post("/verify", verify_body("abcd", "bcde")).json()["reward"] == 0.75
+
+    def test_the_server_answers_while_a_comparison_runs(self, gym_servers: RunningServers):
+        done = threading.Event()
+        verdicts: list[dict] = []
+
+        def slow_verify() -> None:
+            verdicts.append(gym_servers.caller().post("/verify", verify_body(SLOW_RESPONSE, SLOW_ANSWER)).json())
+            done.set()
+
+        worker = threading.Thread(target=slow_verify)
+        worker.start()
+        try:
+            health = gym_servers.caller().get("/health")
+            # Answered before the comparison ended: the event loop was free.
+            assert health.status == 200 and not done.is_set()
+        finally:
+            worker.join(30)
+        assert verdicts[0]["reason"] == "timeout"
+
+
+# ---------------------------------------------------------------- options
+
+
+def test_an_unknown_grading_rule_is_a_config_error():
+    with pytest.raises(ConfigError) as error:
+        load_config(
+            base={"env": {"plugin": "equivalence_rule", "grading_rule": "fuzzy"}},
+            env_file=None,
+            server_types=plugins().servers(),
+        )
+    assert "grading_rule" in str(error.value)
+
+
+# ---------------------------------------------------------------- aggregate metrics
+
+
+def test_aggregate_metrics_summarise_this_environments_rows():
+    manager = plugins()
+    rows = [
+        {"environment": "equivalence_rule", "reward": 1.0, "equivalence_score": 1.0, "reason": "match"},
+        {"environment": "equivalence_rule", "reward": 0.5, "equivalence_score": 0.5, "reason": "partial"},
+        {"environment": "equivalence_rule", "reward": 0.0, "equivalence_score": 0.0, "reason": "timeout"},
+        {"environment": "math", "reward": 1.0, "equivalence_score": 7.0},
+    ]
+    assert manager.aggregate_metrics(rows) == {
+        "equivalence_rule/mean/equivalence_score": pytest.approx(0.5),
+        "equivalence_rule/std/equivalence_score": pytest.approx((1 / 6) ** 0.5),
+        "equivalence_rule/min/equivalence_score": 0.0,
+        "equivalence_rule/max/equivalence_score": 1.0,
+        "equivalence_rule/median/equivalence_score": 0.5,
+        "equivalence_rule/full_match_rate": pytest.approx(1 / 3),
+    }
+    assert manager.aggregate_metrics([{"environment": "math", "reward": 1.0}]) == {}
+    # Rows of this environment without a score (none should exist) contribute nothing.
+    assert manager.aggregate_metrics([{"environment": "equivalence_rule", "reward": 0.0}]) == {}
+
+
+# ---------------------------------------------------------------- the example config, end to end
+
+
+async def test_scripted_config_scores_every_example():
+    # The scripted model gives the expected answer in upper case: every row matches exactly.
     manager = plugins(*first_party("scripted", "simple_agent"))
-    with running_servers(example_config(), plugins=manager) as config:
-        async with ServerClient(config) as client:
-            for task in read_rows(PACKAGE / "data" / "example.jsonl"):
-                script = [{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}, {"text": task["expected_answer"]}]
+    config = yaml.safe_load(SCRIPTED_CONFIG.read_text())
+    with running_servers(config, plugins=manager) as running:
+        async with ServerClient(running) as client:
+            for task in read_rows(EXAMPLES):
+                script = [{"text": task["expected_answer"].upper()}]
                 params = {**task["responses_create_params"], "metadata": {"scripted_turns": json.dumps(script)}}
                 result = await client.post("agent", "/run", {**task, "responses_create_params": params})
-                assert (result["reward"], result["tool_calls"]) == (1.0, 1), result
+                assert (result["reward"], result["equivalence_score"], result["reason"]) == (1.0, 1.0, "match"), result

@@ -1,1 +1,1 @@
-"""A gym environment: tools and a verifier."""
+"""gym environment ``equivalence_rule``: the whole response compared with a reference string."""

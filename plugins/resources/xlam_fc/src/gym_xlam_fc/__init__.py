@@ -1,1 +1,1 @@
-"""A gym environment: tools and a verifier."""
+"""gym environment ``xlam_fc``: single-turn function calling scored against expected calls."""

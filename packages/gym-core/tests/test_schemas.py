@@ -551,3 +551,37 @@ def test_chat_request_from_a_dumped_openai_message_is_accepted():
     assert request.messages[2].tool_calls[0].id == "call_1"
     assert request.messages[3].tool_call_id == "call_1"
     assert request.max_completion_tokens == 5
+
+
+# --- the text views of the environments spec (§1.2) ---------------------------------------------------
+
+
+def _views_response():
+    from gym_core.schemas import decode_response
+
+    return decode_response({"output": [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}]},
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Hello "}, {"type": "refusal", "refusal": "no"},
+            {"type": "output_text", "text": " world"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "42"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Last. "}]},
+    ]})
+
+
+def test_output_text_concatenates_every_output_text_part_with_no_separator():
+    from gym_core.schemas import output_text
+
+    assert output_text(_views_response()) == "Hello  worldLast. "
+
+
+def test_assistant_text_joins_assistant_text_parts_by_newline_and_strips():
+    from gym_core.schemas import assistant_text, last_assistant_text
+
+    response = _views_response()
+    assert assistant_text(response) == "Hello \n world\nLast."
+    assert last_assistant_text(response) == "Last."
+    empty = msgspec.structs.replace(response, output=[])
+    assert (assistant_text(empty), last_assistant_text(empty)) == ("", "")

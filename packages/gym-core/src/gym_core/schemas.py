@@ -63,6 +63,9 @@ __all__ = [
     "decode_response",
     "new_id",
     "response_text",
+    "output_text",
+    "assistant_text",
+    "last_assistant_text",
     "function_calls",
 ]
 
@@ -496,6 +499,42 @@ def response_text(response: Response) -> str:
             else:
                 texts.extend(_part_text(p) for p in item.content)
     return "\n".join(t for t in texts if t)
+
+
+def output_text(response: Response) -> str:
+    """Every ``output_text`` part of every message of the output, concatenated with no separator
+    (the OpenAI SDK's ``Response.output_text``; the environments spec's OUTPUT_TEXT). Reasoning,
+    refusals and function calls are left out; a message whose content is a plain string counts."""
+    texts = []
+    for item in response.output:
+        if isinstance(item, Message):
+            if isinstance(item.content, str):
+                texts.append(item.content)
+            else:
+                texts.extend(part.text for part in item.content if isinstance(part, OutputText))
+    return "".join(texts)
+
+
+def _assistant_parts(message: Message) -> list[str]:
+    if isinstance(message.content, str):
+        return [message.content]
+    return [text for part in message.content if isinstance(text := getattr(part, "text", None), str)]
+
+
+def assistant_text(response: Response) -> str:
+    """Each text part of every assistant message, joined by ``"\n"`` and stripped (the environments
+    spec's ASSISTANT_TEXT_NL). Refusals, reasoning and function calls are left out."""
+    parts = [text for item in response.output if isinstance(item, Message) and item.role == "assistant"
+             for text in _assistant_parts(item)]
+    return "\n".join(parts).strip()
+
+
+def last_assistant_text(response: Response) -> str:
+    """:func:`assistant_text` of the last assistant message only (LAST_ASSISTANT_TEXT)."""
+    for item in reversed(response.output):
+        if isinstance(item, Message) and item.role == "assistant":
+            return "\n".join(_assistant_parts(item)).strip()
+    return ""
 
 
 def function_calls(response: Response) -> list[FunctionCall]:

@@ -1,1 +1,1 @@
-"""A gym environment: tools and a verifier."""
+"""The ``arc_agi`` environment: an ARC-AGI puzzle's test output grid, graded by exact match."""

@@ -1,7 +1,8 @@
-"""Options of a ``arc_agi`` server instance, validated when a config is loaded.
+"""Options of an ``arc_agi`` server instance, validated when a config is loaded.
 
-Kept apart from the server so that registering the plugin imports nothing heavy. Each option's
-description (``Meta(description=...)``) is what `gym plugin show arc_agi` prints.
+Kept apart from the server so that registering the plugin imports nothing else. The reference
+environment has no options; these only bound the cost of grading. Each option's description is
+what `gym plugin show arc_agi` prints.
 """
 
 from __future__ import annotations
@@ -16,4 +17,15 @@ __all__ = ["ArcAgiConfig"]
 
 
 class ArcAgiConfig(ServerConfig, kw_only=True):
-    ignore_case: Annotated[bool, Meta(description="compare the answer with expected_answer ignoring case")] = True
+    verify_timeout_s: Annotated[
+        float,
+        Meta(gt=0, description="hard limit on grading one long answer; past it: reward 0, reason 'timeout'"),
+    ] = 5.0
+    verify_workers: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        Meta(description="worker processes grading long responses; default: min(4, CPUs)"),
+    ] = None
+    verify_memory_limit_mb: Annotated[
+        Annotated[int, Meta(ge=64)] | None,
+        Meta(description="address-space limit of each grading worker (None: none); past it: reward 0, reason 'error'"),
+    ] = 2048

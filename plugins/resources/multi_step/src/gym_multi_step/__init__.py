@@ -1,1 +1,1 @@
-"""A gym environment: tools and a verifier."""
+"""gym environment ``multi_step``: look up synonym values with tools, then submit them in order."""

@@ -16,4 +16,16 @@ __all__ = ["MultiStepConfig"]
 
 
 class MultiStepConfig(ServerConfig, kw_only=True):
-    ignore_case: Annotated[bool, Meta(description="compare the answer with expected_answer ignoring case")] = True
+    verify_timeout_s: Annotated[
+        float,
+        Meta(gt=0, description="hard limit on scoring one large submission (off the event loop); past it the reward is 0"),
+    ] = 10.0
+    fail_on_malformed_arguments: Annotated[
+        bool,
+        Meta(
+            description=(
+                "answer /verify with HTTP 500, as the reference does, when the last extract_synonym_values call "
+                "cannot be read (the rollout then fails); by default it gets reward 0 with a reason"
+            )
+        ),
+    ] = False

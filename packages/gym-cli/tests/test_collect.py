@@ -214,3 +214,31 @@ def test_interrupted_collect_exits_130_and_keeps_its_rows(tmp_path):
     assert "re-run the same command to resume" in err
     kept = rows(out)  # every line whole
     assert 4 <= len(kept) < len(COUNTER_TASKS.read_text().splitlines()) * 50
+
+
+def test_sigterm_to_collect_serve_stops_the_servers_it_started(tmp_path):
+    """`timeout`, a batch scheduler or `kill` sends SIGTERM: the servers `--serve` started must stop
+    with it, not live on as orphans."""
+    config = tmp_path / "slow.yaml"
+    config.write_text(json.dumps({**counter_config(delay_s=30.0), "head_server": {"port": 0}}))
+    out = tmp_path / "out.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym_cli", "collect", "--serve", str(config), "--isolation", "none", "--input",
+         str(COUNTER_TASKS), "--output", str(out), "--no-profile"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    seen = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        seen.append(line)
+        if not line or "All servers ready" in line:
+            break
+    assert "All servers ready" in "".join(seen), "".join(seen)
+    children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+    assert len(children) == 3  # counter, policy, agent
+    proc.send_signal(signal.SIGTERM)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(seen) + output
+    for pid in children:  # gone, or at most a zombie that was reaped already
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -137,6 +139,9 @@ def launch(
     state.head = ServerThread(build_head_app(config, state.describe), config.head_host, config.head_port).start()
     supervisor = Supervisor()
     state.supervisor = supervisor
+    # SIGTERM's default ends this process at once, orphaning the servers: make it unwind like Ctrl+C,
+    # through the `finally` below, whichever command launched them (gym run, gym collect --serve...).
+    restore = _sigterm_as_interrupt()
     try:
         child_env = {CONFIG_ENV: config.to_json(), "PYTHONUNBUFFERED": "1"}
         for inst in config.instances.values():
@@ -158,8 +163,24 @@ def launch(
         state.ready_after_s = time.monotonic() - state.started_at
         yield state
     finally:
-        supervisor.shutdown()
-        state.head.stop()
+        try:
+            supervisor.shutdown()
+            state.head.stop()
+        finally:
+            restore()
+
+
+def _sigterm_as_interrupt() -> Callable[[], None]:
+    """Raise KeyboardInterrupt on SIGTERM until the returned function restores the old handler
+    (main thread only: elsewhere signal handlers cannot be set, and the caller's own handling stands)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _pythons(config: GlobalConfig, isolation: str, catalog: Catalog, console: Console) -> dict[str, tuple[str, str]]:

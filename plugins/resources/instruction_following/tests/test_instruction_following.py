@@ -1,9 +1,10 @@
-"""Tests of the instruction_following plugin, real servers on loopback: gym's conformance kit for
-a resources server, then what is particular to this one.
+"""Tests of the instruction_following plugin over real HTTP, servers on loopback: gym's conformance
+kit for a resources server, then what is particular to this one (the row formats, grading modes,
+the text checked, bad rows, unknown ids, the time limit), then the example configs.
 
 The plugin is registered explicitly rather than found through its entry point, so these tests also
-run from a source checkout. The test of the example config needs gym's first-party plugins too; it
-is skipped where they are not installed (in the plugin's own venv, say).
+run from a source checkout. The tests of the example configs need gym's first-party plugins too;
+they are skipped where those are not installed (in the plugin's own venv, say).
 """
 
 from __future__ import annotations
@@ -12,16 +13,33 @@ import json
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import gym_instruction_following.plugin
 import pytest
 import yaml
-
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
-
-import gym_instruction_following.plugin
+from gym_core.testing import (
+    HTTPCaller,
+    ResourcesServerTests,
+    RunningServers,
+    assistant_response,
+    read_rows,
+    running_servers,
+)
+from gym_instruction_following.plugin import instruction_following_metrics
 
 PACKAGE = Path(__file__).resolve().parents[1]
-CONFIG = PACKAGE / "configs" / "instruction_following.yaml"
+EXAMPLES = PACKAGE / "data" / "example.jsonl"
+
+METADATA = {
+    "instruction_id_list": ["punctuation:no_comma", "keywords:existence"],
+    "prompt": "Describe tea without commas and mention green tea.",
+    "kwargs": [None, {"keywords": ["green"]}],
+}
+TASK = {
+    "id": 7,
+    "responses_create_params": {"input": "Describe tea."},
+    "verifier_metadata": METADATA,
+}
 
 
 def first_party(*names: str) -> list[object]:
@@ -29,7 +47,9 @@ def first_party(*names: str) -> list[object]:
     installed = {ep.name: ep for ep in entry_points(group="gym")}
     missing = [name for name in names if name not in installed]
     if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
+        pytest.skip(
+            f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)"
+        )
     return [installed[name].load() for name in names]
 
 
@@ -37,59 +57,344 @@ def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
     manager = PluginManager(load_entry_points=False)
     for plugin in (gym_instruction_following.plugin, *others):
-        manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
+        manager.register(
+            plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__
+        )
     return manager
-
-
-def example_config() -> dict:
-    return yaml.safe_load(CONFIG.read_text())
 
 
 class TestInstructionFollowing(ResourcesServerTests):
     server_type = "instruction_following"
     plugins = [gym_instruction_following.plugin]
-    example_data = PACKAGE / "data" / "example.jsonl"
+    options = {"verify_timeout_s": 2.0}
+    example_data = EXAMPLES
 
-    # What a perfect policy does with each example task: one call of the tool, then the answer.
-    def tool_calls_for(self, row):
-        return [("add", {"a": 1, "b": 2})]
-
+    # Each example row carries the response to send and the reward it must get in its metadata,
+    # which instruction_following ignores.
     def response_for(self, row):
-        return assistant_response(row["expected_answer"])
+        return assistant_response(row["metadata"]["test_response"])
 
     def expected_reward(self, row):
-        return 1.0
+        return row["metadata"]["test_reward"]
 
-    def test_verify_reports_the_answer_and_the_tool_calls(self, gym_servers: RunningServers):
-        task = {"responses_create_params": {"input": "What is 12 + 30?"}, "expected_answer": "42"}
-        caller = gym_servers.caller()
-        caller.post("/seed_session", task)
-        assert caller.post("/add", {"a": 12, "b": 30}).json() == {"sum": 42}
-        right = caller.post("/verify", {**task, "response": assistant_response("42")}).json()
-        wrong = caller.post("/verify", {**task, "response": assistant_response("41")}).json()
-        assert right == {"reward": 1.0, "answer": "42", "tool_calls": 1}
-        assert wrong["reward"] == 0.0
+    def verify(self, servers: RunningServers, task: dict, response: str | dict):
+        if isinstance(response, str):
+            response = assistant_response(response)
+        return servers.caller().post("/verify", {**task, "response": response})
 
-    def test_sessions_are_separate(self, gym_servers: RunningServers):
-        first, second = gym_servers.caller(), gym_servers.caller()
-        for caller in (first, first, second):
-            caller.post("/add", {"a": 1, "b": 1})
-        task = {"responses_create_params": {"input": "q"}, "expected_answer": "2"}
-        assert first.post("/verify", {**task, "response": assistant_response("2")}).json()["tool_calls"] == 2
+    def test_verify_reports_each_instruction_and_echoes_the_metadata(
+        self, gym_servers: RunningServers
+    ):
+        verdict = self.verify(gym_servers, TASK, "Green tea is calm.").json()
+        assert verdict == {
+            "reward": 1.0,
+            "id": 7,
+            "verifier_metadata": METADATA,
+            "follow_all_instructions": True,
+            "follow_instruction_list": [True, True],
+            "instruction_errors": [None, None],
+            "reason": "",
+        }
+        wrong = self.verify(gym_servers, TASK, "Black, strong tea.").json()
+        assert (
+            wrong["reward"],
+            wrong["follow_instruction_list"],
+            wrong["follow_all_instructions"],
+        ) == (0.0, [False, False], False)
 
-    def test_tools_are_offered_to_models(self, gym_servers: RunningServers):
-        tools = gym_servers.caller().get("/tools").json()
-        assert [t["name"] for t in tools] == ["add"]
-        assert set(tools[0]["parameters"]["properties"]) == {"a", "b"}
+    def test_fraction_mode_gives_the_share_followed(self, gym_servers: RunningServers):
+        task = {**TASK, "verifier_metadata": {**METADATA, "grading_mode": "fraction"}}
+        assert (
+            self.verify(gym_servers, task, "Black tea, strong.").json()["reward"] == 0.0
+        )
+        verdict = self.verify(gym_servers, task, "Green tea, calm.").json()
+        assert (verdict["reward"], verdict["follow_all_instructions"]) == (0.5, False)
+
+    def test_an_empty_instruction_list_is_1_in_binary_and_0_in_fraction_mode(
+        self, gym_servers: RunningServers
+    ):
+        empty = {**METADATA, "instruction_id_list": [], "kwargs": []}
+        binary = self.verify(
+            gym_servers, {**TASK, "verifier_metadata": empty}, "x"
+        ).json()
+        fraction = self.verify(
+            gym_servers,
+            {**TASK, "verifier_metadata": {**empty, "grading_mode": "fraction"}},
+            "x",
+        ).json()
+        assert (binary["reward"], binary["follow_all_instructions"]) == (1.0, True)
+        assert (fraction["reward"], fraction["follow_instruction_list"]) == (0.0, [])
+
+    def test_legacy_top_level_keys_fill_in_what_verifier_metadata_lacks(
+        self, gym_servers: RunningServers
+    ):
+        legacy = {
+            "id": 1,
+            "responses_create_params": {"input": "q"},
+            **METADATA,
+            "grading_mode": "fraction",
+        }
+        verdict = self.verify(gym_servers, legacy, "Green, tea").json()
+        assert (verdict["reward"], verdict["verifier_metadata"]["grading_mode"]) == (
+            0.5,
+            "fraction",
+        )
+        # A key present in verifier_metadata wins over the top-level one.
+        mixed = {
+            **legacy,
+            "verifier_metadata": {
+                "grading_mode": "binary",
+                "kwargs": [None, {"keywords": ["black"]}],
+            },
+        }
+        verdict = self.verify(gym_servers, mixed, "Green tea").json()
+        assert verdict["reward"] == 0.0
+        assert verdict["verifier_metadata"]["kwargs"] == [None, {"keywords": ["black"]}]
+        assert (
+            verdict["verifier_metadata"]["instruction_id_list"]
+            == METADATA["instruction_id_list"]
+        )
+
+    def test_ids_and_kwargs_are_paired_up_to_the_shorter_list(
+        self, gym_servers: RunningServers
+    ):
+        task = {**TASK, "verifier_metadata": {**METADATA, "kwargs": [None]}}
+        verdict = self.verify(gym_servers, task, "has, a comma").json()
+        assert (verdict["reward"], verdict["follow_instruction_list"]) == (0.0, [False])
+
+    def test_the_text_is_the_first_part_of_the_last_output_item(
+        self, gym_servers: RunningServers
+    ):
+        first_message = {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Red, tea"}],
+        }
+        last_message = {
+            "type": "message",
+            "role": "assistant",
+            "content": [
+                {"type": "output_text", "text": "Green tea"},
+                {"type": "output_text", "text": ", more"},
+            ],
+        }
+        verdict = self.verify(
+            gym_servers, TASK, {"output": [first_message, last_message]}
+        ).json()
+        assert verdict["reward"] == 1.0  # earlier messages and later parts are not read
+        call = {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "f",
+            "arguments": "{}",
+        }
+        ends_in_a_call = self.verify(
+            gym_servers, TASK, {"output": [last_message, call]}
+        ).json()
+        assert ends_in_a_call["follow_instruction_list"] == [
+            True,
+            False,
+        ]  # the text is ""
+        assert self.verify(gym_servers, TASK, {"output": []}).json()[
+            "follow_instruction_list"
+        ] == [True, False]
+
+    def test_missing_parameters_and_bad_kwargs_fail_that_instruction_with_a_reason(
+        self, gym_servers: RunningServers
+    ):
+        metadata = {
+            "instruction_id_list": [
+                "keywords:frequency",
+                "punctuation:no_comma",
+                "keywords:existence",
+            ],
+            "prompt": "p",
+            "kwargs": [{"keyword": "tea"}, {"surprise": 1}, {"keywords": ["("]}],
+            "grading_mode": "fraction",
+        }
+        verdict = self.verify(
+            gym_servers, {**TASK, "verifier_metadata": metadata}, "tea"
+        ).json()
+        assert verdict["follow_instruction_list"] == [False, False, False]
+        assert verdict["reward"] == 0.0
+        missing, unexpected, bad_regex = verdict["instruction_errors"]
+        assert "missing parameter(s) frequency, relation" in missing
+        assert "unexpected parameter(s) surprise" in unexpected
+        assert bad_regex.startswith("keywords:existence: error")
+
+    def test_an_unknown_instruction_id_is_a_422_naming_it(
+        self, gym_servers: RunningServers
+    ):
+        task = {
+            **TASK,
+            "verifier_metadata": {
+                **METADATA,
+                "instruction_id_list": ["punctuation:no_comma", "made:up"],
+            },
+        }
+        reply = self.verify(gym_servers, task, "Green tea")
+        assert reply.status == 422
+        assert "'made:up'" in reply.json()["error"]["message"]
+
+    @pytest.mark.parametrize("key", ["instruction_id_list", "prompt", "kwargs"])
+    def test_a_missing_required_key_is_a_422_naming_it(
+        self, gym_servers: RunningServers, key
+    ):
+        metadata = {k: v for k, v in METADATA.items() if k != key}
+        reply = self.verify(
+            gym_servers, {**TASK, "verifier_metadata": metadata}, "Green tea"
+        )
+        assert reply.status == 422, reply.text
+        assert f"verifier_metadata.{key}" in reply.json()["error"]["message"]
+
+    @pytest.mark.parametrize(
+        "field, value",
+        [
+            ("id", None),
+            ("id", "seven"),
+            ("verifier_metadata", {**METADATA, "grading_mode": "partial"}),
+            ("verifier_metadata", {**METADATA, "kwargs": None}),
+            ("verifier_metadata", {**METADATA, "kwargs": ["x"]}),
+        ],
+    )
+    def test_bad_row_fields_are_a_422_naming_the_field(
+        self, gym_servers: RunningServers, field, value
+    ):
+        reply = self.verify(gym_servers, {**TASK, field: value}, "Green tea")
+        assert reply.status == 422, reply.text
+        assert field in reply.json()["error"]["message"]
+
+    def test_a_missing_id_is_a_422(self, gym_servers: RunningServers):
+        task = {k: v for k, v in TASK.items() if k != "id"}
+        reply = self.verify(gym_servers, task, "Green tea")
+        assert reply.status == 422 and "id" in reply.json()["error"]["message"]
+
+    def test_a_pathological_check_times_out_with_reward_zero(
+        self, gym_servers: RunningServers
+    ):
+        metadata = {
+            "instruction_id_list": ["keywords:existence"],
+            "prompt": "p",
+            "kwargs": [{"keywords": ["(a+)+$"]}],
+        }
+        verdict = self.verify(
+            gym_servers, {**TASK, "verifier_metadata": metadata}, "a" * 40 + "!"
+        ).json()
+        assert (
+            verdict["reward"],
+            verdict["reason"],
+            verdict["follow_instruction_list"],
+        ) == (0.0, "timeout", [False])
+        # The server is not stalled, and the killed worker was replaced.
+        assert self.verify(gym_servers, TASK, "Green tea").json()["reward"] == 1.0
 
 
-async def test_example_config_solves_every_example():
-    # The scripted model calls the tool, then gives the expected answer (its script rides in metadata).
+def test_unknown_ids_can_count_as_not_followed_like_the_reference():
+    config = {
+        "instruction_following": {
+            "plugin": "instruction_following",
+            "unknown_instruction_ids": "fail",
+        }
+    }
+    task = {
+        **TASK,
+        "verifier_metadata": {
+            **METADATA,
+            "instruction_id_list": ["punctuation:no_comma", "made:up"],
+            "grading_mode": "fraction",
+        },
+    }
+    with running_servers(config, plugins=plugins()) as running:
+        caller = HTTPCaller(running.instances["instruction_following"].url)
+        verdict = caller.post(
+            "/verify", {**task, "response": assistant_response("Green tea")}
+        ).json()
+    assert (verdict["reward"], verdict["follow_instruction_list"]) == (
+        0.5,
+        [True, False],
+    )
+    assert verdict["instruction_errors"][1] == "unknown instruction id 'made:up'"
+
+
+def test_aggregate_metrics():
+    rows = [
+        {
+            "reward": 1.0,
+            "follow_all_instructions": True,
+            "follow_instruction_list": [True, True],
+            "reason": "",
+        },
+        {
+            "reward": 0.0,
+            "follow_all_instructions": False,
+            "follow_instruction_list": [True, False],
+            "reason": "",
+        },
+        {
+            "reward": 0.0,
+            "follow_all_instructions": False,
+            "follow_instruction_list": [False],
+            "reason": "timeout",
+        },
+        {
+            "reward": 1.0,
+            "follow_all_instructions": True,
+            "follow_instruction_list": [],
+            "reason": "",
+        },
+    ]
+    assert instruction_following_metrics(rows) == {
+        "instruction_following/follow_all_instructions": 0.5,
+        "instruction_following/instruction_accuracy": 0.6,
+        "instruction_following/timeout_rate": 0.25,
+    }
+    assert instruction_following_metrics([]) == {}
+
+
+async def test_the_scripted_config_grades_every_example_through_the_agent():
+    # The scripted model answers each example with its test response (its script rides in metadata).
+    config = yaml.safe_load(
+        (PACKAGE / "configs" / "instruction_following_scripted.yaml").read_text()
+    )
     manager = plugins(*first_party("scripted", "simple_agent"))
-    with running_servers(example_config(), plugins=manager) as config:
-        async with ServerClient(config) as client:
-            for task in read_rows(PACKAGE / "data" / "example.jsonl"):
-                script = [{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}, {"text": task["expected_answer"]}]
-                params = {**task["responses_create_params"], "metadata": {"scripted_turns": json.dumps(script)}}
-                result = await client.post("agent", "/run", {**task, "responses_create_params": params})
-                assert (result["reward"], result["tool_calls"]) == (1.0, 1), result
+    with running_servers(config, plugins=manager) as running:
+        async with ServerClient(running) as client:
+            for task in read_rows(EXAMPLES):
+                script = [{"text": task["metadata"]["test_response"]}]
+                params = {
+                    **task["responses_create_params"],
+                    "metadata": {"scripted_turns": json.dumps(script)},
+                }
+                result = await client.post(
+                    "agent", "/run", {**task, "responses_create_params": params}
+                )
+                assert result["reward"] == task["metadata"]["test_reward"], result
+                assert "follow_instruction_list" in result
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "instruction_following.yaml",
+        "instruction_following_local.yaml",
+        "instruction_following_scripted.yaml",
+    ],
+)
+def test_configs_validate(name):
+    from gym_core.config import load_config
+
+    manager = plugins(
+        *first_party("scripted", "simple_agent", "local_llama", "openai_model")
+    )
+    overrides = (
+        ["policy_model.base_url=http://127.0.0.1:1/v1", "policy_model.model=m"]
+        if name == "instruction_following.yaml"
+        else []
+    )
+    config = load_config(
+        [PACKAGE / "configs" / name],
+        overrides,
+        env_file=None,
+        server_types=manager.servers(),
+    )
+    assert config.instances["instruction_following"].plugin == "instruction_following"

@@ -1,95 +1,221 @@
-"""Tests of the sql plugin, real servers on loopback: gym's conformance kit for
-a resources server, then what is particular to this one.
+"""Tests of the sql plugin over real HTTP, servers on loopback: gym's conformance kit for both
+server types (``bird_sql`` and ``spider2_lite``), then what is particular to them: the verify
+response, bad rows, runaway and writing queries, the ``db_dir`` option.
 
-The plugin is registered explicitly rather than found through its entry point, so these tests also
-run from a source checkout. The test of the example config needs gym's first-party plugins too; it
-is skipped where they are not installed (in the plugin's own venv, say).
+Each example row keeps, in its ignored ``metadata``, the response the kit sends and the reward it
+must get. The plugin is registered explicitly rather than found through its entry point.
 """
 
 from __future__ import annotations
 
-import json
-from importlib.metadata import entry_points
+import threading
 from pathlib import Path
+from typing import Any
 
-import pytest
-import yaml
-
-from gym_core import PluginManager, ServerClient
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
+from gym_core import PluginManager
+from gym_core.testing import HTTPCaller, ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
 
 import gym_sql.plugin
+from gym_sql.examples import build_example_databases
 
 PACKAGE = Path(__file__).resolve().parents[1]
-CONFIG = PACKAGE / "configs" / "sql.yaml"
+BIRD_EXAMPLES = PACKAGE / "data" / "example.jsonl"
+SPIDER2_EXAMPLES = PACKAGE / "data" / "spider2_example.jsonl"
+# Short limits, so that runaway queries end quickly.
+OPTIONS = {"sql_execution_timeout_s": 1.0, "max_rows": 1000, "max_concurrency": 2}
+
+BIRD_TASK = {
+    "responses_create_params": {"input": "Which schools are in Marin county?"},
+    "question": "Which schools are in Marin county?",
+    "gt_sql": "SELECT name FROM schools WHERE county = 'Marin'",
+    "db_id": "school",
+}
+SPIDER2_TASK = {
+    "responses_create_params": {"input": "Which players are from India?"},
+    "question": "Which players are from India?",
+    "db_id": "cricket",
+    "gold_sql": "SELECT player_name FROM player WHERE country = 'India'",
+}
+
+WRITE = "```sql\nDELETE FROM schools\n```"
+BOMB = "```sql\nSELECT COUNT(*) FROM numbers a, numbers b, numbers c, numbers d, numbers e\n```"
+ENDLESS = "```sql\nWITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c\n```"
+ENDLESS_ROWS = "```sql\nWITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c\n```"
+RIGHT = "```sql\nSELECT name FROM schools WHERE county = 'Marin'\n```"
 
 
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``; skips the test where one is missing."""
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
-    return [installed[name].load() for name in names]
+def verify(caller: HTTPCaller, task: dict[str, Any], text: str) -> dict[str, Any]:
+    reply = caller.post("/verify", {**task, "response": assistant_response(text)})
+    assert reply.status == 200, reply.text
+    return reply.json()
 
 
-def plugins(*others: object) -> PluginManager:
-    """A plugin manager holding this plugin and ``others``."""
-    manager = PluginManager(load_entry_points=False)
-    for plugin in (gym_sql.plugin, *others):
-        manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
-    return manager
-
-
-def example_config() -> dict:
-    return yaml.safe_load(CONFIG.read_text())
-
-
-class TestSql(ResourcesServerTests):
-    server_type = "sql"
-    plugins = [gym_sql.plugin]
-    example_data = PACKAGE / "data" / "example.jsonl"
-
-    # What a perfect policy does with each example task: one call of the tool, then the answer.
-    def tool_calls_for(self, row):
-        return [("add", {"a": 1, "b": 2})]
-
+class _MetadataAnswers:
     def response_for(self, row):
-        return assistant_response(row["expected_answer"])
+        return assistant_response(row["metadata"]["response"])
 
     def expected_reward(self, row):
-        return 1.0
+        return row["metadata"]["expected_reward"]
 
-    def test_verify_reports_the_answer_and_the_tool_calls(self, gym_servers: RunningServers):
-        task = {"responses_create_params": {"input": "What is 12 + 30?"}, "expected_answer": "42"}
+
+class TestBirdSql(_MetadataAnswers, ResourcesServerTests):
+    server_type = "bird_sql"
+    plugins = [gym_sql.plugin]
+    options = OPTIONS
+    example_data = BIRD_EXAMPLES
+
+    def test_verify_response_fields(self, gym_servers: RunningServers):
+        text = "Here:\n```sql\nSELECT name FROM schools WHERE county = 'Marin' ORDER BY name\n```"
+        body = verify(gym_servers.caller(), {**BIRD_TASK, "difficulty": "simple", "id": "7"}, text)
+        assert body == {
+            "reward": 1.0,
+            "model_output": text,
+            "extracted_sql": "SELECT name FROM schools WHERE county = 'Marin' ORDER BY name",
+            "had_codeblock": True,
+            "execution_match": True,
+            "failure_reason": "none",
+            "error": None,
+            "question": BIRD_TASK["question"],
+            "gt_sql": BIRD_TASK["gt_sql"],
+            "db_id": "school",
+            "difficulty": "simple",
+            "id": 7,
+        }
+
+    def test_wrong_result_is_execution_error(self, gym_servers: RunningServers):
+        body = verify(gym_servers.caller(), BIRD_TASK, "```sql\nSELECT name FROM schools\n```")
+        assert (body["reward"], body["failure_reason"], body["error"]) == (0.0, "execution_error", None)
+
+    def test_no_block_runs_the_filler_and_says_no_sql_extracted(self, gym_servers: RunningServers):
+        body = verify(gym_servers.caller(), BIRD_TASK, "SELECT name FROM schools WHERE county = 'Marin'")
+        assert (body["reward"], body["extracted_sql"], body["had_codeblock"]) == (0.0, "SELECT 1", False)
+        assert body["failure_reason"] == "no_sql_extracted"
+        # The quirk: when the gold result is a single 1, the filler matches it.
+        one = {**BIRD_TASK, "gt_sql": "SELECT COUNT(*) FROM schools WHERE county = 'Marin' AND enrollment > 1600"}
+        assert verify(gym_servers.caller(), one, "I don't know")["reward"] == 1.0
+
+    def test_failing_gold_query(self, gym_servers: RunningServers):
+        body = verify(gym_servers.caller(), {**BIRD_TASK, "gt_sql": "SELECT name FROM nowhere"}, RIGHT)
+        assert (body["reward"], body["failure_reason"]) == (0.0, "gold_execution_error")
+        assert "no such table" in body["error"]
+
+    def test_unknown_database(self, gym_servers: RunningServers):
+        for db_id in ("absent", "../school", "/etc/passwd"):
+            body = verify(gym_servers.caller(), {**BIRD_TASK, "db_id": db_id}, RIGHT)
+            assert (body["reward"], body["failure_reason"]) == (0.0, "gold_execution_error"), db_id
+
+    def test_missing_required_field_is_a_422_naming_it(self, gym_servers: RunningServers):
+        for field in ("gt_sql", "db_id", "question"):
+            task = {k: v for k, v in BIRD_TASK.items() if k != field}
+            reply = gym_servers.caller().post("/verify", {**task, "response": assistant_response(RIGHT)})
+            assert reply.status == 422 and field in reply.text, (field, reply.status, reply.text)
+        reply = gym_servers.caller().post("/verify", {**BIRD_TASK, "id": "seven", "response": assistant_response(RIGHT)})
+        assert reply.status == 422 and "id" in reply.text
+
+    def test_nulls_in_optional_fields_are_accepted(self, gym_servers: RunningServers):
+        body = verify(gym_servers.caller(), {**BIRD_TASK, "difficulty": None, "id": None, "sql_context": None}, RIGHT)
+        assert (body["reward"], body["difficulty"], body["id"]) == (1.0, None, None)
+
+    def test_runaway_and_writing_queries_score_0_and_the_server_keeps_serving(self, gym_servers: RunningServers):
         caller = gym_servers.caller()
-        caller.post("/seed_session", task)
-        assert caller.post("/add", {"a": 12, "b": 30}).json() == {"sum": 42}
-        right = caller.post("/verify", {**task, "response": assistant_response("42")}).json()
-        wrong = caller.post("/verify", {**task, "response": assistant_response("41")}).json()
-        assert right == {"reward": 1.0, "answer": "42", "tool_calls": 1}
-        assert wrong["reward"] == 0.0
+        expected = {
+            WRITE: "refused (the query may only read)",
+            BOMB: "timeout",
+            ENDLESS: "timeout",
+            ENDLESS_ROWS: "more than 1000 rows",
+        }
+        results: dict[str, dict[str, Any]] = {}
 
-    def test_sessions_are_separate(self, gym_servers: RunningServers):
-        first, second = gym_servers.caller(), gym_servers.caller()
-        for caller in (first, first, second):
-            caller.post("/add", {"a": 1, "b": 1})
-        task = {"responses_create_params": {"input": "q"}, "expected_answer": "2"}
-        assert first.post("/verify", {**task, "response": assistant_response("2")}).json()["tool_calls"] == 2
+        def run(text: str) -> None:
+            results[text] = verify(gym_servers.caller(), BIRD_TASK, text)
 
-    def test_tools_are_offered_to_models(self, gym_servers: RunningServers):
-        tools = gym_servers.caller().get("/tools").json()
-        assert [t["name"] for t in tools] == ["add"]
-        assert set(tools[0]["parameters"]["properties"]) == {"a", "b"}
+        threads = [threading.Thread(target=run, args=(text,)) for text in expected]
+        for thread in threads:
+            thread.start()
+        # While those run, the server still answers, and grades a right answer.
+        assert caller.get("/health").json()["status"] == "ok"
+        assert verify(caller, BIRD_TASK, RIGHT)["reward"] == 1.0
+        for thread in threads:
+            thread.join()
+        for text, reason in expected.items():
+            body = results[text]
+            assert (body["reward"], body["failure_reason"]) == (0.0, "execution_error"), body
+            assert body["error"].startswith(reason), body
+        assert verify(caller, BIRD_TASK, RIGHT)["reward"] == 1.0
+        # Nothing was written: the table still holds every row.
+        count = {**BIRD_TASK, "gt_sql": "SELECT COUNT(*) FROM schools"}
+        assert verify(caller, count, "```sql\nSELECT 8\n```")["reward"] == 1.0
 
 
-async def test_example_config_solves_every_example():
-    # The scripted model calls the tool, then gives the expected answer (its script rides in metadata).
-    manager = plugins(*first_party("scripted", "simple_agent"))
-    with running_servers(example_config(), plugins=manager) as config:
-        async with ServerClient(config) as client:
-            for task in read_rows(PACKAGE / "data" / "example.jsonl"):
-                script = [{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}, {"text": task["expected_answer"]}]
-                params = {**task["responses_create_params"], "metadata": {"scripted_turns": json.dumps(script)}}
-                result = await client.post("agent", "/run", {**task, "responses_create_params": params})
-                assert (result["reward"], result["tool_calls"]) == (1.0, 1), result
+class TestSpider2Lite(_MetadataAnswers, ResourcesServerTests):
+    server_type = "spider2_lite"
+    plugins = [gym_sql.plugin]
+    options = OPTIONS
+    example_data = SPIDER2_EXAMPLES
+
+    def test_verify_response_fields(self, gym_servers: RunningServers):
+        text = "```sql\nSELECT player_id, player_name FROM player WHERE country = 'India'\n```"
+        body = verify(gym_servers.caller(), {**SPIDER2_TASK, "instance_id": "local9"}, text)
+        assert body == {
+            "reward": 1.0,
+            "model_output": text,
+            "extracted_sql": "SELECT player_id, player_name FROM player WHERE country = 'India'",
+            "execution_match": True,
+            "failure_reason": "none",
+            "error": None,
+            "gold_sql": SPIDER2_TASK["gold_sql"],
+            "db_id": "cricket",
+            "question": SPIDER2_TASK["question"],
+            "instance_id": "local9",
+            "uuid": None,
+        }
+
+    def test_gold_sql_takes_priority_over_gold_result(self, gym_servers: RunningServers):
+        task = {**SPIDER2_TASK, "gold_result": [[["nobody"]]]}
+        assert verify(gym_servers.caller(), task, "SELECT player_name FROM player WHERE country = 'India';")["reward"] == 1.0
+        task = {**SPIDER2_TASK, "gold_sql": "", "gold_result": [[["nobody"]]]}
+        assert verify(gym_servers.caller(), task, "```sql\nSELECT 'nobody'\n```")["reward"] == 1.0
+
+    def test_ignore_order_is_read_laxly(self, gym_servers: RunningServers):
+        task = {**SPIDER2_TASK, "gold_sql": "SELECT player_name FROM player ORDER BY player_id"}
+        reversed_order = "```sql\nSELECT player_name FROM player ORDER BY player_id DESC\n```"
+        assert verify(gym_servers.caller(), {**task, "ignore_order": "true"}, reversed_order)["reward"] == 1.0
+        assert verify(gym_servers.caller(), {**task, "ignore_order": "False"}, reversed_order)["reward"] == 0.0
+        reply = gym_servers.caller().post("/verify", {**task, "ignore_order": "sometimes", "response": assistant_response(reversed_order)})
+        assert reply.status == 422 and "ignore_order" in reply.text
+
+    def test_no_sql_and_errors(self, gym_servers: RunningServers):
+        body = verify(gym_servers.caller(), SPIDER2_TASK, "")
+        assert (body["reward"], body["failure_reason"], body["extracted_sql"]) == (0.0, "no_sql_extracted", None)
+        body = verify(gym_servers.caller(), {**SPIDER2_TASK, "gold_sql": "SELEC"}, "SELECT 1;")
+        assert (body["reward"], body["failure_reason"]) == (0.0, "execution_error") and body["error"].startswith("gold query")
+
+    def test_a_row_without_gold_is_a_422(self, gym_servers: RunningServers):
+        task = {k: v for k, v in SPIDER2_TASK.items() if k != "gold_sql"}
+        reply = gym_servers.caller().post("/verify", {**task, "response": assistant_response("SELECT 1;")})
+        assert reply.status == 422 and "gold_sql" in reply.text and "gold_result" in reply.text
+
+    def test_write_bomb_and_endless_recursion_score_0(self, gym_servers: RunningServers):
+        caller = gym_servers.caller()
+        for text, reason in (
+            ("```sql\nDROP TABLE player\n```", "refused"),
+            ("```sql\nSELECT COUNT(*) FROM batting a, batting b, batting c, batting d, batting e, batting f, batting g\n```", "timeout"),
+            (ENDLESS, "timeout"),
+        ):
+            body = verify(caller, SPIDER2_TASK, text)
+            assert (body["reward"], body["failure_reason"]) == (0.0, "execution_error") and body["error"].startswith(reason), body
+        assert verify(caller, SPIDER2_TASK, "SELECT player_name FROM player WHERE country = 'India';")["reward"] == 1.0
+
+
+def test_db_dir_with_birds_layout(tmp_path):
+    # <db_dir>/<db_id>/<db_id>.sqlite, as in BIRD's dev_databases.
+    for path in build_example_databases(tmp_path / "built"):
+        (tmp_path / "dbs" / path.stem).mkdir(parents=True)
+        path.rename(tmp_path / "dbs" / path.stem / path.name)
+    manager = PluginManager(load_entry_points=False)
+    manager.register(gym_sql.plugin, name="gym_sql.plugin")
+    config = {"bird_sql": {"plugin": "bird_sql", "db_dir": str(tmp_path / "dbs")}}
+    with running_servers(config, plugins=manager) as running:
+        caller = HTTPCaller(running.instances["bird_sql"].url)
+        for row in read_rows(BIRD_EXAMPLES):
+            assert verify(caller, row, row["metadata"]["response"])["reward"] == row["metadata"]["expected_reward"]

@@ -1,1 +1,1 @@
-"""A gym environment: tools and a verifier."""
+"""The instruction_following environment: IFEval/IFBench-style verifiable instructions (spec §8)."""

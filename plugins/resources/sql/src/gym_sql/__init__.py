@@ -1,1 +1,1 @@
-"""A gym environment: tools and a verifier."""
+"""Text-to-SQL environments scored by execution on SQLite: ``bird_sql`` and ``spider2_lite``."""

@@ -31,13 +31,22 @@ SIZES: dict[str, tuple[dict[int, int], tuple[str, ...] | None]] = {
 
 
 def environments(only: tuple[str, ...] | None = None) -> dict[str, Path]:
-    """Resources server types of the workspace catalog with example data: name -> example.jsonl."""
+    """Resources server types of the workspace's plugins with example data: type -> its example rows
+    (``data/<type>_example.jsonl`` when the plugin has several types with their own rows, else
+    ``data/example.jsonl``)."""
+    from gym_core.plugins import PluginManager
+
     catalog = tomllib.loads((ROOT / "workspace.toml").read_text())
     found = {}
-    for name, entry in sorted(catalog.get("plugins", {}).items()):
-        data = ROOT / entry.get("path", "") / "data" / "example.jsonl"
-        if entry.get("kind") == "resources" and "path" in entry and data.is_file() and (only is None or name in only):
-            found[name] = data
+    for name, server_type in sorted(PluginManager().servers().items()):
+        entry = catalog.get("plugins", {}).get(server_type.provider, {})
+        if server_type.kind != "resources" or "path" not in entry or (only is not None and name not in only):
+            continue
+        data = ROOT / entry["path"] / "data"
+        for candidate in (data / f"{name}_example.jsonl", data / "example.jsonl"):
+            if candidate.is_file():
+                found[name] = candidate
+                break
     return found
 
 

@@ -20,7 +20,7 @@ from gym_sql.examples import build_example_databases
 
 PACKAGE = Path(__file__).resolve().parents[1]
 BIRD_EXAMPLES = PACKAGE / "data" / "example.jsonl"
-SPIDER2_EXAMPLES = PACKAGE / "data" / "spider2_example.jsonl"
+SPIDER2_EXAMPLES = PACKAGE / "data" / "spider2_lite_example.jsonl"
 # Short limits, so that runaway queries end quickly.
 OPTIONS = {"sql_execution_timeout_s": 1.0, "max_rows": 1000, "max_concurrency": 2}
 

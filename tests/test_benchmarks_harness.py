@@ -28,17 +28,18 @@ def test_harness_runs_tiny(tmp_path):
             assert row["ratio"] > 0
     assert results["orchestration"]["round_trips"] == {"scripted": 6, "proxy": 8}
     assert set(results["startup"]) >= {"uv_cold_s", "uv_warm_s", "none_s"}
-    assert results["startup"]["none_s"] > 0  # the tiny size builds no isolated environments
+    assert isinstance(results["startup"]["none_s"], float)  # measured; the tiny size builds no venvs
     scale = results["scale"]
     assert scale["completed"] == scale["written"] == scale["in_flight"] and scale["errors"] == 0
     assert set(scale["peak_rss_mb"]) == {"agent", "counter", "policy_model", "collector"}
     assert all(mb > 0 for mb in scale["peak_rss_mb"].values())
     pool = results["worker_pool"]
-    assert all(pool[key] > 0 for key in ("async_call_ms", "blocking_call_ms", "kill_and_replace_ms", "math_verify_call_ms"))
+    assert all(isinstance(pool[key], float) for key in ("async_call_ms", "blocking_call_ms", "kill_and_replace_ms", "math_verify_call_ms"))
     verify = results["verify_throughput"]
     assert set(verify) == {"counter", "math"}
     for rows in verify.values():
-        assert set(rows) == {"1", "8"} and all(row["errors"] == 0 and row["per_s"] > 0 for row in rows.values())
+        assert {c: row["verifications"] for c, row in rows.items()} == {"1": 20, "8": 40}
+        assert all(row["errors"] == 0 for row in rows.values())
     assert "Verify throughput per environment" in (tmp_path / "results.md").read_text()
     assert set(results) >= {"load_before", "load_after", "machine"}
     assert "Orchestration overhead" in (tmp_path / "results.md").read_text()

@@ -58,6 +58,8 @@ __all__ = [
     "assistant_response",
     "example_arguments",
     "read_rows",
+    "first_party",
+    "plugin_manager",
 ]
 
 
@@ -164,6 +166,26 @@ def assert_ok(reply: Reply, what: str) -> Any:
 
 
 # --- helpers subclasses use -----------------------------------------------------------------------
+
+
+def first_party(*names: str) -> list[object]:
+    """The plugin modules of gym's first-party plugins ``names``, loaded through their entry points;
+    skips the test where one is not installed (a plugin's tests run alone in its venv by `gym test`)."""
+    from importlib.metadata import entry_points
+
+    installed = {ep.name: ep for ep in entry_points(group="gym")}
+    missing = [name for name in names if name not in installed]
+    if missing:
+        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
+    return [installed[name].load() for name in names]
+
+
+def plugin_manager(*plugins: object) -> PluginManager:
+    """A plugin manager holding exactly ``plugins`` (no entry points), each under its module's name."""
+    manager = PluginManager(load_entry_points=False)
+    for plugin in plugins:
+        manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
+    return manager
 
 
 def read_rows(source: str | Path | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -308,12 +330,7 @@ class ServerTests:
     @classmethod
     def plugin_manager(cls) -> PluginManager:
         """``plugins`` registered explicitly, or the installed entry points when there are none."""
-        if not cls.plugins:
-            return get_plugin_manager()
-        manager = PluginManager(load_entry_points=False)
-        for plugin in cls.plugins:
-            manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
-        return manager
+        return plugin_manager(*cls.plugins) if cls.plugins else get_plugin_manager()
 
     @classmethod
     @contextlib.contextmanager

@@ -8,14 +8,13 @@ reward that answer must get; the environment ignores it (and, nested, gym's prof
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
+from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, first_party, plugin_manager, read_rows, running_servers
 
 import gym_arc_agi.plugin
 from gym_arc_agi.verify import INLINE_MAX_CHARS
@@ -42,20 +41,11 @@ def verdict(reward: float, grid, reason: str) -> dict:
     return {"reward": reward, "predicted_output": grid, "extraction_successful": grid is not None, "reason": reason}
 
 
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``; skips the test where one is missing."""
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
-    return [installed[name].load() for name in names]
 
 
 def plugins(*others: object) -> PluginManager:
-    manager = PluginManager(load_entry_points=False)
-    for plugin in (gym_arc_agi.plugin, *others):
-        manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
-    return manager
+    """A plugin manager holding this plugin and ``others``."""
+    return plugin_manager(gym_arc_agi.plugin, *others)
 
 
 class TestArcAgi(ResourcesServerTests):

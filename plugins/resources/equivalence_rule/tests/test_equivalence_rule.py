@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import threading
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import yaml
 from gym_core import PluginManager, ServerClient
 from gym_core.config import load_config
 from gym_core.errors import ConfigError
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
+from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, first_party, plugin_manager, read_rows, running_servers
 
 import gym_equivalence_rule.plugin
 from gym_equivalence_rule.scoring import score
@@ -82,21 +81,11 @@ EXAMPLE_RESPONSES: dict[str, tuple[dict, str, float]] = {
 }
 
 
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``; skips the test where one is missing."""
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
-    return [installed[name].load() for name in names]
 
 
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
-    manager = PluginManager(load_entry_points=False)
-    for plugin in (gym_equivalence_rule.plugin, *others):
-        manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
-    return manager
+    return plugin_manager(gym_equivalence_rule.plugin, *others)
 
 
 def verify_body(response_text: str | None, expected: Any = "the answer", **extra: Any) -> dict:

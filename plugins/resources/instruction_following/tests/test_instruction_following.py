@@ -10,7 +10,6 @@ they are skipped where those are not installed (in the plugin's own venv, say).
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import gym_instruction_following.plugin
@@ -22,6 +21,8 @@ from gym_core.testing import (
     ResourcesServerTests,
     RunningServers,
     assistant_response,
+    first_party,
+    plugin_manager,
     read_rows,
     running_servers,
 )
@@ -42,25 +43,11 @@ TASK = {
 }
 
 
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``; skips the test where one is missing."""
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(
-            f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)"
-        )
-    return [installed[name].load() for name in names]
 
 
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
-    manager = PluginManager(load_entry_points=False)
-    for plugin in (gym_instruction_following.plugin, *others):
-        manager.register(
-            plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__
-        )
-    return manager
+    return plugin_manager(gym_instruction_following.plugin, *others)
 
 
 class TestInstructionFollowing(ResourcesServerTests):

@@ -11,7 +11,6 @@ where they are not installed (in the plugin's own venv, say).
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 import yaml
 
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import HTTPCaller, ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
+from gym_core.testing import HTTPCaller, ResourcesServerTests, RunningServers, assistant_response, first_party, plugin_manager, read_rows, running_servers
 
 import gym_multi_step.plugin
 
@@ -81,10 +80,7 @@ def row(number: int = 0, **changes: Any) -> dict[str, Any]:
 
 
 def manager_with(*others: object) -> PluginManager:
-    manager = PluginManager(load_entry_points=False)
-    for plugin in (gym_multi_step.plugin, *others):
-        manager.register(plugin, name=getattr(plugin, "__name__", None))
-    return manager
+    return plugin_manager(gym_multi_step.plugin, *others)
 
 
 class TestMultiStep(ResourcesServerTests):
@@ -302,13 +298,6 @@ def test_aggregate_metrics_average_the_bool_fields_over_multi_step_rows_only():
     }
 
 
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``; skips the test where one is missing."""
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
-    return [installed[name].load() for name in names]
 
 
 async def test_rollouts_through_simple_agent():

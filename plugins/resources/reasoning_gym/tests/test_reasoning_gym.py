@@ -10,7 +10,6 @@ are skipped where they are not installed (in the plugin's own venv, say).
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
+from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, first_party, plugin_manager, read_rows, running_servers
 
 import gym_reasoning_gym.plugin
 from gym_reasoning_gym.scoring import generate_rows
@@ -36,21 +35,11 @@ TASK = {
 }
 
 
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``; skips the test where one is missing."""
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
-    return [installed[name].load() for name in names]
 
 
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
-    manager = PluginManager(load_entry_points=False)
-    for plugin in (gym_reasoning_gym.plugin, *others):
-        manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
-    return manager
+    return plugin_manager(gym_reasoning_gym.plugin, *others)
 
 
 class TestReasoningGym(ResourcesServerTests):

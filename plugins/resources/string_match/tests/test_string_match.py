@@ -12,14 +12,12 @@ tests send (``test_response``) and the reward it must get (``test_reward``).
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
 from pathlib import Path
 
-import pytest
 import yaml
 
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
+from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, first_party, plugin_manager, read_rows, running_servers
 
 import gym_string_match.plugin
 
@@ -28,21 +26,11 @@ EXAMPLES = PACKAGE / "data" / "example.jsonl"
 CONFIG = PACKAGE / "configs" / "string_match.yaml"
 
 
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``; skips the test where one is missing."""
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
-    return [installed[name].load() for name in names]
 
 
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
-    manager = PluginManager(load_entry_points=False)
-    for plugin in (gym_string_match.plugin, *others):
-        manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
-    return manager
+    return plugin_manager(gym_string_match.plugin, *others)
 
 
 def task(expected="Paris", **fields) -> dict:

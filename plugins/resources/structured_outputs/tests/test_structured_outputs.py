@@ -14,7 +14,6 @@ that output must get (``example_reward``).
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,8 @@ from gym_core.testing import (
     ResourcesServerTests,
     RunningServers,
     assistant_response,
+    first_party,
+    plugin_manager,
     read_rows,
     running_servers,
 )
@@ -41,21 +42,11 @@ CONFIG = PACKAGE / "configs" / "structured_outputs_scripted.yaml"
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
 
 
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``; skips the test where one is missing."""
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
-    return [installed[name].load() for name in names]
 
 
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
-    manager = PluginManager(load_entry_points=False)
-    for plugin in (gym_structured_outputs.plugin, *others):
-        manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
-    return manager
+    return plugin_manager(gym_structured_outputs.plugin, *others)
 
 
 def call_response(*calls: tuple[str, Any], **extra: Any) -> dict[str, Any]:

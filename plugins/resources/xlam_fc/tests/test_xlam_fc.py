@@ -9,7 +9,6 @@ they are not installed (in the plugin's own venv, say).
 from __future__ import annotations
 
 import json
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 import yaml
 
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import HTTPCaller, ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
+from gym_core.testing import HTTPCaller, ResourcesServerTests, RunningServers, assistant_response, first_party, read_rows, running_servers
 
 import gym_xlam_fc.plugin
 
@@ -213,13 +212,6 @@ def test_aggregate_metrics_pool_call_counts_over_xlam_rows_only():
     assert manager.aggregate_metrics(only_silence) == {"xlam_fc/no_call_rate": 1.0}
 
 
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``; skips the test where one is missing."""
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
-    return [installed[name].load() for name in names]
 
 
 async def test_a_rollout_through_simple_agent_scores_calls_of_every_turn():

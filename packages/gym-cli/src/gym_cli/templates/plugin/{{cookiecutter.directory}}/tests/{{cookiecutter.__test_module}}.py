@@ -9,8 +9,7 @@ is skipped where they are not installed (in the plugin's own venv, say).
 from __future__ import annotations
 
 {% if cookiecutter.kind == "resources" %}import json
-{% endif %}from importlib.metadata import entry_points
-from pathlib import Path
+{% endif %}from pathlib import Path
 
 import pytest
 import yaml
@@ -26,14 +25,22 @@ from gym_core.schemas import (
     decode_response,
     response_text,
 )
-from gym_core.testing import AgentServerTests, RunningServers, running_servers
+from gym_core.testing import AgentServerTests, RunningServers, first_party, plugin_manager, running_servers
 {%- elif cookiecutter.kind == "model" %}
 from gym_core import PluginManager, ServerClient
 from gym_core.schemas import decode_response, response_text
-from gym_core.testing import ModelServerTests, RunningServers, running_servers
+from gym_core.testing import ModelServerTests, RunningServers, first_party, plugin_manager, running_servers
 {%- else %}
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
+from gym_core.testing import (
+    ResourcesServerTests,
+    RunningServers,
+    assistant_response,
+    first_party,
+    plugin_manager,
+    read_rows,
+    running_servers,
+)
 {%- endif %}
 
 import {{ cookiecutter.__module_name }}.plugin
@@ -42,21 +49,11 @@ PACKAGE = Path(__file__).resolve().parents[1]
 CONFIG = PACKAGE / "configs" / "{{ cookiecutter.__plugin_name }}.yaml"
 
 
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``; skips the test where one is missing."""
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
-    return [installed[name].load() for name in names]
 
 
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
-    manager = PluginManager(load_entry_points=False)
-    for plugin in ({{ cookiecutter.__module_name }}.plugin, *others):
-        manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
-    return manager
+    return plugin_manager({{ cookiecutter.__module_name }}.plugin, *others)
 
 
 def example_config() -> dict:

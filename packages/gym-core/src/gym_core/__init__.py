@@ -26,6 +26,7 @@ _EXPORTS = {
     "ServerUnavailableError": "gym_core.errors",
     "ToolError": "gym_core.errors",
     "SessionError": "gym_core.errors",
+    "InfrastructureError": "gym_core.errors",
     # options (leaf)
     "ServerConfig": "gym_core.options",
     "ClientConfig": "gym_core.options",
@@ -53,6 +54,16 @@ _EXPORTS = {
     # hard limits for untrusted or pathological work
     "WorkerPool": "gym_core.workers",
     "WorkerError": "gym_core.workers",
+    # judges: verdicts from another model
+    "Judge": "gym_core.judge",
+    "JudgeError": "gym_core.judge",
+    "JudgeOptions": "gym_core.options",
+    "first_label_verdict": "gym_core.judge",
+    # untrusted programs
+    "Sandbox": "gym_core.sandbox",
+    "SandboxLimits": "gym_core.sandbox",
+    "SandboxResult": "gym_core.sandbox",
+    "SandboxError": "gym_core.sandbox",
     # Gymnasium-style environments (reset / step / close)
     "GymnasiumEnvironment": "gym_core.gymnasium_env",
 }
@@ -79,6 +90,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gym_core.errors import (
         ConfigError,
         GymError,
+        InfrastructureError,
         PluginError,
         ServerCallError,
         SessionError,
@@ -89,7 +101,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         UnknownPluginError,
     )
     from gym_core.hookspecs import hookimpl
-    from gym_core.options import AgentRef, ClientConfig, ModelRef, ResourcesRef, ServerConfig, ServerRef
+    from gym_core.judge import Judge, JudgeError, first_label_verdict
+    from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxResult
+    from gym_core.options import AgentRef, ClientConfig, JudgeOptions, ModelRef, ResourcesRef, ServerConfig, ServerRef
     from gym_core.plugins import PluginManager, get_plugin_manager
     from gym_core.registry import ServerType
     from gym_core.servers import AgentServer, GymServer, ModelServer, ResourcesServer, tool

@@ -15,6 +15,7 @@ __all__ = [
     "ServerTimeoutError",
     "ServerHTTPError",
     "ToolError",
+    "InfrastructureError",
     "SessionError",
     "did_you_mean",
 ]
@@ -91,6 +92,16 @@ class ServerHTTPError(ServerCallError):
     @property
     def reason(self) -> str:
         return self.error_type or type(self).__name__
+
+
+class InfrastructureError(GymError):
+    """Something this server depends on failed (a judge model, the sandbox), so the verdict is
+    unknown: never a reward. Servers answer it ``status`` (502: retryable by a later attempt of the
+    rollout, final for the layers in between) with error type ``kind``; the rollout fails with that
+    reason and ``gym collect`` runs it again."""
+
+    status = 502
+    kind = "infrastructure_error"
 
 
 class ToolError(GymError):

@@ -29,6 +29,7 @@ __all__ = [
     "Ref",
     "ServerRef",
     "ModelRef",
+    "JudgeOptions",
     "ResourcesRef",
     "AgentRef",
     "ref_of",
@@ -170,3 +171,25 @@ def _type_name(hint: Any) -> str:
     if hint is type(None):
         return "None"
     return getattr(hint, "__name__", str(hint))
+
+
+class JudgeOptions(ServerConfig, kw_only=True):
+    """Options of an environment whose verdict comes from a judge model (the reference's names)."""
+
+    judge_model_server: Annotated[ModelRef, Meta(description="the model server instance that judges")]
+    judge_responses_create_params: Annotated[
+        dict[str, Any],
+        Meta(description="generation parameters of judge calls (their 'input' is replaced by the judge's prompt)"),
+    ] = msgspec.field(default_factory=dict)
+    judge_endpoint_max_concurrency: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        Meta(description="judge calls in flight at once from this server; null: no cap"),
+    ] = 64
+    judge_timeout_s: Annotated[
+        float, Meta(gt=0, description="limit of one judge call (one attempt), seconds")
+    ] = 120.0
+    judge_max_attempts: Annotated[
+        int,
+        Meta(ge=1, description="tries of a judge call that failed for a transient reason (unreachable, timeout, "
+             "429, 5xx) before the rollout fails with judge_failed"),
+    ] = 3

@@ -42,6 +42,7 @@ from gym_core.convert import (
 )
 from gym_core.errors import (
     GymError,
+    InfrastructureError,
     ServerCallError,
     ServerHTTPError,
     ServerTimeoutError,
@@ -49,7 +50,7 @@ from gym_core.errors import (
     SessionError,
     ToolError,
 )
-from gym_core.options import ServerConfig, ref_of
+from gym_core.options import ClientConfig, ServerConfig, ref_of
 from gym_core.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -116,6 +117,7 @@ class GymServer:
         self._signer = SessionSigner(self.config.session_secret)
         self.cookie_name = cookie_name_for(self.name)
         self._client: ServerClient | None = None
+        self._own_clients: list[ServerClient] = []
         self.is_ready = False
 
     # --- lifecycle: override startup/shutdown to load models, open pools... ---
@@ -133,6 +135,13 @@ class GymServer:
             self._client = ServerClient(self.global_config, config=self.config.client)
         return self._client
 
+    def own_client(self, config: ClientConfig) -> ServerClient:
+        """A client of this server with limits of its own (a judge's timeout and attempts...), its
+        connections pooled apart and closed when the server stops."""
+        client = ServerClient(self.global_config, config=config)
+        self._own_clients.append(client)
+        return client
+
     @asynccontextmanager
     async def _lifespan(self, app: Litestar) -> AsyncIterator[None]:
         try:
@@ -147,8 +156,9 @@ class GymServer:
         finally:
             self.is_ready = False
             await self.shutdown()
-            if self._client is not None:
-                await self._client.close()
+            for client in [self._client, *self._own_clients]:
+                if client is not None:
+                    await client.close()
 
     # --- sessions ---
 
@@ -254,6 +264,11 @@ class GymServer:
             return error_response(str(exc), exc.status, "tool_error")
         if isinstance(exc, SessionError):
             return error_response(str(exc), exc.status, exc.kind)
+        if isinstance(exc, InfrastructureError):
+            # Final: the dependency (a judge, the sandbox) had its own bounded retries already.
+            self.log.warning("%s: %s", exc.kind, exc)
+            body = {"error": {"message": str(exc), "type": exc.kind, "status": exc.status}}
+            return json_response(body, exc.status, headers={FINAL_HEADER: "1"})
         if isinstance(exc, ServerCallError):
             # Transient upstream trouble stays retryable for our caller (502/504); a definite
             # upstream refusal becomes 424 so that nobody retries it.

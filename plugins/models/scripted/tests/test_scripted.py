@@ -12,6 +12,11 @@ from gym_scripted.server import model_turns_in
 
 TURNS = [{"tool_calls": [{"name": "add", "arguments": {"x": 1}}]}, {"text": "done"}]
 SCRIPT = json.dumps([{"text": "from metadata"}])
+RULES = [
+    {"match": r"A: (\d+)\nB: \1\b", "text": "same [[A=B]]"},
+    {"match": r"outage", "error_status": 500},
+    {"match": r"A: ", "text": "different [[A!=B]]"},
+]
 
 
 def test_model_turns_counts_runs_of_generated_items():
@@ -34,7 +39,11 @@ def test_model_turns_counts_runs_of_generated_items():
 
 class TestScripted(ModelServerTests):
     # The kit checks `policy` (the default script); `walker` has a script of its own.
-    instances = {"policy": {"plugin": "scripted"}, "walker": {"plugin": "scripted", "turns": TURNS}}
+    instances = {
+        "policy": {"plugin": "scripted"},
+        "walker": {"plugin": "scripted", "turns": TURNS},
+        "judge": {"plugin": "scripted", "rules": RULES, "turns": [{"text": "no rule matched"}]},
+    }
     instance = "policy"
     plugins = [gym_scripted.plugin]
     deterministic = True
@@ -51,6 +60,17 @@ class TestScripted(ModelServerTests):
         assert second["output"][0]["content"][0]["text"] == "done"
         assert chat["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "add"
         assert chat["choices"][0]["finish_reason"] == "tool_calls"
+
+    def test_rules_choose_the_reply_by_content_before_the_script(self, gym_servers: RunningServers):
+        caller = gym_servers.caller("judge")
+        def ask(text: str):
+            return caller.post("/v1/responses", {"input": [{"role": "system", "content": "judge"},
+                                                           {"role": "user", "content": text}]})
+        assert ask("A: 12\nB: 12").json()["output"][0]["content"][0]["text"] == "same [[A=B]]"
+        assert ask("A: 12\nB: 13").json()["output"][0]["content"][0]["text"] == "different [[A!=B]]"
+        assert ask("hello").json()["output"][0]["content"][0]["text"] == "no rule matched"
+        failed = ask("an outage, A: 1\nB: 2")  # the first matching rule wins: order matters
+        assert failed.status == 500 and "outage" in failed.json()["error"]["message"]
 
     def test_a_script_in_the_request_metadata_wins(self, gym_servers: RunningServers):
         reply = gym_servers.caller("walker").post("/v1/responses", {"input": "go", "metadata": {"scripted_turns": SCRIPT}})

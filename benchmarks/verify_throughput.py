@@ -1,7 +1,8 @@
 """Verify throughput per environment: ``POST /verify`` against each environment's real server process.
 
 Every resources server type of the workspace whose plugin ships example rows (``data/example.jsonl``,
-or ``data/<type>_example.jsonl``) is started alone, as ``gym run --isolation none`` starts it. Each
+or ``data/<type>_example.jsonl``) is started alone, as ``gym run --isolation none`` starts it, or
+with the servers its ``configs/<type>_bench.yaml`` adds (a judged environment's scripted judge). Each
 row gets a session first, as the conformance kit plays it: ``/seed_session``, then the row's
 ``conformance.tool_calls``. The timed part then sends the rows, cycled, to ``/verify`` with their
 session cookie and the response the conformance kit sends (``conformance.response``: the row's
@@ -57,6 +58,22 @@ def environments(only: tuple[str, ...] | None = None) -> dict[str, Path]:
                 found[name] = candidate
                 break
     return found
+
+
+def bench_config(name: str, data: Path) -> tuple[dict[str, Any], str]:
+    """The servers to start for server type ``name``, and the instance under test: the type alone,
+    or the plugin's ``configs/<type>_bench.yaml`` when it has one (an environment that needs other
+    servers, such as a scripted judge whose verdicts match the example rows' conformance rewards)."""
+    import yaml
+
+    bench = data.parent.parent / "configs" / f"{name}_bench.yaml"
+    if not bench.is_file():
+        return {"env": {"plugin": name}}, "env"
+    config = yaml.safe_load(bench.read_text())
+    under_test = [key for key, value in config.items() if isinstance(value, dict) and value.get("plugin") == name]
+    if len(under_test) != 1:
+        raise ValueError(f"{bench}: needs exactly one instance of {name}, found {under_test}")
+    return config, under_test[0]
 
 
 def example_rows(data: Path) -> list[dict[str, Any]]:
@@ -146,8 +163,9 @@ def run(size: str, only: tuple[str, ...] | None = None) -> dict[str, Any]:
     for name, data in environments(only if only is not None else default).items():
         rows = example_rows(data)
         bodies, rewards = verify_bodies(rows), [conformance_reward(row) for row in rows]
-        with gym_servers({"env": {"plugin": name}}) as state:
-            base = state.config.instances["env"].url
+        config, instance = bench_config(name, data)
+        with gym_servers(config) as state:
+            base = state.config.instances[instance].url
             headers = run_async(open_sessions(base, rows, getattr(state.config, "auth_token", None)))
             drive = (base + "/verify", bodies, headers, rewards)
             run_async(_drive(*drive, min(20, len(bodies)), 1))  # warm-up

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_harness_runs_tiny(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--size", "tiny", "--only", "orchestration", "startup", "scale", "worker_pool", "verify_throughput", "token_faithfulness",
-         "--output", str(tmp_path)],
+         "sandbox", "--output", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -47,5 +47,9 @@ def test_harness_runs_tiny(tmp_path):
     faithful = results["token_faithfulness"]  # the real local model, multi-turn: no token may drift
     assert faithful["rollouts"] == 3 and faithful["history_tokens_compared"] > 0 and faithful["drifted_tokens"] == 0
     assert faithful["generated_tokens_rescored"] > 0 and faithful["log_prob_mismatches"] == 0
+    box = results["sandbox"]  # a trivial program, bare and sandboxed, at concurrency 1 and 8
+    for c in ("1", "8"):
+        assert all(box[c][way]["per_s"] > 0 and box[c][way]["p50_ms"] > 0 for way in ("bare", "sandbox"))
+    assert isinstance(box["overhead_ms"], float) and "## Sandbox" in (tmp_path / "results.md").read_text()
     assert set(results) >= {"load_before", "load_after", "machine"}
     assert "Orchestration overhead" in (tmp_path / "results.md").read_text()

@@ -194,6 +194,7 @@ ESCAPES: dict[str, str] = {
     "new_user_namespace_for_capabilities": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.unshare(0x10000000) == 0: print('ESCAPED')",
     # Its own UTS namespace: even where this succeeds, the host's name must be unchanged (checked below).
     "change_hostname": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.sethostname(b'pwned', 5)\nopen('/proc/sys/kernel/hostname', 'w').write('pwned')",
+    "read_the_server_process": "import sys\nprint('ESCAPED', open(f'/proc/{sys.argv[2]}/environ', 'rb').read())",
     "kill_every_process": "import os, signal\nos.kill(-1, signal.SIGKILL)",
     "signal_the_parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\nprint('alive')",
     "fill_the_disk": "f = open('big', 'wb')\nfor _ in range(10_000): f.write(b'x' * (1 << 20))\nprint('ESCAPED')",
@@ -205,7 +206,7 @@ ESCAPES: dict[str, str] = {
 @pytest.mark.parametrize("name", sorted(ESCAPES))
 def test_escape_attempt_fails(sandbox, host_listener, name):
     hostname = socket.gethostname()
-    result = run(sandbox, ESCAPES[name], args=[str(host_listener)])
+    result = run(sandbox, ESCAPES[name], args=[str(host_listener), str(os.getpid())])
     assert b"ESCAPED" not in result.stdout, f"{name} escaped: {result}"
     assert result.outcome in ("exited", "signaled", "cpu_limit")
     assert socket.gethostname() == hostname

@@ -253,6 +253,11 @@ class Sandbox:
         self._started = False
         self.runs = 0  # programs run, for metrics
 
+    @property
+    def interpreter(self) -> str:
+        """The interpreter :meth:`run_python` runs (``python``, or its shared copy when gym is root)."""
+        return self._sandbox_python if self.mode == "bwrap" else self.python
+
     # --- start-up ----------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -311,7 +316,7 @@ class Sandbox:
     ) -> SandboxResult:
         """Run Python ``source`` (as the file ``main.py`` in the scratch directory) with ``args``."""
         files = {**(files or {}), "main.py": source}
-        argv = [self._sandbox_python if self.mode == "bwrap" else self.python, "-I", "-B", "main.py", *args]
+        argv = [self.interpreter, "-I", "-B", "main.py", *args]
         return await self.run(argv, stdin=stdin, files=files, limits=limits)
 
     async def run(

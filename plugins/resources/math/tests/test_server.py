@@ -153,7 +153,7 @@ def load(options: dict):
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"should_use_judge": True}, "judge fallback of math_with_judge arrives with the judge"),
+        ({"should_use_judge": True}, "should_use_judge: true needs judge_model_server"),
         ({"verify_timeout_s": 3, "library_verifier_timeout_seconds": 4}, "name the same limit"),
         ({"grading_mode": "judge"}, "grading_mode"),
         ({"library_verifier_max_concurrency": 0}, "library_verifier_max_concurrency"),
@@ -165,9 +165,10 @@ def test_bad_options_are_config_errors(options, message):
 
 
 def test_the_reference_options_are_accepted():
+    # judge_model_server is an instance name (the reference's {type, name} form is not accepted);
+    # the judge itself is tested in test_judge_fallback.py.
     options = {
         "should_use_judge": False,
-        "judge_model_server": {"type": "responses_api_models", "name": "judge"},
         "judge_responses_create_params": {"input": [], "max_output_tokens": 512},
         "library_verifier_timeout_seconds": 7.0,
         "library_verifier_max_concurrency": 32,
@@ -178,7 +179,7 @@ def test_the_reference_options_are_accepted():
     assert (MathConfig().timeout_s, MathConfig(grading_mode="boxed").timeout_s) == (10.0, 5.0)
 
 
-@pytest.mark.parametrize("name", ["math.yaml", "math_local.yaml"])
+@pytest.mark.parametrize("name", ["math.yaml", "math_local.yaml", "math_judge_local.yaml"])
 def test_configs_validate(name):
     from gym_core.config import load_config
 
@@ -186,6 +187,10 @@ def test_configs_validate(name):
     overrides = ["policy_model.base_url=http://127.0.0.1:1/v1", "policy_model.model=m"] if name == "math.yaml" else []
     config = load_config([PACKAGE / "configs" / name], overrides, env_file=None, server_types=manager.servers())
     assert config.instances["math"].plugin == "math"
+    if name == "math_judge_local.yaml":  # local_llama is the policy and, as the same instance, the judge
+        options = config.instances["math"].options
+        assert options["should_use_judge"] is True and options["judge_model_server"] == "policy_model"
+        assert config.instances["policy_model"].plugin == "local_llama"
 
 
 # ---------------------------------------------------------------- metrics

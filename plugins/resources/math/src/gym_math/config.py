@@ -1,17 +1,18 @@
 """Options of the ``math`` resources server (light: no sympy or math-verify import).
 
-The option names of the reference's math_with_judge environment (``library_verifier_*``,
-``should_use_judge``, ``judge_*``) are accepted, so that its configs load unchanged; the LLM-judge
-fallback itself is not implemented yet, so ``should_use_judge: true`` is a config error.
+The option names are the reference's math_with_judge ones (``library_verifier_*``,
+``should_use_judge``, ``judge_*``). The judge options are gym-core's :class:`~gym_core.judge.JudgeOptions`,
+with ``judge_model_server`` optional: it is required only when ``should_use_judge`` is true.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from gym_core import ServerConfig
+from gym_core.judge import JudgeOptions
+from gym_core.options import ModelRef
 
 __all__ = ["MathConfig", "GradingMode", "DEFAULT_TIMEOUT_S"]
 
@@ -21,7 +22,7 @@ GradingMode = Literal["library", "boxed"]
 DEFAULT_TIMEOUT_S: dict[str, float] = {"library": 10.0, "boxed": 5.0}
 
 
-class MathConfig(ServerConfig, kw_only=True):
+class MathConfig(JudgeOptions, kw_only=True):
     grading_mode: Annotated[
         GradingMode,
         Meta(
@@ -62,23 +63,20 @@ class MathConfig(ServerConfig, kw_only=True):
     ] = False
     should_use_judge: Annotated[
         bool,
-        Meta(description="the reference's LLM-judge fallback for answers the library calls wrong; not available "
-             "yet: must be false"),
+        Meta(description="ask the judge model (judge_model_server) about answers the grader calls wrong; reward 1 "
+             "when it says equivalent in both orders (the reference's code default is true, its configs set false)"),
     ] = False
     judge_model_server: Annotated[
-        dict[str, Any] | str | None,
-        Meta(description="the reference's judge model reference; accepted and ignored (no judge yet)"),
-    ] = None
-    judge_responses_create_params: Annotated[
-        dict[str, Any] | None,
-        Meta(description="the reference's judge generation parameters; accepted and ignored (no judge yet)"),
+        ModelRef | None,
+        Meta(description="the model server instance that judges (its instance name); required when "
+             "should_use_judge is true"),
     ] = None
 
     def __post_init__(self) -> None:
-        if self.should_use_judge:
+        if self.should_use_judge and self.judge_model_server is None:
             raise ValueError(
-                "should_use_judge: true is not supported yet: the LLM-judge fallback of math_with_judge arrives "
-                "with the judge environments; set should_use_judge: false (the library verdict is the reward)"
+                "should_use_judge: true needs judge_model_server, the name of the model server instance that "
+                "judges (it may be the policy's own instance); or set should_use_judge: false"
             )
         if (
             self.verify_timeout_s is not None

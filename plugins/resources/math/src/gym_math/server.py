@@ -1,8 +1,8 @@
 """The ``math`` resources server: no tools, a verifier of math answers (the environments spec's
-§18 math_with_judge, without its LLM-judge fallback).
+§18 math_with_judge), with its optional LLM-judge fallback.
 
 Task rows: ``responses_create_params`` (the prompt), ``expected_answer`` (required) and
-``question`` (optional; only the judge would read it). The model's text is OUTPUT_TEXT. Two
+``question`` (optional; the judge's problem statement). The model's text is OUTPUT_TEXT. Two
 grading modes (option ``grading_mode``):
 
 - ``library`` (default): the reference's library stage (:mod:`gym_math.library`), Math-Verify on
@@ -10,10 +10,18 @@ grading modes (option ``grading_mode``):
 - ``boxed``: the last ``\\boxed{...}`` of the text compared with gym's grader (:mod:`gym_math.verify`).
 
 Either runs in a worker process (:class:`gym_core.workers.WorkerPool`) under a hard time limit, so a
-pathological answer scores 0 with reason ``"timeout"`` instead of stalling the server. The
-response carries ``reward``, ``expected_answer`` (echoed), ``extracted_answer``,
-``library_reward`` (the symbolic verdict: equal to the reward while there is no judge),
-``judge_evaluations`` (always null) and ``reason``.
+pathological answer scores 0 with reason ``"timeout"`` instead of stalling the server.
+
+With ``should_use_judge``, an answer the grader calls wrong goes to the judge model
+(:class:`gym_core.judge.Judge`): asked with A = the expected answer and B = the model's, then, if it
+says equivalent, again with the two swapped; the reward is 1 only when both orders say so. In boxed
+mode the judge sees only answers that have a box (a missing box stays a format failure). A judge
+that cannot be asked raises :class:`~gym_core.judge.JudgeError` (``502 judge_failed``: the rollout
+fails, it is never scored 0).
+
+The response carries ``reward``, ``expected_answer`` (echoed), ``extracted_answer``,
+``library_reward`` (the grader's own verdict), ``judge_evaluations`` (null when the judge did not
+run, else one ``{responses_create_params, response}`` per call) and ``reason``.
 
 With the option ``correction_feedback``, every verdict also says what to do next, for agents that
 let the model correct itself (``proof_refinement``): ``proof_status`` (``correct``, ``incorrect``,
@@ -27,17 +35,22 @@ from __future__ import annotations
 from typing import Any
 
 from gym_core import ResourcesServer, Session
+from gym_core.judge import Judge, JudgeReply, first_label_verdict
 from gym_core.schemas import Message, ResponseCreateParams, VerifyRequest, VerifyResponse, output_text
 
 from gym_math.config import MathConfig
 from gym_math.library import alibrary_grade, warm_up
 from gym_math.verify import averify_answer, default_pool_size, make_verifier_pool
 
-__all__ = ["MathServer", "MathVerifyRequest", "MathVerifyResponse", "MathFeedbackVerifyResponse", "correction_feedback"]
+__all__ = [
+    "MathServer", "MathVerifyRequest", "MathVerifyResponse", "MathFeedbackVerifyResponse", "correction_feedback",
+    "JUDGE_SYSTEM_MESSAGE", "judge_prompt", "judge_says_equal",
+]
 
 
 class MathVerifyRequest(VerifyRequest, kw_only=True):
-    """The task fields ``verify`` reads. ``question`` is accepted for the judge (unused here)."""
+    """The task fields ``verify`` reads. ``question`` is the judge's problem statement (when absent,
+    the prompt's last user message is)."""
 
     expected_answer: str | int | float
     question: str | None = None
@@ -67,6 +80,7 @@ class MathFeedbackVerifyResponse(MathVerifyResponse, kw_only=True, omit_defaults
 # None: nothing to correct (right, or a failure of the grader or of the task, not of the answer).
 _FEEDBACK: dict[str, tuple[str, str | None]] = {
     "correct": ("correct", None),
+    "judge_correct": ("correct", None),
     "wrong": ("incorrect", "Your final answer {answer} is incorrect."),
     "no_answer": ("no_answer", "No final answer was found in your response."),
     "no_boxed_answer": ("no_answer", "No final answer in \\boxed{} was found in your response."),
@@ -113,6 +127,48 @@ def correction_feedback(
     return {"proof_status": status, "needs_correction": True, "error_feedback": feedback, "correction_prompt": prompt}
 
 
+# Our own wording of an Arena-Hard-style pairwise instruction, narrowed to mathematical equivalence.
+JUDGE_SYSTEM_MESSAGE = """\
+You are an impartial judge of mathematics. You will be shown a math problem and the final answers of \
+two assistants, A and B. Your only task is to decide whether the two answers are mathematically \
+equivalent: the same number, expression, set, interval or statement, possibly written differently \
+(3/4 and 0.75, x = 2 and 2, reordered terms, factored or expanded forms, the same quantity with or \
+without words or units around it).
+
+Do not judge which answer is right, how it was obtained, or how well it is explained. Ignore every \
+formatting requirement of the problem (a box around the answer, LaTeX or plain text, a required \
+phrasing): only the mathematical content counts. An answer that hedges between several different \
+values is not equivalent to a single value unless it clearly commits to one that is.
+
+Reason briefly if you need to, then end your reply with exactly one verdict label: [[A=B]] if the \
+two answers are mathematically equivalent, or [[A!=B]] if they are not."""
+
+
+def judge_prompt(question: str, first: str, second: str) -> str:
+    """The judge's user message: the problem, then answer A (``first``) and answer B (``second``)."""
+    return (
+        f"<|Problem|>\n{question}\n\n"
+        f"<|Start of Assistant A's Answer|>\n{first}\n<|End of Assistant A's Answer|>\n\n"
+        f"<|Start of Assistant B's Answer|>\n{second}\n<|End of Assistant B's Answer|>"
+    )
+
+
+def judge_says_equal(reply: JudgeReply) -> bool:
+    """§18's reading of a verdict: the reply's last output item is a message whose last content
+    part is ``output_text``, and in that text ``[[A=B]]`` occurs before any ``[[A!=B]]``."""
+    return reply.last_is_output_text and first_label_verdict(reply.last_text)
+
+
+def _judge_question(params: ResponseCreateParams, question: str | None) -> str:
+    """The problem the judge is shown: the row's ``question``, else the prompt's last user message."""
+    if question is not None:
+        return question
+    if isinstance(params.input, str):
+        return params.input
+    users = [item for item in params.input if isinstance(item, Message) and item.role == "user"]
+    return _text_of(users[-1]) if users else ""
+
+
 class MathServer(ResourcesServer):
     config: MathConfig
 
@@ -125,6 +181,7 @@ class MathServer(ResourcesServer):
             warm_up=warm_up if self.config.grading_mode == "library" else None,
         )
         await self.pool.start()
+        self.judge = Judge.from_options(self, self.config) if self.config.should_use_judge else None
 
     async def shutdown(self) -> None:
         await self.pool.aclose()
@@ -136,16 +193,40 @@ class MathServer(ResourcesServer):
             result = await alibrary_grade(text, expected, pool=self.pool, timeout_s=self.config.timeout_s)
         else:
             result = await averify_answer(text, expected, timeout_s=self.config.timeout_s, pool=self.pool)
+        reward, reason, evaluations = result.reward, result.reason, None
+        if self._judge_applies(result.reward, result.extracted_answer):
+            question = _judge_question(body.responses_create_params, body.question)
+            equal, evaluations = await self._ask_judge(question, expected, result.extracted_answer or text)
+            if equal:
+                reward, reason = 1.0, "judge_correct"
         fields = {
-            "reward": result.reward,
+            "reward": reward,
             "expected_answer": body.expected_answer,
             "extracted_answer": result.extracted_answer,
             "library_reward": result.reward,
-            "reason": result.reason,
+            "judge_evaluations": evaluations,
+            "reason": reason,
         }
         if not self.config.correction_feedback:
             return MathVerifyResponse(**fields)
-        feedback = correction_feedback(
-            result.reason, result.extracted_answer, text, body.responses_create_params, body.question
-        )
+        feedback = correction_feedback(reason, result.extracted_answer, text, body.responses_create_params, body.question)
         return MathFeedbackVerifyResponse(**fields, **feedback)
+
+    def _judge_applies(self, library_reward: float, extracted_answer: str | None) -> bool:
+        """The judge sees what the grader calls wrong; in boxed mode only answers with a box, since
+        a missing box is the format failure that mode exists to score 0."""
+        if self.judge is None or library_reward > 0.5:
+            return False
+        return self.config.grading_mode == "library" or extracted_answer is not None
+
+    async def _ask_judge(self, question: str, expected: str, generated: str) -> tuple[bool, list[dict[str, Any]]]:
+        """Call 1 with A = expected, B = generated; if equal, call 2 swapped. Equal only if both say so.
+        A judge that cannot be asked raises JudgeError out of verify (502 judge_failed)."""
+        assert self.judge is not None
+        evaluations = []
+        for first, second in ((expected, generated), (generated, expected)):
+            reply = await self.judge.ask(judge_prompt(question, first, second), system=JUDGE_SYSTEM_MESSAGE)
+            evaluations.append(reply.record())
+            if not judge_says_equal(reply):
+                return False, evaluations
+        return True, evaluations

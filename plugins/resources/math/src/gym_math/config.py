@@ -1,7 +1,7 @@
 """Options of the ``math`` resources server (light: no sympy or math-verify import).
 
 The option names are the reference's math_with_judge ones (``library_verifier_*``,
-``should_use_judge``, ``judge_*``). The judge options are gym-core's :class:`~gym_core.judge.JudgeOptions`,
+``should_use_judge``, ``judge_*``). The judge options are gym-core's :class:`~gym_core.options.JudgeOptions`,
 with ``judge_model_server`` optional: it is required only when ``should_use_judge`` is true.
 """
 
@@ -11,8 +11,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from gym_core.judge import JudgeOptions
-from gym_core.options import ModelRef
+from gym_core.options import JudgeOptions, ModelRef
 
 __all__ = ["MathConfig", "GradingMode", "DEFAULT_TIMEOUT_S"]
 

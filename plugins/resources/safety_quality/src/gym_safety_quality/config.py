@@ -5,7 +5,7 @@ description (``Meta(description=...)``) is what `gym plugin show safety_quality`
 
 Two judges, each a model server instance with its own prompt template and generation parameters:
 the *safety* judge (a binary label verdict, or a graded score) and the *quality* judge (a score on a
-scale). ``judge_model_server`` (from :class:`gym_core.judge.JudgeOptions`) is the instance both use
+scale). ``judge_model_server`` (from :class:`gym_core.options.JudgeOptions`) is the instance both use
 unless ``safety_judge_model_server``/``quality_judge_model_server`` name another.
 """
 

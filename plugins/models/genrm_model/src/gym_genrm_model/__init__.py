@@ -1,0 +1,1 @@
+"""A generative reward model (GenRM) server: pairwise comparison of two responses."""

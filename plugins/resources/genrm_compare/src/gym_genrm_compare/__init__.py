@@ -1,0 +1,1 @@
+"""Pairwise GenRM comparison of a prompt's rollouts: relative rewards from a generative reward model."""

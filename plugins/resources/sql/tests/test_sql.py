@@ -42,12 +42,45 @@ BOMB = "```sql\nSELECT COUNT(*) FROM numbers a, numbers b, numbers c, numbers d,
 ENDLESS = "```sql\nWITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c\n```"
 ENDLESS_ROWS = "```sql\nWITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c\n```"
 RIGHT = "```sql\nSELECT name FROM schools WHERE county = 'Marin'\n```"
+# Degenerate answers, none with a query in a block: the spec's patterns, run by `re`, take minutes to
+# hours over the first three (cubic or quadratic in their length). All are longer than
+# INLINE_EXTRACT_MAX_CHARS, so they are searched in a worker.
+DEGENERATE = [
+    "```sql" + " " * 50_000,
+    "```\n" + " \t\n" * 20_000 + "x",
+    "```sql " + "a" * 50_000,
+    "with " * 20_000,
+]
+# A long answer (searched in a worker) with the right query at its end.
+LONG_RIGHT = "Let me think. " * 1000 + RIGHT
 
 
 def verify(caller: HTTPCaller, task: dict[str, Any], text: str) -> dict[str, Any]:
     reply = caller.post("/verify", {**task, "response": assistant_response(text)})
     assert reply.status == 200, reply.text
     return reply.json()
+
+
+def verify_while_serving(
+    servers: RunningServers, task: dict[str, Any], texts: list[str], right: str
+) -> list[dict[str, Any]]:
+    """The verify responses to ``texts``, sent at once, while the server is asked for its health and
+    grades ``right`` (reward 1) in the meantime."""
+    results: dict[int, dict[str, Any]] = {}
+
+    def run(index: int) -> None:
+        results[index] = verify(servers.caller(), task, texts[index])
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    caller = servers.caller()
+    assert caller.get("/health").json()["status"] == "ok"
+    assert verify(caller, task, right)["reward"] == 1.0
+    for thread in threads:
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+    return [results[index] for index in range(len(texts))]
 
 
 class TestBirdSql(ResourcesServerTests):
@@ -139,6 +172,15 @@ class TestBirdSql(ResourcesServerTests):
         assert verify(caller, count, "```sql\nSELECT 8\n```")["reward"] == 1.0
 
 
+    def test_degenerate_and_long_answers_are_extracted_off_the_event_loop(self, gym_servers: RunningServers):
+        caller = gym_servers.caller()
+        for body in verify_while_serving(gym_servers, BIRD_TASK, DEGENERATE, RIGHT):
+            assert (body["reward"], body["extracted_sql"], body["had_codeblock"]) == (0.0, "SELECT 1", False), body
+            assert body["failure_reason"] == "no_sql_extracted"
+        body = verify(caller, BIRD_TASK, LONG_RIGHT)
+        assert (body["reward"], body["extracted_sql"]) == (1.0, BIRD_TASK["gt_sql"])
+
+
 class TestSpider2Lite(ResourcesServerTests):
     server_type = "spider2_lite"
     plugins = [gym_sql.plugin]
@@ -197,6 +239,20 @@ class TestSpider2Lite(ResourcesServerTests):
             body = verify(caller, SPIDER2_TASK, text)
             assert (body["reward"], body["failure_reason"]) == (0.0, "execution_error") and body["error"].startswith(reason), body
         assert verify(caller, SPIDER2_TASK, "SELECT player_name FROM player WHERE country = 'India';")["reward"] == 1.0
+
+
+    def test_degenerate_and_long_answers_are_extracted_off_the_event_loop(self, gym_servers: RunningServers):
+        caller = gym_servers.caller()
+        right = "SELECT player_name FROM player WHERE country = 'India';"
+        bodies = verify_while_serving(gym_servers, SPIDER2_TASK, DEGENERATE, right)
+        for body in bodies[:3]:
+            assert (body["reward"], body["failure_reason"], body["extracted_sql"]) == (0.0, "no_sql_extracted", None)
+            assert body["error"] == "no SQL found in the answer"
+        # The raw fallback starts at prose "with ": not a query that runs.
+        raw = bodies[3]
+        assert (raw["extracted_sql"], raw["failure_reason"]) == (DEGENERATE[3].strip() + ";", "execution_error")
+        body = verify(caller, SPIDER2_TASK, "Let me think. " * 1000 + f"```sql\n{right}\n```")
+        assert (body["reward"], body["extracted_sql"]) == (1.0, right)
 
 
 def test_db_dir_with_birds_layout(tmp_path):

@@ -287,12 +287,15 @@ class TestTextToSql(ResourcesServerTests):
 
     # --- extraction under a time limit ------------------------------------------------------------
 
-    def test_a_pathological_answer_times_out_with_reward_zero(self, gym_servers: RunningServers):
-        # Spaces after an unclosed fence make the extraction's patterns take many seconds.
-        verdict = self.verify(gym_servers, TASK, assistant_response("```sql" + " " * 4000), "failing").json()
-        assert (verdict["reward"], verdict["failure_reason"], verdict["extracted_sql"]) == (0.0, "timeout", None)
-        # The killed worker was replaced: the next answer is extracted (and judged) as usual.
-        assert self.verify(gym_servers, TASK, answer(GOLD)).json()["reward"] == 1.0
+    def test_pathological_answers_are_extracted_quickly_inline_and_in_a_worker(self, gym_servers: RunningServers):
+        # Spaces after an unclosed fence once took the extraction's patterns minutes (a stalled
+        # server); gym_sql's scan is linear. Short: inline; long: in a worker. No SQL either way,
+        # and the judge (the failing one) is never asked.
+        for spaces in (4_000, 200_000):
+            verdict = self.verify(gym_servers, TASK, assistant_response("```sql" + " " * spaces), "failing").json()
+            assert (verdict["reward"], verdict["failure_reason"], verdict["extracted_sql"]) == (0.0, "no_sql_extracted", None)
+        long_right = assistant_response(" " * 50_000 + f"Here it is:\n```sql\n{GOLD}\n```")  # in a worker
+        assert self.verify(gym_servers, TASK, long_right).json()["reward"] == 1.0
 
     def test_long_fenced_answers_are_extracted_in_a_worker(self, gym_servers: RunningServers):
         text = "Let me think. " * 3000 + f"\n```sql\n{GOLD}\n```\nDone."

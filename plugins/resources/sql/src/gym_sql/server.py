@@ -10,6 +10,10 @@ limits, in worker processes (:mod:`gym_sql.execute`), and compares the results:
 
 The two share the database directory, the worker pool and the limits (:class:`SqlServerBase`);
 their rows, extraction rules and response fields differ, hence two server types.
+
+The extraction rules (:mod:`gym_sql.extract`) are linear-time; still, an answer longer than
+:data:`INLINE_EXTRACT_MAX_CHARS` is searched in a worker of the same pool under
+:data:`EXTRACT_TIME_LIMIT_S` (:func:`extract_bounded`), so that no answer can hold the event loop.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -35,10 +40,13 @@ __all__ = [
     "BirdSqlServer",
     "BirdSqlVerifyRequest",
     "BirdSqlVerifyResponse",
+    "EXTRACT_TIME_LIMIT_S",
+    "INLINE_EXTRACT_MAX_CHARS",
     "Spider2LiteServer",
     "Spider2LiteVerifyRequest",
     "Spider2LiteVerifyResponse",
     "SqlServerBase",
+    "extract_bounded",
     "lax_bool",
     "lax_int",
 ]
@@ -47,6 +55,34 @@ __all__ = [
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
 _DB_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\- ]*")
+
+T = TypeVar("T")
+
+#: Answers longer than this are searched for SQL in a worker process, not on the event loop.
+INLINE_EXTRACT_MAX_CHARS = 4096
+#: The hard limit of searching one long answer (its worker is killed past it). The extraction is
+#: linear-time, a fraction of a second on megabytes; the limit is a backstop, not a budget.
+EXTRACT_TIME_LIMIT_S = 10.0
+
+
+async def extract_bounded(
+    pool: WorkerPool,
+    fn: Callable[[str], T],
+    text: str,
+    *,
+    inline_max_chars: int = INLINE_EXTRACT_MAX_CHARS,
+    time_limit_s: float = EXTRACT_TIME_LIMIT_S,
+) -> T:
+    """``fn(text)``: inline when ``text`` has at most ``inline_max_chars`` characters, else in a
+    worker of ``pool`` under ``time_limit_s``.
+
+    The rules of :mod:`gym_sql.extract` are linear-time; this is defence in depth, so that no
+    answer (nor a future regression of a rule into backtracking) can hold the event loop for long.
+    Raises what :meth:`WorkerPool.run` raises (:class:`WorkerTimeout` past the limit).
+    """
+    if len(text) <= inline_max_chars:
+        return fn(text)
+    return await pool.run(fn, text, time_limit_s=time_limit_s)
 
 
 def lax_bool(value: Any, field: str, default: bool) -> bool:
@@ -98,7 +134,7 @@ class SqlServerBase(ResourcesServer):
             self.config.max_concurrency,
             time_limit_s=2 * self.config.sql_execution_timeout_s + 5.0,
             memory_limit_mb=self.config.memory_limit_mb,
-            preload=["gym_sql.execute"],
+            preload=["gym_sql.execute", "gym_sql.extract"],
         )
         await self.pool.run(ping)  # start the zygote and one worker before saying ready
 
@@ -117,6 +153,18 @@ class SqlServerBase(ResourcesServer):
             if path.is_file():
                 return path
         return None
+
+    async def extract(self, fn: Callable[[str], T], text: str) -> tuple[T | None, str | None]:
+        """``(fn(text), None)`` by :func:`extract_bounded` in the query workers, or ``(None, why)``
+        when the extraction did not finish (past :data:`EXTRACT_TIME_LIMIT_S`, or its worker
+        failed): the answer then scores 0 as ``no_sql_extracted`` with that ``error``."""
+        try:
+            return await extract_bounded(self.pool, fn, text), None
+        except WorkerPoolClosed:
+            raise  # shutting down: not a verdict on the answer
+        except WorkerError as exc:
+            self.log.warning("SQL extraction failed on a %d-character answer: %s", len(text), exc)
+            return None, f"the SQL extraction did not finish: {exc}"[:500]
 
     async def execute(self, fn: Any, db_id: str, *args: Any) -> Outcome:
         """``fn(db_path, *args)`` in a worker; a missing database, a worker past its hard limit or
@@ -167,7 +215,14 @@ class BirdSqlServer(SqlServerBase):
     async def verify(self, session: Session, body: BirdSqlVerifyRequest) -> BirdSqlVerifyResponse:
         task_id = lax_int(body.id, "id")
         text = output_text(body.response)
-        sql, had_codeblock = extract_bird_sql(text)
+        extracted, extraction_error = await self.extract(extract_bird_sql, text)
+        if extracted is None:
+            return BirdSqlVerifyResponse(
+                reward=0.0, model_output=text, extracted_sql="", had_codeblock=False, execution_match=False,
+                failure_reason="no_sql_extracted", error=extraction_error, question=body.question,
+                gt_sql=body.gt_sql, db_id=body.db_id, difficulty=body.difficulty, id=task_id,
+            )  # fmt: skip
+        sql, had_codeblock = extracted
         outcome = await self.execute(
             execute_bird, body.db_id, body.gt_sql, sql, self.config.sql_execution_timeout_s, self.config.max_rows
         )
@@ -230,7 +285,7 @@ class Spider2LiteServer(SqlServerBase):
         if not body.gold_sql and body.gold_result is None:
             raise msgspec.ValidationError("Object has neither `gold_sql` nor `gold_result` - at `$`")
         text = output_text(body.response)
-        sql = extract_spider2_sql(text)
+        sql, extraction_error = await self.extract(extract_spider2_sql, text)
         echo = {
             "gold_sql": body.gold_sql,
             "db_id": body.db_id,
@@ -241,7 +296,7 @@ class Spider2LiteServer(SqlServerBase):
         if not sql:
             return Spider2LiteVerifyResponse(
                 reward=0.0, model_output=text, extracted_sql=sql, execution_match=False,
-                failure_reason="no_sql_extracted", error="no SQL found in the answer", **echo,
+                failure_reason="no_sql_extracted", error=extraction_error or "no SQL found in the answer", **echo,
             )  # fmt: skip
         outcome = await self.execute(
             execute_spider2,

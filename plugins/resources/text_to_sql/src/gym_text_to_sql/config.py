@@ -86,12 +86,12 @@ class TextToSqlConfig(JudgeOptions, kw_only=True):
     ] = 0.0
     extract_timeout_s: Annotated[
         float,
-        Meta(gt=0, description="hard limit of finding the SQL in one answer (the extraction's regular expressions "
-             "are slow on some pathological texts); past it the reward is 0 with failure_reason 'timeout'"),
+        Meta(gt=0, description="hard limit of finding the SQL in one long answer (in a worker; a defence in depth, "
+             "the extraction is linear); past it the reward is 0 with failure_reason 'timeout'"),
     ] = 5.0
     extract_workers: Annotated[
         Annotated[int, Meta(ge=1)] | None,
-        Meta(description="worker processes extracting SQL from answers that hold code fences; default: min(2, CPUs)"),
+        Meta(description="worker processes extracting SQL from long answers; default: min(2, CPUs)"),
     ] = None
     extract_memory_limit_mb: Annotated[
         Annotated[int, Meta(ge=64)] | None,

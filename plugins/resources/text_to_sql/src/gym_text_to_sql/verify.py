@@ -31,8 +31,8 @@ __all__ = [
 ALLOWED_DIALECTS = ("mysql", "postgresql", "sqlite")
 DIALECT_ALIASES = {"postgres": "postgresql", "pg": "postgresql", "sqlite3": "sqlite"}
 
-#: Texts without a code fence, up to this length, are searched inline (a few linear scans).
-INLINE_MAX_CHARS = 100_000
+#: Texts up to this length are searched inline (gym_sql's extraction is linear); longer ones in a worker.
+INLINE_MAX_CHARS = 16_384
 
 #: spider2_lite's rule: the last ```sql block, else the last generic block that starts like a
 #: statement, else raw text from the first statement keyword; None when there is no SQL.
@@ -74,7 +74,7 @@ def verdict_label(text: str, equal_label: str, not_equal_label: str) -> str | No
 
 
 def extraction_is_cheap(text: str) -> bool:
-    """Whether :func:`extract_sql` is sure to be quick on ``text``: the fenced-block patterns are
-    super-linear (seconds on a few thousand spaces after an unclosed fence), the rest is a few
-    linear scans, so a text without any fence, of bounded length, is searched inline."""
-    return len(text) <= INLINE_MAX_CHARS and "```" not in text
+    """Whether :func:`extract_sql` may run inline on ``text``: the extraction is linear
+    (:mod:`gym_sql.extract`), so any text of bounded length; a longer one goes to a worker, under
+    ``extract_timeout_s``, as a defence in depth."""
+    return len(text) <= INLINE_MAX_CHARS

@@ -34,7 +34,7 @@ from gym_cli.rollouts import run_async
 from benchmarks._common import ROOT, gym_servers, percentile
 
 SIZES: dict[str, tuple[dict[int, int], tuple[str, ...] | None]] = {
-    "tiny": ({1: 20, 8: 40}, ("counter", "math")),
+    "tiny": ({1: 20, 8: 40}, ("counter", "math", "text_to_sql")),
     "small": ({1: 100, 64: 1_000}, None),
     "full": ({1: 300, 64: 3_000}, None),
 }

@@ -36,12 +36,12 @@ def test_harness_runs_tiny(tmp_path):
     pool = results["worker_pool"]
     assert all(isinstance(pool[key], float) for key in ("async_call_ms", "blocking_call_ms", "kill_and_replace_ms", "math_verify_call_ms"))
     verify = results["verify_throughput"]
-    assert set(verify) == {"counter", "math"}
+    assert set(verify) == {"counter", "math", "text_to_sql"}  # text_to_sql: with the scripted judge of its bench config
     for rows in verify.values():
         assert {c: row["verifications"] for c, row in rows.items()} == {"1": 20, "8": 40}
         assert all(row["errors"] == 0 for row in rows.values())
         # Every row's example answer got the reward of its conformance field (counter's after its
-        # seed and tool calls), at both concurrencies.
+        # seed and tool calls, text_to_sql's from the judge), at both concurrencies.
         assert all(row["checked"] == row["verifications"] and row["correct"] == 1.0 for row in rows.values())
     assert "Verify throughput per environment" in (tmp_path / "results.md").read_text()
     faithful = results["token_faithfulness"]  # the real local model, multi-turn: no token may drift

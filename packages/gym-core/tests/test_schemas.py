@@ -585,3 +585,19 @@ def test_assistant_text_joins_assistant_text_parts_by_newline_and_strips():
     assert last_assistant_text(response) == "Last."
     empty = msgspec.structs.replace(response, output=[])
     assert (assistant_text(empty), last_assistant_text(empty)) == ("", "")
+
+
+def test_last_user_text_reads_the_request_a_task_asks():
+    from gym_core.schemas import decode_create_params, last_user_text
+
+    params = decode_create_params({"input": [
+        {"role": "user", "content": "first question"},
+        {"role": "assistant", "content": "an answer"},
+        {"role": "user", "content": [{"type": "input_text", "text": " second "},
+                                     {"type": "input_image", "image_url": "data:,"},
+                                     {"type": "input_text", "text": "part "}]},
+        {"role": "system", "content": "a later system note"},
+    ]})
+    assert last_user_text(params) == "second \npart"  # text parts joined by newlines, stripped; the image skipped
+    assert last_user_text(decode_create_params({"input": "  a string input  "})) == "a string input"
+    assert last_user_text(decode_create_params({"input": [{"role": "system", "content": "only this"}]})) == ""

@@ -67,6 +67,8 @@ __all__ = [
     "output_text",
     "assistant_text",
     "last_assistant_text",
+    "last_user_text",
+    "message_text",
     "function_calls",
 ]
 
@@ -589,6 +591,24 @@ def last_assistant_text(response: Response) -> str:
     for item in reversed(response.output):
         if isinstance(item, Message) and item.role == "assistant":
             return "\n".join(_assistant_parts(item)).strip()
+    return ""
+
+
+def message_text(message: Message) -> str:
+    """A message's string content, or its text-bearing parts joined by ``"\n"``."""
+    if isinstance(message.content, str):
+        return message.content
+    return "\n".join(text for part in message.content if isinstance(text := getattr(part, "text", None), str))
+
+
+def last_user_text(params: ResponseCreateParams) -> str:
+    """The request a task asks, as judges and graders read it: a string ``input`` itself, else the
+    last ``user`` message's :func:`message_text`; stripped, ``""`` when there is none."""
+    if isinstance(params.input, str):
+        return params.input.strip()
+    for item in reversed(params.input):
+        if isinstance(item, Message) and item.role == "user":
+            return message_text(item).strip()
     return ""
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from gym_core.judge import first_label_verdict
-from gym_core.schemas import Message, ResponseCreateParams
+from gym_core.schemas import last_user_text
 
 __all__ = [
     "RegexChoice",
@@ -24,19 +24,6 @@ __all__ = [
     "read_verdict",
     "resolve_expected_answer",
 ]
-
-
-def last_user_text(params: ResponseCreateParams) -> str:
-    """The last ``user`` message of the input, stripped: its string content, or its text parts joined
-    by ``"\\n"``. A string input is one user message; no user message gives ``""``."""
-    if isinstance(params.input, str):
-        return params.input.strip()
-    for item in reversed(params.input):
-        if isinstance(item, Message) and item.role == "user":
-            if isinstance(item.content, str):
-                return item.content.strip()
-            return "\n".join(t for part in item.content if isinstance(t := getattr(part, "text", None), str)).strip()
-    return ""
 
 
 def resolve_expected_answer(expected_answer: Any, metadata: Any) -> str:

@@ -36,7 +36,7 @@ from typing import Any
 
 from gym_core import ResourcesServer, Session
 from gym_core.judge import Judge, JudgeReply, first_label_verdict
-from gym_core.schemas import Message, ResponseCreateParams, VerifyRequest, VerifyResponse, output_text
+from gym_core.schemas import Message, ResponseCreateParams, VerifyRequest, VerifyResponse, message_text, output_text
 
 from gym_math.config import MathConfig
 from gym_math.library import alibrary_grade, warm_up
@@ -90,12 +90,6 @@ _FEEDBACK: dict[str, tuple[str, str | None]] = {
 }
 
 
-def _text_of(message: Message) -> str:
-    if isinstance(message.content, str):
-        return message.content
-    return "\n".join(text for part in message.content if isinstance(text := getattr(part, "text", None), str))
-
-
 def _problem(params: ResponseCreateParams, question: str | None) -> str:
     """The problem as the model was given it: the instructions (``instructions``, system and
     developer messages), then ``question`` if the row has one, else the last user message."""
@@ -103,9 +97,9 @@ def _problem(params: ResponseCreateParams, question: str | None) -> str:
         return question or params.input
     messages = [item for item in params.input if isinstance(item, Message)]
     parts = [params.instructions] if params.instructions else []
-    parts += [_text_of(m) for m in messages if m.role in ("system", "developer")]
+    parts += [message_text(m) for m in messages if m.role in ("system", "developer")]
     users = [m for m in messages if m.role == "user"]
-    parts.append(question or (_text_of(users[-1]) if users else ""))
+    parts.append(question or (message_text(users[-1]) if users else ""))
     return "\n\n".join(part.strip() for part in parts if part and part.strip())
 
 
@@ -166,7 +160,7 @@ def _judge_question(params: ResponseCreateParams, question: str | None) -> str:
     if isinstance(params.input, str):
         return params.input
     users = [item for item in params.input if isinstance(item, Message) and item.role == "user"]
-    return _text_of(users[-1]) if users else ""
+    return message_text(users[-1]) if users else ""
 
 
 class MathServer(ResourcesServer):

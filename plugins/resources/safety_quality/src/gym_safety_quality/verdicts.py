@@ -18,7 +18,7 @@ from typing import Literal
 
 import msgspec
 
-from gym_core.schemas import Message, ResponseCreateParams
+from gym_core.schemas import ResponseCreateParams, last_user_text
 
 __all__ = [
     "Reading",
@@ -58,21 +58,9 @@ def as_bool(value: bool | int | str | None, field: str) -> bool | None:
     raise ValueError(f"{field} must be a boolean, got {value!r}")
 
 
-def _message_text(message: Message) -> str:
-    if isinstance(message.content, str):
-        return message.content
-    return "\n".join(text for part in message.content if isinstance(text := getattr(part, "text", None), str))
-
-
 def request_text(params: ResponseCreateParams) -> str:
-    """The request the judges read: the input itself when it is a string, else the text of its last
-    user message ("" when it has none)."""
-    if isinstance(params.input, str):
-        return params.input.strip()
-    for item in reversed(params.input):
-        if isinstance(item, Message) and item.role == "user":
-            return _message_text(item).strip()
-    return ""
+    """The request the judges read (gym_core's :func:`~gym_core.schemas.last_user_text`)."""
+    return last_user_text(params)
 
 
 def _block(lines: list[str]) -> str:

@@ -9,6 +9,7 @@ __all__ = ["gym_register_commands"]
 @hookimpl
 def gym_register_commands(register):
     from gym_cli.commands.collect import collect
+    from gym_cli.commands.config import config
     from gym_cli.commands.plugin import plugin
     from gym_cli.commands.profile import profile
     from gym_cli.commands.run import run
@@ -16,5 +17,5 @@ def gym_register_commands(register):
     from gym_cli.commands.test import test
     from gym_cli.commands.workspace import workspace
 
-    for command in (run, status, collect, profile, plugin, test, workspace):
+    for command in (run, status, collect, profile, config, plugin, test, workspace):
         register(command)

@@ -31,11 +31,10 @@ def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
     Example:
       gym run plugins/resources/counter/configs/counter.yaml policy.delay_s=0.1
     """
-    from gym_cli.launch.launcher import default_env_file, launch
+    from gym_cli.launch.launcher import default_env_file, launch, split_config_args
     from gym_cli.launch.supervisor import ChildExitedError
 
-    paths = [a for a in args if "=" not in a and not a.startswith(("+", "~"))]
-    overrides = [a for a in args if a not in paths]
+    paths, overrides = split_config_args(args)
     console = Console(stderr=True, soft_wrap=True)
 
     def on_signal(signum, frame):  # the launcher's shutdown then stops the children

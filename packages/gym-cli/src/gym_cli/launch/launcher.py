@@ -39,7 +39,8 @@ if TYPE_CHECKING:  # the server stack loads when something is launched, not when
     from gym_core.plugins import PluginManager
     from gym_core.serving import ServerThread
 
-__all__ = ["Launch", "launch", "ISOLATION_MODES", "default_env_file", "restart_policy", "RESTARTS_KEY"]
+__all__ = ["Launch", "launch", "ISOLATION_MODES", "default_env_file", "resolve_config", "split_config_args",
+           "restart_policy", "RESTARTS_KEY"]
 
 RESTARTS_KEY = "server_restarts"
 """The config key of the restart policy: ``server_restarts: {attempts: 3, window_s: 60, backoff_s: 1}``."""
@@ -122,7 +123,7 @@ def launch(
 ) -> Iterator[Launch]:
     """Start the head server and every instance; stop them all on exit. Yields once all are ready."""
     from gym_core.auth import new_token, token_file, write_token
-    from gym_core.config import CONFIG_ENV, INSTANCE_ENV, load_config
+    from gym_core.config import CONFIG_ENV, INSTANCE_ENV
     from gym_core.head import build_head_app
 
     from gym_cli.venvs.layout import default_home
@@ -135,10 +136,7 @@ def launch(
     plugins = plugins or get_plugin_manager()
     catalog = catalog or find_catalog()
     known = plugins.servers()
-    config = load_config(
-        config_paths, overrides, env_file=env_file, server_types=known, load_errors=plugins.load_errors,
-        external_types=catalog.entries.keys(),
-    )
+    config = resolve_config(config_paths, overrides, env_file=env_file, plugins=plugins, catalog=catalog)
     if not config.instances:
         raise GymError("the config defines no server instances (entries like `name: {plugin: ...}`)")
     policy = restart_policy(config, ready_timeout_s)
@@ -247,6 +245,31 @@ def _pythons(config: GlobalConfig, isolation: str, catalog: Catalog, console: Co
         for source, venv in zip(sources, manager.ensure_many(sources)):
             result[source.name] = (str(venv.python), "reused" if venv.reused else "built")
     return result
+
+
+def split_config_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``gym run``-style arguments: config files, then overrides in Hydra's grammar (``key=value``,
+    ``+key=value``, ``~key``)."""
+    paths = [a for a in args if "=" not in a and not a.startswith(("+", "~"))]
+    return paths, [a for a in args if a not in paths]
+
+
+def resolve_config(
+    config_paths: Sequence[str], overrides: Sequence[str] = (), *, env_file: str | None = "env.yaml",
+    plugins: PluginManager | None = None, catalog: Catalog | None = None, allocate_ports: bool = True,
+) -> GlobalConfig:
+    """The config as ``gym run`` resolves and validates it (files merged, overrides, ``env.yaml``,
+    every instance's options checked against its server type); ConfigError lists every problem.
+    ``allocate_ports``: a port left 0 gets a free one now (off: it stays 0, "free one at start")."""
+    from gym_core.config import load_config
+    from gym_core.plugins import get_plugin_manager
+
+    plugins = plugins or get_plugin_manager()
+    catalog = catalog or find_catalog()
+    return load_config(
+        config_paths, overrides, env_file=env_file, server_types=plugins.servers(), load_errors=plugins.load_errors,
+        external_types=catalog.entries.keys(), allocate_ports=allocate_ports,
+    )
 
 
 def default_env_file() -> str | None:

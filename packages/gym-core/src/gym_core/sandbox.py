@@ -218,13 +218,6 @@ def _shared_copy(python: str, bwrap: str) -> tuple[str, str]:
     return str(dest / "bin" / real.name), str(dest / "bwrap" / "bin" / "bin" / "bwrap")
 
 
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
-
-
 def _check_name(name: str) -> str:
     parts = Path(name).parts
     if not name or Path(name).is_absolute() or any(p in ("..", ".") for p in parts) or "\0" in name:
@@ -255,7 +248,6 @@ class Sandbox:
         self._root = os.geteuid() == 0
         self._sandbox_python = self.python  # the interpreter's path as the sandbox's outer user reaches it
         self._started = False
-        self.runs = 0  # programs run, for metrics
 
     @property
     def bwrap(self) -> str | None:
@@ -345,7 +337,6 @@ class Sandbox:
         limits = limits or SandboxLimits()
         named = {_check_name(k): (v.encode() if isinstance(v, str) else v) for k, v in (files or {}).items()}
         async with self._slots:
-            self.runs += 1
             if self.mode == "bwrap":
                 return await self._run_bwrap(argv, stdin, named, limits)
             return await self._run_unsandboxed(argv, stdin, named, limits)
@@ -394,9 +385,7 @@ class Sandbox:
             args += ["--json-status-fd", str(status_write)]
             # In a user namespace of its own, RLIMIT_NPROC counts only the run's processes (+1: bwrap's init).
             args += ["--", *self._rlimits(limits, limits.processes + 1), *argv]
-            pass_fds = [fd for fd in fds if fd != status_read]
-            for fd in pass_fds:
-                os.set_inheritable(fd, True)
+            pass_fds = [fd for fd in fds if fd != status_read]  # subprocess makes these inheritable
             if self._root:
                 # bwrap itself runs as nobody: its user namespace then maps the program to nobody, not root.
                 # (setpriv, not Popen(user=...): uvloop's subprocess support refuses those arguments.)

@@ -12,10 +12,13 @@ def gym_register_commands(register):
     from gym_cli.commands.config import config
     from gym_cli.commands.plugin import plugin
     from gym_cli.commands.profile import profile
+    from gym_cli.commands.report import report
+    from gym_cli.commands.reverify import reverify
     from gym_cli.commands.run import run
     from gym_cli.commands.status import status
+    from gym_cli.commands.stop import stop
     from gym_cli.commands.test import test
     from gym_cli.commands.workspace import workspace
 
-    for command in (run, status, collect, profile, config, plugin, test, workspace):
+    for command in (run, status, stop, collect, reverify, profile, report, config, plugin, test, workspace):
         register(command)

@@ -1,0 +1,1 @@
+"""A gym model server."""

@@ -1,0 +1,21 @@
+"""Registers the ``vllm_model`` model server through gym's hooks.
+
+This module imports only gym_core and the config: `gym plugin list` loads it in every process that
+lists plugins, so the server (and whatever heavy library it needs) is named by a string and imported
+only by the process that runs it.
+"""
+
+from gym_core import hookimpl
+
+from gym_vllm_model.config import VllmModelConfig
+
+
+@hookimpl
+def gym_register_servers(register):
+    register(
+        name="vllm_model",
+        kind="model",
+        server="gym_vllm_model.server:VllmModelModel",
+        config=VllmModelConfig,
+        description="A gym model server",
+    )

@@ -32,7 +32,7 @@ import shlex
 import socket
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,6 +48,8 @@ from gym_core.errors import (
     did_you_mean,
 )
 
+from gym_cli.live import LatencySketch
+
 if TYPE_CHECKING:
     from gym_core.client import ServerClient
 
@@ -58,6 +60,9 @@ __all__ = [
     "output_lock",
     "is_infrastructure_failure",
     "INFRASTRUCTURE_REASONS",
+    "GaveUp",
+    "with_retries",
+    "failure_fields",
     "CollectOptions",
     "CollectSummary",
     "run_async",
@@ -105,7 +110,7 @@ class CollectOptions:
 
 @dataclass
 class CollectSummary:
-    """Counts of a collection run, updated as rollouts complete."""
+    """Counts of a collection run, updated as rollouts complete (read by :mod:`gym_cli.live`)."""
 
     total: int = 0
     skipped: int = 0
@@ -114,6 +119,13 @@ class CollectSummary:
     retried: int = 0  # attempts that failed for an infrastructure reason and were retried
     duplicates_dropped: int = 0  # duplicate rows resuming removed from the output file
     reward_sum: float = 0.0
+    in_flight: int = 0  # rollouts started and not yet written (their retries' waits included)
+    # Scored rollouts and their reward sum per environment: the row's ``environment``, "?" when none,
+    # as ``gym profile`` groups them.
+    environment_done: dict[str, int] = field(default_factory=dict)
+    environment_reward_sum: dict[str, float] = field(default_factory=dict)
+    failure_reasons: dict[str, int] = field(default_factory=dict)  # failed rollouts by typed reason
+    latency: LatencySketch = field(default_factory=LatencySketch)  # scored rollouts' wall time, retries included
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None  # set when collect_rollouts returns
 
@@ -401,6 +413,54 @@ def is_infrastructure_failure(exc: BaseException) -> bool:
     return exc.status is not None and (exc.status >= 500 or exc.status == 429) or exc.reason in INFRASTRUCTURE_REASONS
 
 
+class GaveUp(Exception):
+    """What :func:`with_retries` raises once it stops: the last failure (``cause``) and ``attempts``."""
+
+    def __init__(self, cause: BaseException, attempts: int):
+        super().__init__(str(cause))
+        self.cause = cause
+        self.attempts = attempts
+
+
+# What a failed attempt may raise: a server call, a refused input, an answer of the wrong shape.
+_ATTEMPT_ERRORS = (ServerCallError, GymError, KeyError, TypeError, ValueError, msgspec.DecodeError)
+
+
+async def with_retries(
+    attempt: Callable[[], Awaitable[T]], *, retries: int, backoff_s: float, backoff_max_s: float, deadline: float,
+    on_retry: Callable[[], None] = lambda: None,
+) -> T:
+    """The collector's retry policy for one unit of work (a rollout, a re-verified row): await
+    ``attempt()``; after a failure for an infrastructure reason (:func:`is_infrastructure_failure`),
+    call ``on_retry`` and try again after ``backoff_s`` doubled per retry (at most ``backoff_max_s``,
+    plus up to half of it at random), at most ``retries`` more times and never past ``deadline``
+    (``time.monotonic()``). Any other failure, or the last one, raises :class:`GaveUp`."""
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return await attempt()
+        except _ATTEMPT_ERRORS as exc:
+            # Jitter spreads the retries of work that failed together; never below the nominal delay.
+            delay = min(backoff_max_s, backoff_s * 2 ** (tries - 1)) * (1 + random.random() / 2)
+            if tries <= retries and is_infrastructure_failure(exc) and time.monotonic() + delay < deadline:
+                on_retry()
+                await asyncio.sleep(delay)
+                continue
+            raise GaveUp(exc, tries) from exc
+
+
+def failure_fields(failure: GaveUp) -> dict[str, Any]:
+    """How a failures file records a failure: its typed ``reason``, ``message``, ``attempts`` and,
+    when a server answered, ``status``."""
+    exc = failure.cause
+    fields: dict[str, Any] = {"reason": exc.reason if isinstance(exc, ServerCallError) else type(exc).__name__,
+                              "message": str(exc), "attempts": failure.attempts}
+    if isinstance(exc, ServerCallError) and exc.status is not None:
+        fields["status"] = exc.status
+    return fields
+
+
 async def collect_rollouts(
     client: ServerClient,
     tasks: list[dict[str, Any]],
@@ -432,7 +492,8 @@ async def collect_rollouts(
         async def one(task_index: int, rollout_index: int) -> None:
             # The row records the task as sent: sampling overrides included.
             task = _request_body(tasks[task_index], options.sampling)
-            deadline = time.monotonic() + options.rollout_timeout_s
+            started = time.monotonic()
+            deadline = started + options.rollout_timeout_s
             tries = 0
             while True:
                 tries += 1
@@ -454,6 +515,7 @@ async def collect_rollouts(
                         failure["status"] = exc.status
                     failures.write(_encoder.encode(failure) + b"\n")
                     summary.failed += 1
+                    summary.failure_reasons[reason] = summary.failure_reasons.get(reason, 0) + 1
                     on_progress(summary)
                     return
             row = {"task_index": task_index, "rollout_index": rollout_index, "agent": agent, "reward": reward}
@@ -464,11 +526,20 @@ async def collect_rollouts(
             out.write(_encoder.encode(row) + b"\n")
             summary.done += 1
             summary.reward_sum += reward
+            summary.latency.add(time.monotonic() - started)
+            environment = str(row.get("environment") or "?")
+            summary.environment_done[environment] = summary.environment_done.get(environment, 0) + 1
+            summary.environment_reward_sum[environment] = summary.environment_reward_sum.get(environment, 0.0) + reward
             on_progress(summary)
 
         async def worker() -> None:
             while queue:
-                await one(*queue.pop())
+                pair = queue.pop()
+                summary.in_flight += 1
+                try:
+                    await one(*pair)
+                finally:
+                    summary.in_flight -= 1
 
         workers = [asyncio.create_task(worker()) for _ in range(max(1, min(options.parallel, len(queue))))]
         try:

@@ -1,9 +1,11 @@
-"""``gym status``: the servers of the running ``gym run``, each with its health."""
+"""``gym status``: the servers of the running ``gym run``, each with its health. Without ``--head``, the
+run is the only one recorded under ``$GYM_HOME/runs`` (else the default head server's)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -13,7 +15,18 @@ from rich.table import Table
 from gym_cli.exits import CommandFailed
 from gym_cli.head import default_head
 
+if TYPE_CHECKING:
+    from gym_cli.launch.runstate import RecordedRun
+
 __all__ = ["status"]
+
+
+def _recorded_runs() -> list[RecordedRun]:
+    """The runs whose launcher still runs, from their state files (none where /proc is missing)."""
+    from gym_cli.launch.runstate import RecordedRun, runs_dir
+
+    directory = runs_dir()
+    return [run for run in RecordedRun.all_in(directory) if run.launcher_alive()] if directory.is_dir() else []
 
 
 async def _status(head: str) -> list[dict]:
@@ -28,8 +41,11 @@ async def _status(head: str) -> list[dict]:
         try:
             instances = await server_instances(client, head)
         except ServerCallError as exc:
-            raise CommandFailed(f"no gym servers are running at {head} (start them with `gym run CONFIG`): "
-                                f"{exc.detail}") from None
+            runs = _recorded_runs()
+            others = "".join(f"\n  {run.summary()}" for run in runs)
+            hint = (f"; runs of this user (pick one with --head URL):{others}" if others
+                    else " (start them with `gym run CONFIG`)")
+            raise CommandFailed(f"no gym servers are running at {head}: {exc.detail}{hint}") from None
 
         async def health(row: dict) -> dict:
             if row.get("state") == "restarting":  # `gym run`'s supervisor is bringing it back
@@ -46,19 +62,24 @@ async def _status(head: str) -> list[dict]:
 
 
 @click.command()
-@click.option("--head", default=default_head(), show_default=True,
-              help="URL of the head server of `gym run`.")
+@click.option("--head", default=None, metavar="URL",
+              help="URL of the head server of `gym run`.  [default: the only running run's, else "
+                   f"{default_head()}]")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def status(head: str, as_json: bool) -> None:
+def status(head: str | None, as_json: bool) -> None:
     """Show the servers of the running `gym run`, whether each answers, and how many times each
     was restarted after dying.
 
-    Exits 1 when no head server answers at HEAD or some server is down (or restarting).
+    Exits 1 when no head server answers at HEAD (the message lists the runs of this user) or some
+    server is down (or restarting).
 
     \b
     Example:
       gym status --head http://127.0.0.1:11000
     """
+    if head is None:
+        runs = _recorded_runs()
+        head = runs[0].head_url if len(runs) == 1 and runs[0].head_url else default_head()
     head = head.rstrip("/")
     rows = asyncio.run(_status(head))
     if as_json:

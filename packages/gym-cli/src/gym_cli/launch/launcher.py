@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the server stack loads when something is launched, not when
     from gym_core.serving import ServerThread
 
 __all__ = ["Launch", "launch", "ISOLATION_MODES", "default_env_file", "resolve_config", "split_config_args",
-           "restart_policy", "RESTARTS_KEY"]
+           "restart_policy", "RESTARTS_KEY", "head_or_served", "serve_options"]
 
 RESTARTS_KEY = "server_restarts"
 """The config key of the restart policy: ``server_restarts: {attempts: 3, window_s: 60, backoff_s: 1}``."""
@@ -275,3 +275,39 @@ def resolve_config(
 def default_env_file() -> str | None:
     """The env file every config loads (secrets, local paths): ``$GYM_ENV_FILE``, else ``env.yaml``."""
     return os.environ.get("GYM_ENV_FILE", "env.yaml")
+
+
+@contextlib.contextmanager
+def head_or_served(head: str, config_paths: Sequence[str], overrides: Sequence[str] = (), *, isolation: str = "venv",
+                   console: Console | None = None) -> Iterator[str]:
+    """The head server a data command (``gym collect``, ``gym reverify``) talks to: ``head`` (``--head``,
+    a running ``gym run``), or, with ``config_paths`` (``--serve``), the head of the servers started
+    from them with ``overrides`` (``--set``), reported ready on ``console`` and stopped on exit."""
+    if not config_paths:
+        yield head
+        return
+    console = console or Console(stderr=True)
+    with launch(list(config_paths), overrides, isolation=isolation, console=console, env_file=default_env_file()) as state:
+        console.print(state.table())
+        console.print(f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s")
+        yield state.config.head_url
+
+
+def serve_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of a data command that finds its servers through :func:`head_or_served`:
+    ``--head``, ``--serve`` (repeatable), ``--set`` (repeatable) and ``--isolation``, passed as
+    ``head``, ``serve_configs``, ``overrides`` and ``isolation``."""
+    import click
+
+    from gym_cli.head import default_head
+
+    for option in reversed((
+        click.option("--head", default=default_head(), show_default=True, help="Head server of a running `gym run`."),
+        click.option("--serve", "serve_configs", multiple=True, type=click.Path(),
+                     help="Start the servers of this config first (repeatable), stop them at the end."),
+        click.option("--set", "overrides", multiple=True, help="Override for --serve configs, Hydra grammar (repeatable)."),
+        click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="venv", show_default=True,
+                     help="Where --serve servers run: venv, each plugin's own; none, the Python running gym."),
+    )):
+        command = option(command)
+    return command

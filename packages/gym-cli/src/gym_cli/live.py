@@ -1,0 +1,352 @@
+"""What ``gym collect`` shows while it runs: a live panel, periodic plain lines, or JSON events.
+
+The collector only keeps counts in its :class:`~gym_cli.rollouts.CollectSummary` (a few dict and
+integer updates per rollout); a reporter reads them on a timer, a few times a second for the rich
+panel and every ``--progress-interval`` seconds for plain lines and JSON, so that showing progress
+costs the same at 10 or 10,000 rollouts per second.
+
+- ``rich``: the progress bar and a panel: rollouts/s, mean reward overall and per environment,
+  failures by reason, p50/p99 rollout latency, rollouts in flight.
+- ``plain``: the same figures on one line per interval and a final line, for CI logs.
+- ``json``: one :class:`ProgressEvent` per line on stdout (``"progress"`` at the start and per
+  interval, ``"done"`` at the end), for machines.
+
+Rollout latency is the wall time of a scored rollout, its retries included, kept in a
+:class:`LatencySketch` (bounded memory, 1% relative error) rather than a list of every value.
+This module imports only the standard library and msgspec (rich inside :class:`RichReporter`):
+:mod:`gym_cli.rollouts` imports the sketch from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+from typing import IO, TYPE_CHECKING, Literal
+
+import msgspec
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from gym_cli.rollouts import CollectSummary
+
+__all__ = [
+    "PROGRESS_MODES",
+    "LatencySketch",
+    "EnvironmentProgress",
+    "ProgressEvent",
+    "progress_event",
+    "describe_progress",
+    "progress_panel",
+    "Reporter",
+    "RichReporter",
+    "PlainReporter",
+    "JsonReporter",
+    "make_reporter",
+    "follow",
+]
+
+PROGRESS_MODES = ("auto", "rich", "plain", "json")
+
+
+class LatencySketch:
+    """Quantiles of a stream of durations in bounded memory: a log-bucketed histogram (the DDSketch
+    idea). Each value falls in the bucket ``ceil(log(value) / log(gamma))``; a quantile is read as its
+    bucket's midpoint, within ``relative_error`` of the true value (nearest rank), clamped to the
+    exact minimum and maximum. Values are clamped to [``MIN_S``, ``MAX_S``], so that at the default
+    1% there are at most 1,500 buckets however many values are added."""
+
+    MIN_S = 1e-6
+    MAX_S = 1e7  # about 116 days
+
+    def __init__(self, relative_error: float = 0.01):
+        if not 0 < relative_error < 1:
+            raise ValueError(f"relative_error must be in (0, 1), got {relative_error}")
+        self.relative_error = relative_error
+        self._gamma = (1 + relative_error) / (1 - relative_error)
+        self._log_gamma = math.log(self._gamma)
+        self.buckets: dict[int, int] = {}
+        self.count = 0
+        self.min: float | None = None
+        self.max: float | None = None
+
+    def add(self, value: float) -> None:
+        """Record one duration in seconds."""
+        # ``not >`` also catches NaN, which no bucket can hold.
+        value = self.MIN_S if not value > self.MIN_S else min(value, self.MAX_S)
+        index = math.ceil(math.log(value) / self._log_gamma)
+        self.buckets[index] = self.buckets.get(index, 0) + 1
+        self.count += 1
+        self.min = value if self.min is None else min(self.min, value)
+        self.max = value if self.max is None else max(self.max, value)
+
+    def quantile(self, q: float) -> float | None:
+        """The ``q`` quantile (0 ≤ q ≤ 1, nearest rank), None when nothing was added."""
+        if not 0 <= q <= 1:
+            raise ValueError(f"a quantile is in [0, 1], got {q}")
+        if not self.count:
+            return None
+        rank = max(1, math.ceil(q * self.count))  # the rank-th smallest value, from 1
+        seen = 0
+        for index in sorted(self.buckets):
+            seen += self.buckets[index]
+            if seen >= rank:
+                # The bucket (gamma^(i-1), gamma^i]: its midpoint in relative terms is within the error.
+                estimate = 2 * self._gamma ** index / (self._gamma + 1)
+                return min(max(estimate, self.min), self.max)
+        return self.max  # not reached: the counts add up to self.count
+
+
+class EnvironmentProgress(msgspec.Struct):
+    """One environment's scored rollouts so far and their mean reward."""
+
+    rollouts: int
+    mean_reward: float | None
+
+
+class ProgressEvent(msgspec.Struct, kw_only=True):
+    """The figures of a collection at one moment; a line of ``--progress json``.
+
+    The counts are this run's: ``done`` (scored), ``failed`` and ``skipped`` (already in the output
+    when the run began, so a resumed run starts there) add up to at most ``total``; ``failures`` counts the failed rollouts by typed reason; ``environments`` maps each
+    environment (the rows' ``environment``, ``?`` when a row has none, as ``gym profile`` groups
+    them) to its scored rollouts; latencies are of scored rollouts, retries included."""
+
+    event: Literal["progress", "done"]
+    total: int
+    skipped: int
+    done: int
+    failed: int
+    retried: int
+    in_flight: int
+    elapsed_s: float
+    rollouts_per_s: float
+    mean_reward: float | None
+    environments: dict[str, EnvironmentProgress]
+    failures: dict[str, int]
+    latency_p50_s: float | None
+    latency_p99_s: float | None
+    interrupted: bool = False
+
+
+def progress_event(summary: CollectSummary, event: Literal["progress", "done"] = "progress",
+                   interrupted: bool = False) -> ProgressEvent:
+    """The figures of ``summary`` now."""
+    elapsed = summary.elapsed_s
+    sums = summary.environment_reward_sum
+    return ProgressEvent(
+        event=event,
+        total=summary.total,
+        skipped=summary.skipped,
+        done=summary.done,
+        failed=summary.failed,
+        retried=summary.retried,
+        in_flight=summary.in_flight,
+        elapsed_s=elapsed,
+        rollouts_per_s=(summary.done + summary.failed) / max(elapsed, 1e-9),
+        mean_reward=summary.mean_reward,
+        environments={name: EnvironmentProgress(n, sums.get(name, 0.0) / n if n else None)
+                      for name, n in sorted(summary.environment_done.items())},
+        failures=dict(sorted(summary.failure_reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+        latency_p50_s=summary.latency.quantile(0.5),
+        latency_p99_s=summary.latency.quantile(0.99),
+        interrupted=interrupted,
+    )
+
+
+def _reward(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _eta(event: ProgressEvent) -> str | None:
+    left = event.total - event.skipped - event.done - event.failed
+    if left <= 0 or event.rollouts_per_s <= 0 or event.done + event.failed == 0:
+        return None
+    seconds = int(left / event.rollouts_per_s)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _environments(event: ProgressEvent, limit: int = 6) -> str:
+    by_size = sorted(event.environments.items(), key=lambda kv: (-kv[1].rollouts, kv[0]))
+    text = ", ".join(f"{name} {_reward(e.mean_reward)} ({e.rollouts})" for name, e in by_size[:limit])
+    return text + (f", +{len(by_size) - limit} more" if len(by_size) > limit else "")
+
+
+def _failures(event: ProgressEvent, limit: int = 6) -> str:
+    items = list(event.failures.items())
+    text = ", ".join(f"{reason} {n}" for reason, n in items[:limit])
+    return text + (f", +{len(items) - limit} more" if len(items) > limit else "")
+
+
+def describe_progress(event: ProgressEvent) -> str:
+    """One readable line of the figures (``--progress plain``)."""
+    finished = event.skipped + event.done + event.failed
+    percent = 100 * finished / event.total if event.total else 100.0
+    parts = [
+        f"{'done' if event.event == 'done' else 'collecting'} {finished}/{event.total} ({percent:.0f}%)",
+        f"{event.rollouts_per_s:.2f} rollouts/s",
+        f"mean reward {_reward(event.mean_reward)}",
+    ]
+    if event.environments:
+        parts.append(f"by environment: {_environments(event)}")
+    failed = f"failed {event.failed}" + (f" ({_failures(event)})" if event.failures else "")
+    parts.append(failed + (f", retried {event.retried}" if event.retried else ""))
+    parts.append(f"latency p50 {_seconds(event.latency_p50_s)} p99 {_seconds(event.latency_p99_s)}")
+    if event.event == "progress":
+        parts.append(f"in flight {event.in_flight}")
+        eta = _eta(event)
+        if eta:
+            parts.append(f"ETA {eta}")
+    else:
+        parts.append(f"in {event.elapsed_s:.1f} s" + (" (interrupted)" if event.interrupted else ""))
+    return " | ".join(parts)
+
+
+class Reporter:
+    """Shows a collection's progress. ``start`` when the rollouts begin, ``update`` every
+    ``period_s`` while they run (:func:`follow`), ``stop`` when they end, however they end;
+    ``finish`` once the command is done (also when nothing was left to collect)."""
+
+    period_s: float = 10.0
+
+    def start(self, summary: CollectSummary) -> None:
+        """The rollouts begin."""
+        self.update(summary)
+
+    def update(self, summary: CollectSummary) -> None:
+        """Show the figures now."""
+
+    def stop(self, summary: CollectSummary) -> None:
+        """The rollouts ended (done, failed or interrupted)."""
+
+    def finish(self, summary: CollectSummary, interrupted: bool = False) -> None:
+        """The command is done: the final figures."""
+
+
+async def follow(reporter: Reporter, summary: CollectSummary) -> None:
+    """Update ``reporter`` every ``period_s`` until cancelled (on the collector's event loop, so
+    that it reads the summary between rollouts, never in the middle of one's update)."""
+    while True:
+        await asyncio.sleep(reporter.period_s)
+        reporter.update(summary)
+
+
+class PlainReporter(Reporter):
+    """A line per interval and a final line on ``console`` (stderr), no colours, no cursor moves."""
+
+    def __init__(self, console: Console, interval_s: float = 10.0):
+        self.console = console
+        self.period_s = interval_s
+
+    def _print(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def update(self, summary: CollectSummary) -> None:
+        self._print(describe_progress(progress_event(summary)))
+
+    def finish(self, summary: CollectSummary, interrupted: bool = False) -> None:
+        self._print(describe_progress(progress_event(summary, "done", interrupted)))
+
+
+class JsonReporter(Reporter):
+    """One :class:`ProgressEvent` per line on ``stream`` (stdout), flushed at once."""
+
+    def __init__(self, stream: IO[str] | None = None, interval_s: float = 10.0):
+        self.stream = stream if stream is not None else sys.stdout
+        self.period_s = interval_s
+        self._encoder = msgspec.json.Encoder()
+
+    def _emit(self, event: ProgressEvent) -> None:
+        self.stream.write(self._encoder.encode(event).decode() + "\n")
+        self.stream.flush()
+
+    def update(self, summary: CollectSummary) -> None:
+        self._emit(progress_event(summary))
+
+    def finish(self, summary: CollectSummary, interrupted: bool = False) -> None:
+        self._emit(progress_event(summary, "done", interrupted))
+
+
+class RichReporter(Reporter):
+    """The progress bar and the live panel on ``console``, redrawn ``refresh_per_second`` times a
+    second; what the servers print meanwhile scrolls above it. The last state stays on screen."""
+
+    def __init__(self, console: Console, refresh_per_second: float = 4.0):
+        self.console = console
+        self.period_s = 1 / refresh_per_second
+        self._live = None
+        self._progress = None
+        self._bar = None
+
+    def start(self, summary: CollectSummary) -> None:
+        from rich.live import Live
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        # Never started itself: the Live below draws it, on our timer rather than its own thread.
+        self._progress = Progress(TextColumn("[bold]collecting"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                  console=self.console, auto_refresh=False)
+        self._bar = self._progress.add_task("collect", total=summary.total, completed=summary.skipped)
+        self._live = Live(self.render(summary), console=self.console, auto_refresh=False, transient=False)
+        self._live.start()
+
+    def render(self, summary: CollectSummary) -> RenderableType:
+        """The bar (once started) and the panel of ``summary``'s figures."""
+        from rich.console import Group
+
+        panel = progress_panel(progress_event(summary))
+        return panel if self._progress is None else Group(self._progress, panel)
+
+    def update(self, summary: CollectSummary) -> None:
+        if self._live is None:
+            return
+        self._progress.update(self._bar, completed=summary.skipped + summary.done + summary.failed)
+        self._live.update(self.render(summary), refresh=True)
+
+    def stop(self, summary: CollectSummary) -> None:
+        if self._live is None:
+            return
+        self.update(summary)
+        self._live.stop()
+        self._live = None
+
+
+def progress_panel(event: ProgressEvent) -> RenderableType:
+    """The live panel of ``event``'s figures (names are shown as text, never read as markup)."""
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("rollouts/s", Text(f"{event.rollouts_per_s:.2f}   in flight {event.in_flight}"))
+    grid.add_row("mean reward", Text(_reward(event.mean_reward)))
+    if event.environments:
+        grid.add_row("by environment", Text(_environments(event)))
+    failed = f"{event.failed}" + (f"  ({_failures(event)})" if event.failures else "")
+    grid.add_row("failed", Text(failed + (f"   retried {event.retried}" if event.retried else ""),
+                                style="yellow" if event.failed else ""))
+    grid.add_row("latency", Text(f"p50 {_seconds(event.latency_p50_s)}   p99 {_seconds(event.latency_p99_s)}"))
+    return Panel(grid, title="gym collect", title_align="left", expand=False)
+
+
+def make_reporter(mode: str, console: Console, interval_s: float = 10.0, stdout: IO[str] | None = None) -> Reporter:
+    """The reporter of a ``--progress`` mode: ``auto`` is ``rich`` when ``console`` (stderr) is a
+    terminal, else ``plain``; ``json`` writes to ``stdout``."""
+    if mode not in PROGRESS_MODES:
+        raise ValueError(f"unknown progress mode {mode!r}: choose one of {', '.join(PROGRESS_MODES)}")
+    if mode == "auto":
+        mode = "rich" if console.is_terminal else "plain"
+    if mode == "rich":
+        return RichReporter(console)
+    if mode == "plain":
+        return PlainReporter(console, interval_s)
+    return JsonReporter(stdout, interval_s)

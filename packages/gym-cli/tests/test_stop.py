@@ -1,0 +1,224 @@
+"""gym stop (issue 16, part 4) with real processes: a real `gym run` is found through its state file and
+stopped with its servers; --head picks one of several runs; a recycled pid is never signalled; a
+launcher that ignores SIGTERM is killed once --timeout has passed, and so are its servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from typing import NamedTuple
+
+from click.testing import CliRunner
+
+from gym_cli.launch.runstate import process_identity, same_head
+from gym_cli.main import cli
+
+TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS))
+from test_run import COUNTER_SCRIPTED, free_port, gym, port_is_free, wait_for  # noqa: E402
+from test_supervision import wait_until  # noqa: E402
+
+PY = sys.executable
+
+
+class Result(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def gym_cmd(*args: str, home: Path) -> Result:
+    """``gym ARGS`` in this process (what a real process does is checked once, by ``gym_process``)."""
+    result = CliRunner().invoke(cli(), list(args), env={"GYM_HOME": str(home), "COLUMNS": "200"},
+                                catch_exceptions=False)
+    return Result(result.exit_code, result.stdout, result.stderr)
+
+
+def gym_process(*args: str, home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([PY, "-m", "gym_cli", *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "GYM_HOME": str(home), "COLUMNS": "200"})
+
+
+def start_runs(home: Path, count: int) -> list[tuple[subprocess.Popen, str, dict[str, int]]]:
+    """``count`` real `gym run`s of the counter config, started side by side on ports of our choosing:
+    for each the process, its head URL and its ports."""
+    started = []
+    for _ in range(count):
+        ports = {name: free_port() for name in ("head_server", "counter", "policy_model", "counter_agent")}
+        proc = gym("run", str(COUNTER_SCRIPTED), "--isolation", "none",
+                   *(f"++{name}.port={port}" for name, port in ports.items()), env={"GYM_HOME": str(home)})
+        started.append((proc, f"http://127.0.0.1:{ports['head_server']}", ports))
+    try:
+        for proc, _, _ in started:
+            wait_for(proc, "All servers ready", 120)
+            threading.Thread(target=proc.stdout.read, daemon=True).start()  # never blocks on a full pipe
+    except BaseException:
+        for proc, _, _ in started:
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return started
+
+
+def state_of(home: Path, proc: subprocess.Popen) -> dict:
+    return json.loads((home / "runs" / f"{proc.pid}.json").read_text())
+
+
+def answers_health(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def is_gone(pid: int, started: int) -> bool:
+    identity = process_identity(pid)
+    return identity is None or identity[0] != started
+
+
+def test_gym_stop_finds_the_run_by_head_or_alone_and_ends_it_with_its_servers(tmp_path):
+    home = tmp_path / "home"
+    (first, first_head, first_ports), (second, second_head, second_ports) = runs = start_runs(home, 2)
+    try:
+        second_state = state_of(home, second)
+        assert sorted(second_state["servers"]) == ["counter", "counter_agent", "policy_model"]
+
+        ambiguous = gym_cmd("stop", home=home)
+        assert ambiguous.returncode == 2
+        assert "--head" in ambiguous.stderr and first_head in ambiguous.stderr and second_head in ambiguous.stderr
+        assert first.poll() is None and second.poll() is None
+
+        # The URL as a user may type it: localhost and a trailing slash name the same head server.
+        chosen = gym_cmd("stop", "--head", second_head.replace("127.0.0.1", "localhost") + "/", home=home)
+        assert chosen.returncode == 0, chosen.stdout + chosen.stderr
+        assert f"stopped `gym run` (pid {second.pid}, head {second_head})" in chosen.stdout
+        assert "counter, policy_model, counter_agent" in chosen.stdout and f"pid {first.pid}" not in chosen.stdout
+        assert second.wait(timeout=30) == 0  # SIGTERM: the launcher's own graceful shutdown, not a kill
+        for server in second_state["servers"].values():
+            assert is_gone(server["pid"], server["started"])
+        assert all(port_is_free(port) for port in second_ports.values())
+        assert first.poll() is None and all(answers_health(port) for port in first_ports.values())
+        assert [p.name for p in (home / "runs").glob("*.json")] == [f"{first.pid}.json"]
+
+        gone = gym_cmd("stop", "--head", second_head, home=home)
+        assert gone.returncode == 1
+        assert f"no running `gym run` or `gym collect --serve` with its head server at {second_head}" in gone.stderr
+        assert first_head in gone.stderr  # the runs that do run are listed
+
+        # With one run left, `gym status` and `gym stop` find it without --head (it is not on the default port).
+        status = gym_cmd("status", "--json", home=home)
+        assert status.returncode == 0, status.stderr
+        assert {row["url"] for row in json.loads(status.stdout)} == {
+            f"http://127.0.0.1:{first_ports[name]}" for name in ("counter", "policy_model", "counter_agent")}
+        alone = gym_cmd("stop", home=home)
+        assert alone.returncode == 0, alone.stdout + alone.stderr
+        assert f"pid {first.pid}" in alone.stdout
+        assert first.wait(timeout=30) == 0
+        assert all(port_is_free(port) for port in first_ports.values())
+        assert list((home / "runs").glob("*.json")) == []
+
+        nothing = gym_process("stop", home=home)
+        assert nothing.returncode == 1
+        assert "no running `gym run`" in nothing.stderr and "gym status" in nothing.stderr
+        assert "Traceback" not in nothing.stderr
+    finally:
+        for proc, _, _ in runs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def sleeper(ignore_sigterm: bool = False) -> subprocess.Popen:
+    """A process in a session of its own that says `ready` once its signal handling is set, reaped as
+    soon as it dies (as init reaps orphans)."""
+    code = ("import signal, sys, time\n"
+            + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignore_sigterm else "")
+            + "print('ready', flush=True)\ntime.sleep(120)\n")
+    proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline() == "ready\n"
+    threading.Thread(target=proc.wait, daemon=True).start()
+    return proc
+
+
+def record(proc: subprocess.Popen, started_offset: int = 0) -> dict:
+    started, cmdline = process_identity(proc.pid)
+    return {"pid": proc.pid, "started": started + started_offset, "cmdline": cmdline}
+
+
+def test_all_stops_every_run_and_one_ignoring_sigterm_is_killed_after_the_timeout_with_its_servers(tmp_path):
+    home = tmp_path / "home"
+    (home / "runs").mkdir(parents=True)
+    stubborn, stubborn_server = sleeper(ignore_sigterm=True), sleeper(ignore_sigterm=True)
+    polite = sleeper()
+    procs = (stubborn, stubborn_server, polite)
+    try:
+        state = {**record(stubborn), "head_url": "http://127.0.0.1:1", "servers": {"stubborn": record(stubborn_server)}}
+        (home / "runs" / f"{stubborn.pid}.json").write_text(json.dumps(state))
+        (home / "runs" / f"{polite.pid}.json").write_text(
+            json.dumps({**record(polite), "head_url": "http://127.0.0.1:2", "servers": {}}))
+        # `gym status` at a head that does not answer lists the runs there are.
+        status = gym_cmd("status", "--head", f"http://127.0.0.1:{free_port()}", home=home)
+        assert status.returncode == 1
+        assert f"pid {polite.pid}, head http://127.0.0.1:2" in status.stderr
+        assert f"pid {stubborn.pid}, head http://127.0.0.1:1 (up" in status.stderr
+
+        result = gym_cmd("stop", "--all", "--timeout", "0.5", home=home)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"killed `{PY} -c` (pid {stubborn.pid}, head http://127.0.0.1:1) after it ignored SIGTERM for 0.5 s" \
+            in result.stdout
+        assert f"(pid {polite.pid}, head http://127.0.0.1:2) and its servers" in result.stdout
+        wait_until(lambda: all(proc.returncode is not None for proc in procs), 10, "processes reaped")
+        assert stubborn.returncode == -signal.SIGKILL and stubborn_server.returncode == -signal.SIGKILL
+        assert polite.returncode == -signal.SIGTERM
+        assert list((home / "runs").glob("*.json")) == []
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_stale_files_stop_leftovers_and_a_recycled_launcher_pid_is_never_signalled(tmp_path):
+    home = tmp_path / "home"
+    (home / "runs").mkdir(parents=True)
+    leftover, stranger = sleeper(), sleeper()
+    dead = subprocess.Popen([PY, "-c", "pass"])
+    dead.wait()
+    try:
+        killed = {"pid": dead.pid, "started": 1, "cmdline": [PY], "head_url": "http://127.0.0.1:1",
+                  "servers": {"counter": record(leftover)}}
+        (home / "runs" / "1.json").write_text(json.dumps(killed))
+        # A live process holds the pid a launcher once had, but started at another time: someone else's.
+        recycled = {**record(stranger, started_offset=-1), "head_url": "http://127.0.0.1:2", "servers": {}}
+        (home / "runs" / "2.json").write_text(json.dumps(recycled))
+
+        both = gym_cmd("stop", "--all", "--head", "http://127.0.0.1:1", home=home)
+        assert both.returncode == 2 and "either --head or --all" in both.stderr
+
+        result = gym_cmd("stop", home=home)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "stopped counter: left running by a gym run that was killed" in result.stdout
+        wait_until(lambda: leftover.returncode is not None, 10, "the leftover server to end")
+        assert leftover.returncode == -signal.SIGTERM  # its normal shutdown path
+        assert stranger.poll() is None
+        assert list((home / "runs").glob("*.json")) == []
+
+        nothing = gym_cmd("stop", home=home)
+        assert nothing.returncode == 1 and "no running `gym run`" in nothing.stderr
+        assert stranger.poll() is None
+    finally:
+        for proc in (leftover, stranger):
+            if proc.poll() is None:
+                proc.kill()
+
+
+def test_head_urls_compare_by_server_not_by_spelling():
+    assert same_head("http://127.0.0.1:11000", "http://LOCALHOST:11000/")
+    assert not same_head("http://127.0.0.1:11000", "http://127.0.0.1:11001")
+    assert same_head("http://127.0.0.1", "http://127.0.0.1:80")
+    assert not same_head("http://127.0.0.1:11000", "not a url:x")

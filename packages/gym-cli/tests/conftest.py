@@ -58,3 +58,69 @@ def gym_run() -> Iterator[Callable[..., str]]:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
+
+
+# --- rollouts for gym report (test_report.py, test_report_browser.py) ------------------------------
+
+# A model answer that would run script if the report ever put rollout text in the page as HTML.
+HOSTILE_ANSWER = '<script>window.__pwned = 1</script><img src="x" onerror="window.__pwned = 2"> done'
+
+
+def _counter_task(initial: int, expected: int | None, turns: list[dict]) -> dict:
+    """A counter task whose scripted model answers with ``turns`` (``expected`` None: verify refuses it)."""
+    import json
+
+    task = {"responses_create_params": {"input": [{"role": "user", "content": f"Make the counter {expected}."}],
+                                        "metadata": {"scripted_turns": json.dumps(turns)}},
+            "initial_count": initial}
+    return task if expected is None else {**task, "expected_count": expected}
+
+
+def _add(count: int) -> list[dict]:
+    return [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": count}}]}, {"text": f"added {count}"}]
+
+
+# Two runs of the same five tasks, 3 rollouts each. "before": tasks 0 and 2 pass, 1 answers with
+# HOSTILE_ANSWER (fails), 3 is refused by verify (every rollout in the failures file), 4 adds too
+# little (fails). "after": 1 and 3 are fixed; 4 still fails.
+REPORT_RUNS = {
+    "before": [_counter_task(0, 3, _add(3)), _counter_task(0, 2, [{"text": HOSTILE_ANSWER}]),
+               _counter_task(5, 5, [{"text": "nothing to add"}]), _counter_task(0, None, _add(1)),
+               _counter_task(1, 4, _add(2))],
+    "after": [_counter_task(0, 3, _add(3)), _counter_task(0, 2, _add(2)), _counter_task(5, 5, [{"text": "nothing to add"}]),
+              _counter_task(0, 1, _add(1)), _counter_task(1, 4, _add(2))],
+}
+
+
+@pytest.fixture(scope="session")
+def hostile_answer() -> str:
+    """The answer of task 1 of the "before" run in ``report_runs``."""
+    return HOSTILE_ANSWER
+
+
+@pytest.fixture(scope="session")
+def report_runs(tmp_path_factory) -> dict[str, Path]:
+    """``REPORT_RUNS`` collected for real (counter, simple_agent, scripted model, in-thread servers):
+    run name → rollouts file, with its ``.failures.jsonl`` beside it."""
+    import json
+
+    from click.testing import CliRunner
+
+    from gym_core.testing import running_servers
+
+    from gym_cli.main import cli
+
+    folder = tmp_path_factory.mktemp("report_runs")
+    config = {"counter": {"plugin": "counter"}, "policy": {"plugin": "scripted", "model_name": "scripted-policy"},
+              "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter"}}
+    outputs = {}
+    with running_servers(config) as running:
+        for name, tasks in REPORT_RUNS.items():
+            tasks_file, output = folder / f"{name}.tasks.jsonl", folder / f"{name}.jsonl"
+            tasks_file.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+            result = CliRunner().invoke(cli(), ["collect", "--input", str(tasks_file), "--output", str(output),
+                                                "--repeats", "3", "--head", running.head_url, "--no-profile",
+                                                "--retries", "0"], catch_exceptions=False)
+            assert result.exit_code == (1 if name == "before" else 0), result.output
+            outputs[name] = output
+    return outputs

@@ -232,12 +232,17 @@ def test_install_package_without_gym_entry_point(tmp_path):
     assert "declares no entry point in group 'gym'" in one_line_error(result)
 
 
-def test_install_outside_a_workspace(tmp_path, monkeypatch):
+def test_install_outside_a_workspace_records_in_the_user_catalog_only_what_installed(tmp_path, monkeypatch):
+    """Outside a workspace the catalog is $GYM_HOME/workspace.toml; a package no index has is a clear
+    error that records nothing (UV_OFFLINE: the answer comes from uv's cache, not the network)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("GYM_WORKSPACE", raising=False)
-    result = gym("plugin", "install", "gym-anything")
-    assert result.exit_code != 0
-    assert "no workspace.toml" in one_line_error(result)
+    home = tmp_path / "home"
+    result = gym("plugin", "install", "gym-anything-not-published", env={"GYM_HOME": str(home), "UV_OFFLINE": "1"})
+    assert result.exit_code == 2, result.output
+    assert "cannot build the venv of plugin 'anything_not_published'" in result.output
+    assert "gym-anything-not-published" in result.output
+    assert not (home / "workspace.toml").exists() and not (tmp_path / "workspace.toml").exists()
 
 
 # --- one real environment: install a generated plugin, then test it there -------------------------

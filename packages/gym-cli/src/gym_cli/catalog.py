@@ -1,7 +1,8 @@
 """The gym catalog, ``workspace.toml``: which plugins exist, their kind, and where they come from.
 
-Found by ``$GYM_WORKSPACE`` or by walking up from the current directory. Outside a workspace the
-catalog is empty and plugins come from the Python environment running gym only.
+Found by ``$GYM_WORKSPACE`` or by walking up from the current directory. Outside a workspace it is
+the user's catalog, ``$GYM_HOME/workspace.toml``, where ``gym plugin install`` records published
+plugins; until then it is empty and plugins come from the Python environment running gym only.
 """
 
 from __future__ import annotations
@@ -14,19 +15,22 @@ import tomlkit
 
 from gym_core.errors import GymError
 
-__all__ = ["CATALOG_FILE", "CatalogEntry", "Catalog", "find_catalog"]
+__all__ = ["CATALOG_FILE", "CatalogEntry", "Catalog", "find_catalog", "user_catalog_file"]
 
 CATALOG_FILE = "workspace.toml"
 
 
 @dataclass(frozen=True)
 class CatalogEntry:
-    """One ``[plugins.<name>]`` table: a server type's name, its kind, and its package's source."""
+    """One ``[plugins.<name>]`` table: a server type's name, its kind, and its package's source
+    (``find_links`` and ``index_url``: where a requirement is looked up besides PyPI)."""
 
     name: str
     kind: str | None
     path: Path | None = None
     requirement: str | None = None
+    find_links: tuple[str, ...] = ()
+    index_url: str | None = None
 
     @property
     def source(self) -> str:
@@ -48,7 +52,14 @@ class Catalog:
                 kind=spec.get("kind"),
                 path=(self.root / path).resolve() if path else None,
                 requirement=spec.get("requirement"),
+                find_links=tuple(spec.get("find-links") or ()),
+                index_url=spec.get("index-url"),
             )
+
+    @property
+    def in_workspace(self) -> bool:
+        """Whether this is a workspace's catalog (a file that exists, not the user's catalog)."""
+        return self.file is not None and self.file.is_file() and self.file.resolve() != user_catalog_file().resolve()
 
     @property
     def core_path(self) -> Path | None:
@@ -56,7 +67,8 @@ class Catalog:
         path = (self._doc.get("core") or {}).get("path")
         return (self.root / path).resolve() if path else None
 
-    def add(self, name: str, *, kind: str | None, path: Path | None = None, requirement: str | None = None) -> CatalogEntry:
+    def add(self, name: str, *, kind: str | None, path: Path | None = None, requirement: str | None = None,
+            find_links: tuple[str, ...] = (), index_url: str | None = None) -> CatalogEntry:
         """Record a plugin (replacing an entry of that name) and save the file, comments kept."""
         if self.file is None:
             raise GymError(f"no {CATALOG_FILE} found here or above; create one or set $GYM_WORKSPACE")
@@ -70,10 +82,15 @@ class Catalog:
                 table["path"] = str(path.resolve())
         if requirement:
             table["requirement"] = requirement
+        if find_links:
+            table["find-links"] = list(find_links)
+        if index_url:
+            table["index-url"] = index_url
+        self.file.parent.mkdir(parents=True, exist_ok=True)
         plugins = self._doc.setdefault("plugins", tomlkit.table(is_super_table=True))
         plugins[name] = table
         self.file.write_text(tomlkit.dumps(self._doc))
-        entry = CatalogEntry(name, kind, path.resolve() if path else None, requirement)
+        entry = CatalogEntry(name, kind, path.resolve() if path else None, requirement, tuple(find_links), index_url)
         self.entries[name] = entry
         return entry
 
@@ -89,4 +106,12 @@ def find_catalog(start: Path | None = None) -> Catalog:
         candidate = directory / CATALOG_FILE
         if candidate.is_file():
             return Catalog(candidate)
-    return Catalog(None)
+    user = user_catalog_file()
+    return Catalog(user if user.is_file() else None)
+
+
+def user_catalog_file() -> Path:
+    """The catalog used outside any workspace: ``$GYM_HOME/workspace.toml`` (it may not exist yet)."""
+    from gym_core.auth import gym_home
+
+    return gym_home() / CATALOG_FILE

@@ -75,18 +75,27 @@ class PluginSource:
     """Where a plugin comes from: a local package directory (``path``) or a requirement (``requirement``,
     e.g. ``gym-math>=0.2`` from PyPI). ``name`` is the server type it is looked up by. ``version`` pins a
     bare requirement name (``gym-math`` + ``0.2.1`` installs ``gym-math==0.2.1``) and is part of the
-    venv key either way."""
+    venv key either way. A requirement is looked up on PyPI, or on ``index_url`` instead, and also in
+    ``find_links`` (directories or URLs of package files, as ``gym plugin build --out`` writes them)."""
 
     name: str
     path: Path | None = None
     requirement: str | None = None
     version: str | None = None
+    find_links: tuple[str, ...] = ()
+    index_url: str | None = None
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.requirement is None):
             raise ValueError(f"plugin {self.name!r}: give exactly one of path and requirement")
         if self.path is not None and not isinstance(self.path, Path):
             object.__setattr__(self, "path", Path(self.path))
+        object.__setattr__(self, "find_links", tuple(self.find_links))
+
+    def index_args(self) -> list[str]:
+        """uv's arguments saying where the requirement and its dependencies are looked up."""
+        args = [arg for link in self.find_links for arg in ("--find-links", link)]
+        return args + (["--index-url", self.index_url] if self.index_url else [])
 
     @property
     def install_requirement(self) -> str | None:
@@ -125,7 +134,8 @@ def source_of_directory(directory: Path) -> tuple[PluginSource, str]:
 
 def source_of_entry(entry: CatalogEntry) -> PluginSource:
     """The source of a catalog entry's venv."""
-    return PluginSource(name=entry.name, path=entry.path, requirement=entry.requirement)
+    return PluginSource(name=entry.name, path=entry.path, requirement=entry.requirement,
+                        find_links=entry.find_links, index_url=entry.index_url)
 
 
 def looks_like_path(target: str) -> bool:

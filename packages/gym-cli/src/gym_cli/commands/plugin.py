@@ -1,5 +1,6 @@
 """``gym plugin``: list the plugins gym knows and their server types, show one server type's options,
-install a plugin into its own venv, create a new plugin (:mod:`gym_cli.commands.plugin_new`).
+install a plugin into its own venv, build a plugin's sdist and wheel to publish (checked by
+:mod:`gym_cli.distributions`), create a new plugin (:mod:`gym_cli.commands.plugin_new`).
 
 Listing and showing never import a server module or a plugin's heavy dependencies
 (:mod:`gym_cli.inventory`).
@@ -7,8 +8,10 @@ Listing and showing never import a server module or a plugin's heavy dependencie
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+import urllib.parse
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ from rich.text import Text
 from gym_core.errors import GymError
 from gym_core.plugins import SERVER_KINDS
 
-from gym_cli.catalog import CATALOG_FILE, Catalog, find_catalog
+from gym_cli.catalog import Catalog, find_catalog, user_catalog_file
 from gym_cli.commands.plugin_new import new
 from gym_cli.sources import (
     PluginSource,
@@ -40,7 +43,7 @@ __all__ = ["plugin"]
 
 @click.group()
 def plugin() -> None:
-    """List, show, install and create gym plugins.
+    """List, show, install, build and create gym plugins.
 
     A plugin is an installable package; it registers one or more server types (a model, a
     resources server with its data (an RL environment), or an agent), which configs name with
@@ -51,6 +54,8 @@ def plugin() -> None:
       gym plugin list
       gym plugin show math
       gym plugin install plugins/resources/my_env
+      gym plugin install gym-my-env --find-links dist
+      gym plugin build my_env --out dist
       gym plugin new resources my-env
     """
 
@@ -189,21 +194,51 @@ def _resolve_install_target(target: str, catalog: Catalog) -> tuple[PluginSource
     return PluginSource(name=plugin_name_of(distribution), requirement=target.strip()), distribution
 
 
+def _url(url: str, option: str) -> str:
+    """``url`` when it carries no credentials: it is recorded in the catalog and in build logs."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme not in ("http", "https", "file"):
+        raise GymError(f"{option} {url}: give an http(s):// or file:// URL")
+    if parsed.username or parsed.password:
+        raise GymError(f"{option}: the URL holds credentials, which gym would record in the catalog and its logs; "
+                       "give them to uv instead (~/.netrc, or UV_INDEX_<NAME>_USERNAME/_PASSWORD)")
+    return url
+
+
+def _find_link(link: str) -> str:
+    """A ``--find-links`` value as recorded: a URL as given, a directory as an absolute path."""
+    if "://" in link:
+        return _url(link, "--find-links")
+    directory = Path(link).expanduser()
+    if not directory.is_dir():
+        raise GymError(f"--find-links {link}: no such directory (give a directory of wheels and sdists, "
+                       "like the --out of `gym plugin build`, or a URL)")
+    return str(directory.resolve())
+
+
 @plugin.command()
 @click.argument("target", metavar="NAME|PATH|REQUIREMENT")
 @click.option("--kind", type=click.Choice(SERVER_KINDS), help="Record only the server types of this kind (an error if none).")
 @click.option("--rebuild", is_flag=True, help="Delete the plugin's venv first and build it anew.")
-def install(target: str, kind: str | None, rebuild: bool) -> None:
+@click.option("--find-links", "find_links", multiple=True, metavar="DIR|URL",
+              help="Also look for the requirement and its dependencies here: a directory of wheels and sdists "
+                   "(`gym plugin build --out`) or a URL. Repeatable; recorded for later builds of its venv.")
+@click.option("--index-url", metavar="URL", help="Look up the requirement on this package index instead of PyPI.")
+def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str, ...], index_url: str | None) -> None:
     """Install a plugin into its own venv and record its server types in the catalog (workspace.toml).
 
-    The argument is a plugin package directory, a PyPI requirement, or the name of a catalog entry
-    (to build its venv again). gym builds the venv, loads the plugin there through its entry points,
-    and records each server type it registers with its kind.
+    The argument is a plugin package directory, a requirement (from PyPI, another index with
+    --index-url, or package files with --find-links), or the name of a catalog entry (to build its
+    venv again). gym builds the venv, loads the plugin there through its entry points, and records
+    each server type it registers with its kind. Outside a workspace the catalog is
+    $GYM_HOME/workspace.toml, which `gym run` and `gym test` then use anywhere outside a workspace.
 
     \b
     Examples:
       gym plugin install plugins/resources/my_env
       gym plugin install "gym-my-env>=0.2"
+      gym plugin install gym-my-env --find-links ./dist
+      gym plugin install gym-my-env --index-url https://my.index/simple
       gym plugin install counter --rebuild
     """
     from gym_cli.inventory import check_registration
@@ -212,8 +247,13 @@ def install(target: str, kind: str | None, rebuild: bool) -> None:
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     catalog = find_catalog()
     if catalog.file is None:
-        raise GymError(f"no {CATALOG_FILE} here or above: run inside a gym workspace, or set $GYM_WORKSPACE to one")
+        catalog = Catalog(user_catalog_file())  # created by the first entry added
     source, distribution = _resolve_install_target(target, catalog)
+    if find_links or index_url:
+        if source.requirement is None or target in catalog.entries:
+            raise GymError(f"--find-links and --index-url apply to a requirement (like gym-my-env), not to {target!r}")
+        source = dataclasses.replace(source, find_links=tuple(_find_link(link) for link in find_links),
+                                     index_url=_url(index_url, "--index-url") if index_url else None)
     venvs = VenvManager(core_path=catalog.core_path, console=lambda line: console.print(f"[dim]{escape(line)}[/]"))
     if rebuild:
         venvs.remove(source.name)
@@ -240,12 +280,13 @@ def install(target: str, kind: str | None, rebuild: bool) -> None:
 
     for server in servers:
         previous = catalog.entries.get(server["name"])
-        recorded = catalog.add(server["name"], kind=server["kind"], path=source.path, requirement=source.requirement)
+        recorded = catalog.add(server["name"], kind=server["kind"], path=source.path, requirement=source.requirement,
+                               find_links=source.find_links, index_url=source.index_url)
         if previous is not None and previous.source != recorded.source:
             console.print(f"[yellow]replaced[/] the catalog entry {server['name']} (was {escape(previous.source)})")
         if server["name"] != source.name:
             # `gym run` finds venvs by server type name: build the one it will look for.
-            venvs.ensure(PluginSource(name=server["name"], path=source.path, requirement=source.requirement))
+            venvs.ensure(dataclasses.replace(source, name=server["name"]))
     if source.name not in catalog.entries:
         venvs.remove(source.name)
 
@@ -255,3 +296,69 @@ def install(target: str, kind: str | None, rebuild: bool) -> None:
     for server in servers:
         console.print(f"  {server['name']} ({server['kind']}): {escape(server['description'] or '-')}")
     console.print(f"recorded in {catalog.file}; next: [bold]gym test {servers[0]['name']}[/]")
+
+
+# --- build ---------------------------------------------------------------------------------------
+
+
+@plugin.command()
+@click.argument("target", metavar="NAME|PATH")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("dist"), show_default=True,
+              help="Where the sdist and wheel are written (a directory `gym plugin install --find-links` can read).")
+def build(target: str, out: Path) -> None:
+    """Build a plugin's sdist and wheel, ready to publish, and check their metadata.
+
+    NAME|PATH is a catalog name whose source is a package directory, or a package directory. The
+    checks: an entry point in group `gym` naming a module the wheel holds; a dependency on gym-core
+    with a floor (`gym-core>=0.1`; not bare, not an exact pin, not a development or local version,
+    and satisfied by the gym-core running now); a README as the long description. When a check
+    fails nothing is written to --out and every problem is listed (exit status 1).
+
+    \b
+    Examples:
+      gym plugin build my_env
+      gym plugin build plugins/resources/my_env --out dist
+      gym plugin install gym-my-env --find-links dist     # elsewhere: install what was built
+      uv publish dist/gym_my_env-0.1.0*                    # publish it
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    from gym_cli.distributions import build_distributions
+    from gym_cli.exits import CommandFailed
+    from gym_cli.venvs import find_uv
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    catalog = find_catalog()
+    if target in catalog.entries and not looks_like_path(target):
+        entry = catalog.entries[target]
+        if entry.path is None:
+            raise GymError(f"catalog entry {target!r} is installed from {entry.requirement}, not from a package "
+                           "directory: build it where its sources are")
+        directory = entry.path
+    elif looks_like_path(target):
+        directory = source_of_directory(Path(target))[0].path
+    else:
+        raise GymError(f"{target!r} is neither a catalog name nor a package directory; catalog: "
+                       f"{', '.join(sorted(catalog.entries)) or 'empty'}")
+    uv = find_uv()
+    if uv is None:
+        raise GymError("uv is not installed; gym builds packages with it: pip install uv")
+    try:
+        core_version: str | None = version("gym-core")
+    except PackageNotFoundError:
+        core_version = None
+    console.print(f"[dim]building {escape(str(directory))}…[/]")
+    report = build_distributions(directory, out.expanduser().absolute(), uv, core_version)
+    for note in report.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    if report.problems:
+        console.print(f"[bold red]{escape(report.wheel.name)} cannot be published[/] (nothing written to {escape(str(out))}):")
+        for problem in report.problems:
+            console.print(f"  - {escape(problem)}")
+        raise CommandFailed()
+    plugins = ", ".join(f"{name} ({value})" for name, value in report.entry_points.items())
+    console.print(f"[bold green]built[/] {escape(report.name)} {escape(report.version)}: plugin {escape(plugins)}")
+    for path in (report.sdist, report.wheel):
+        console.print(f"  {path}", markup=False)
+    console.print(f"next: [bold]gym plugin install {escape(report.name)} --find-links {escape(str(out))}[/], "
+                  f"or publish with [bold]uv publish[/]")

@@ -119,7 +119,7 @@ def new(kind: str, name: str, output_dir: Path | None, description: str | None) 
         if any(ep.name == plugin_name for ep in entry_points(group=ENTRY_POINT_GROUP)):
             raise GymError(f"an installed package already provides the plugin {plugin_name!r}: choose another name")
         if output_dir is None:
-            in_workspace = catalog.file is not None and catalog.file.is_file()
+            in_workspace = catalog.in_workspace
             base = catalog.root / KIND_DIRECTORIES[kind] if in_workspace else Path.cwd()
             output_dir = base / plugin_name
         output_dir = output_dir.expanduser().absolute()
@@ -127,7 +127,7 @@ def new(kind: str, name: str, output_dir: Path | None, description: str | None) 
             raise GymError(f"{output_dir} already exists: choose another --output-dir, or remove it first")
         context = render_template(kind, plugin_name, output_dir, description)
         # Inside the workspace, the new package becomes a member everywhere it must be.
-        inside = catalog.file is not None and catalog.file.is_file() and output_dir.resolve().is_relative_to(catalog.root.resolve())
+        inside = catalog.in_workspace and output_dir.resolve().is_relative_to(catalog.root.resolve())
         if inside:
             from gym_cli.workspace import is_uv_workspace, register_member
 

@@ -1,13 +1,48 @@
-"""``gym report``: being written (issue 16)."""
+"""``gym report``: rollouts files → one self-contained HTML report; several files are several runs
+compared side by side (before/after training, two models)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+from rich.console import Console
 
 __all__ = ["report"]
 
 
 @click.command()
-def report() -> None:
-    """Not yet available."""
-    raise click.UsageError("gym report is not available yet")
+@click.argument("rollouts", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+              help="HTML file to write (default: the first ROLLOUTS with .report.html).")
+@click.option("--png", "png_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Also write each plot as PNG into this folder (for papers and issues).")
+@click.option("-k", "ks", type=click.IntRange(min=1), multiple=True,
+              help="k of pass@k and majority@k (repeatable; default 1, 2, 4, ... up to the rollouts per task).")
+@click.option("--by", type=click.Choice(["environment", "agent", "model"]), default="environment", show_default=True,
+              help="Group rewards by the environment that verified them, the agent that ran them, or the model.")
+@click.option("--title", help="The report's title (default: the runs' labels).")
+@click.option("--label", "labels", multiple=True,
+              help="A name for each ROLLOUTS file, in order (repeatable; default: the file names).")
+def report(rollouts: tuple[Path, ...], output: Path | None, png_dir: Path | None, ks: tuple[int, ...], by: str,
+           title: str | None, labels: tuple[str, ...]) -> None:
+    """An HTML report of rollouts files: summary (failures by reason, mean reward with a confidence
+    interval, pass@k, majority@k), plots (reward histogram, pass@k curve, reward by group, turns and
+    tokens, latency when rows record latency_s) and a sortable, filterable per-task table whose rows
+    show the first failing rollout's final answer. One file, no network needed to open it. Several
+    ROLLOUTS files are several runs, compared side by side.
+
+    \b
+    Example:
+      gym report before.jsonl after.jsonl --label before --label after -o report.html --png plots/
+    """
+    from gym_cli.report import write_report
+
+    output = output or rollouts[0].with_name(rollouts[0].stem + ".report.html")
+    result = write_report(list(rollouts), output, png_dir=png_dir, ks=ks, by=by, title=title, labels=labels)
+    console = Console()
+    for line in result.missing_plots:
+        console.print(f"[dim]{line}[/]")
+    console.print(f"report of {result.runs} run{'s' if result.runs > 1 else ''} written to {result.html}")
+    for path in result.pngs:
+        console.print(f"  plot: {path}")

@@ -2,7 +2,8 @@
 
 A plugin is tested where it runs: in its venv (gym-core and the plugin, to which pytest, the pytest
 plugins gym's tests use and the package's own ``test`` dependency group are added once), or with
-``--isolation none`` with the Python running gym.
+``--isolation none`` with the Python running gym. A plugin installed from a requirement is tested
+with the tests of its sdist, the same version as its venv has (:mod:`gym_cli.distributions`).
 pytest is configured the same way wherever the plugin lives: the plugin's own pytest settings (from its
 pyproject.toml) plus gym's defaults for those it does not set (asyncio mode auto, importlib imports,
 a per-test timeout), so a plugin's tests behave alike inside and outside the workspace.
@@ -28,7 +29,7 @@ from rich.text import Text
 
 from gym_core.errors import GymError, did_you_mean
 
-from gym_cli.catalog import Catalog, find_catalog
+from gym_cli.catalog import Catalog, CatalogEntry, find_catalog
 from gym_cli.exits import CommandFailed
 from gym_cli.launch.launcher import ISOLATION_MODES
 from gym_cli.sources import (
@@ -129,7 +130,8 @@ def requirements_for_tests(directory: Path, catalog: Catalog | None = None) -> l
 
 
 def _install_test_requirements(
-    venv: Venv, requirements: list[str], console: Console, manager: VenvManager, root: Path
+    venv: Venv, requirements: list[str], console: Console, manager: VenvManager, root: Path,
+    index_args: list[str] | None = None,
 ) -> None:
     """Install ``requirements`` into ``venv`` unless an earlier run installed the same ones."""
     marker = venv.path / TEST_MARKER
@@ -144,6 +146,7 @@ def _install_test_requirements(
     # From the workspace root, with the wheels gym keeps: compiled packages (llama-cpp-python) get the
     # root's build variables and are not compiled again.
     links = ["--find-links", str(manager.wheels_dir)] if manager.wheels_dir.is_dir() else []
+    links += index_args or []  # where the plugin came from: its test group may name its siblings
     proc = subprocess.run([uv, "pip", "install", "--python", str(venv.python), *links, *requirements],
                           capture_output=True, text=True, env=environ, cwd=root)
     if proc.returncode != 0:
@@ -169,10 +172,19 @@ def _python_for(target: Target, isolation: str, console: Console) -> tuple[str, 
     venv = manager.ensure(source)
     assert target.directory is not None  # only packages with tests/ get here
     _install_test_requirements(venv, requirements_for_tests(target.directory, target.catalog), console, manager,
-                               target.catalog.root)
+                               target.catalog.root, source.index_args())
     for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         environ.pop(var, None)
     return str(venv.python), environ
+
+
+def _published_directory(entry: CatalogEntry, catalog: Catalog, console: Console) -> Path:
+    """The unpacked sdist of a plugin installed from a requirement, the version its venv has."""
+    from gym_cli.distributions import published_sources
+
+    source = source_of_entry(entry)
+    manager = VenvManager(core_path=catalog.core_path, console=lambda line: console.print(f"[dim]{escape(line)}[/]"))
+    return published_sources(source, manager.ensure(source).path, manager.home)
 
 
 # --- running pytest ------------------------------------------------------------------------------
@@ -215,6 +227,12 @@ def _counts(junit: Path) -> tuple[int, int, int] | None:
 def run_plugin_tests(target: Target, isolation: str, console: Console, stream: bool) -> Outcome:
     """Run the tests of one plugin; its output streams prefixed by its name (or, quiet, only a failure's tail)."""
     started = time.monotonic()
+    entry = target.catalog.entries.get(target.name)
+    if target.directory is None and entry is not None and entry.requirement and isolation == "venv":
+        try:
+            target.directory = _published_directory(entry, target.catalog, console)
+        except GymError as exc:
+            return Outcome(target.name, "error", seconds=time.monotonic() - started, detail=str(exc))
     tests = target.directory / "tests" if target.directory is not None else None
     if tests is None or not tests.is_dir():
         return Outcome(target.name, "no tests", detail=target.note or "no tests/ directory")

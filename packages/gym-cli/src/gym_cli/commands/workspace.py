@@ -18,7 +18,7 @@ __all__ = ["workspace"]
 
 def _root() -> Path:
     catalog = find_catalog()
-    if catalog.file is None or not catalog.file.is_file():
+    if not catalog.in_workspace:
         raise GymError(f"no {CATALOG_FILE} here or above: run inside a gym workspace, or set $GYM_WORKSPACE to one")
     if not (catalog.root / "pyproject.toml").is_file():
         raise GymError(f"{catalog.root} has no pyproject.toml: a gym workspace is a uv workspace")

@@ -1,8 +1,9 @@
 """The key of a plugin's venv: a hash of everything the installed venv depends on.
 
 What counts: the plugin's source (for a local package, the parts of its pyproject.toml that decide
-what gets installed, entry points included; for a requirement, the requirement and version),
-gym-core (the same way), the Python interpreter, and the build variables in force. Code edits inside
+what gets installed, entry points included; for a requirement, the requirement, version and where it
+is looked up), gym-core (a local package the same way; an installed one by its version and the files
+its RECORD lists), the Python interpreter, and the build variables in force. Code edits inside
 a local package do not count: local packages are installed editable.
 """
 
@@ -30,6 +31,7 @@ __all__ = [
     "find_workspace_root",
     "build_variables",
     "installed_core",
+    "record_digest",
     "key_material",
 ]
 
@@ -123,6 +125,16 @@ def installed_core() -> tuple[Path | None, str | None]:
         return None, None
 
 
+def record_digest(distribution: str) -> str | None:
+    """A digest of the installed ``distribution``'s RECORD (its files and their hashes), None when it
+    is not installed or has no RECORD."""
+    try:
+        text = importlib.metadata.distribution(distribution).read_text("RECORD")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return digest(text) if text else None
+
+
 def key_material(
     source: PluginSource,
     plugin_dir: Path | None,
@@ -131,16 +143,22 @@ def key_material(
     core_requirement: str | None,
     python: str | None,
     variables: BuildVariables,
+    core_record: str | None = None,
 ) -> dict[str, Any]:
-    """Everything a venv key hashes. Raises ``OSError``/``TOMLDecodeError`` on an unreadable pyproject."""
+    """Everything a venv key hashes (``core_record``: :func:`record_digest` of an installed gym-core).
+    Raises ``OSError``/``TOMLDecodeError`` on an unreadable pyproject."""
     if plugin_dir is not None:
         src: dict[str, Any] = {"path": str(plugin_dir), "package": package_fingerprint(plugin_dir)}
     else:
         src = {"requirement": source.install_requirement, "version": source.version}
+        if source.find_links or source.index_url:  # absent otherwise: existing venvs keep their keys
+            src.update(find_links=list(source.find_links), index_url=source.index_url)
     if core_path is not None:
         core: dict[str, Any] = {"path": str(core_path), "package": package_fingerprint(core_path)}
     else:
         core = {"requirement": core_requirement}
+        if core_record is not None:
+            core["record"] = core_record
     return {
         "format": FORMAT_VERSION,
         "name": source.name,

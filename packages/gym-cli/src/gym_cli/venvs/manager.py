@@ -13,6 +13,11 @@ an interrupted or failed build: the next builder (holding the lock, so nobody is
 deletes it and starts over. Readers only trust directories with the marker, and they look for it
 without taking the lock, so reusing a venv costs a stat and no uv call.
 
+gym-core: a local package directory (the workspace's) is installed editable. Otherwise gym-core is
+what gym itself was installed with, and no index has it: its wheel is rebuilt from the installed
+files (:func:`~gym_cli.venvs.wheels.installed_wheel`, kept under ``$GYM_HOME/wheels/gym-core``) and
+installed from that file, so a published plugin's ``gym-core>=...`` is satisfied by the running gym.
+
 Build variables: ``uv pip install`` honours the workspace root's ``[tool.uv.extra-build-variables]``
 when uv runs with the root as its working directory (checked with uv 0.13.9: from elsewhere the build
 is ``-march=native``), so uv runs there. A plugin outside any workspace may declare the table in its
@@ -44,11 +49,12 @@ from gym_cli.venvs.keys import (
     find_workspace_root,
     installed_core,
     key_material,
+    record_digest,
 )
 from gym_cli.venvs.layout import MARKER, default_home, site_packages, venv_python
 from gym_cli.venvs.lock import FileLock
 from gym_cli.venvs.uv import UvNotFoundError, VenvBuildError, find_uv, run_uv
-from gym_cli.venvs.wheels import Wheelhouse
+from gym_cli.venvs.wheels import Wheelhouse, installed_wheel
 
 __all__ = ["Venv", "VenvInfo", "VenvManager"]
 
@@ -95,9 +101,9 @@ class VenvManager:
 
     ``uv``: the uv executable (default: :func:`~gym_cli.venvs.uv.find_uv`, looked up only when something
     must be built). ``core_path``: the gym-core package directory installed (editable) into every venv;
-    by default the one the running interpreter imports, or ``gym-core==<its version>`` when that is not
-    a local package. ``python``: the interpreter request for ``uv venv`` (default: the running one).
-    ``console``: called with one line per progress event.
+    by default the one the running interpreter imports, or, when that is not a local package, the
+    installed gym-core as a wheel (see the module docstring). ``python``: the interpreter request for
+    ``uv venv`` (default: the running one). ``console``: called with one line per progress event.
     """
 
     def __init__(
@@ -120,6 +126,7 @@ class VenvManager:
             self.core_requirement: str | None = None
         else:
             self.core_path, self.core_requirement = installed_core()
+        self.core_record = record_digest("gym-core") if self.core_requirement else None
         self.python = python
         self.console: Console = console or (lambda line: None)
 
@@ -147,7 +154,7 @@ class VenvManager:
         try:
             variables, _ = build_variables(source, self._workspace_root(source))
             return key_material(source, plugin_dir, core_path=self.core_path, core_requirement=self.core_requirement,
-                                python=self.python, variables=variables)
+                                python=self.python, variables=variables, core_record=self.core_record)
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise VenvBuildError(source.name, f"cannot read a pyproject.toml: {exc}") from exc
 
@@ -256,6 +263,19 @@ class VenvManager:
             return Venv(name, path, python, key, reused=True)
         return None
 
+    def core_install_args(self) -> list[str]:
+        """What ``uv pip install`` is given for gym-core: its directory (editable), else the wheel of the
+        installed gym-core, else (no RECORD to rebuild it from) its requirement, for an index to answer."""
+        if self.core_path is not None:
+            return ["-e", str(self.core_path)]
+        if not self.core_requirement:
+            return []
+        try:
+            return [str(installed_wheel("gym-core", self.wheels_dir / "gym-core"))]
+        except (OSError, ValueError) as exc:
+            self.console(f"cannot rebuild gym-core's wheel ({exc}); asking the index for {self.core_requirement}")
+            return [self.core_requirement]
+
     def _uv_bin(self, plugin: str) -> str:
         uv = self._uv or find_uv()
         if not uv:
@@ -290,10 +310,8 @@ class VenvManager:
                     args += ["--config-file", str(config)]
                 for link in self.wheelhouse.find_links(variables, root, uv):
                     args += ["--find-links", str(link)]
-                if self.core_path is not None:
-                    args += ["-e", str(self.core_path)]
-                elif self.core_requirement:
-                    args.append(self.core_requirement)
+                args += source.index_args()
+                args += self.core_install_args()
                 if plugin_dir is not None:
                     args += ["-e", str(plugin_dir)]
                 else:

@@ -1,1 +1,1 @@
-"""A gym model server."""
+"""gym's model API in front of an Azure OpenAI deployment."""

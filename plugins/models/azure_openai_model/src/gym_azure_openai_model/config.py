@@ -1,4 +1,4 @@
-"""Options of a ``azure_openai_model`` server instance, validated when a config is loaded.
+"""Options of an ``azure_openai_model`` server instance, validated when a config is loaded.
 
 Kept apart from the server so that registering the plugin imports nothing heavy. Each option's
 description (``Meta(description=...)``) is what `gym plugin show azure_openai_model` prints.
@@ -6,15 +6,53 @@ description (``Meta(description=...)``) is what `gym plugin show azure_openai_mo
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
+import msgspec
 from msgspec import Meta
 
 from gym_core import ServerConfig
 
-__all__ = ["AzureOpenaiModelConfig"]
+__all__ = ["AzureOpenAIModelConfig"]
 
 
-class AzureOpenaiModelConfig(ServerConfig, kw_only=True):
-    prefix: Annotated[str, Meta(description="put before every reply (e.g. prefix: 'echo: ')")] = ""
-    model_name: Annotated[str, Meta(description="the model's name in answers and GET /v1/models")] = "azure_openai_model"
+class AzureOpenAIModelConfig(ServerConfig, kw_only=True):
+    endpoint: Annotated[
+        str,
+        Meta(pattern=r"^https?://[^/?#]+/?$",
+             description="the Azure OpenAI resource's endpoint, scheme and host only: https://<resource>.openai.azure.com"),
+    ]  # fmt: skip
+    # Named like a secret: `gym config show` and the head server publish it as <redacted>.
+    api_key: Annotated[
+        str, Meta(min_length=1, description="sent as the 'api-key' header; keep it in env.yaml, not in a committed config")
+    ]
+    # Azure's deployment names are letters, digits, '-', '_' and '.': nothing that could change the URL's path.
+    deployment: Annotated[
+        str,
+        Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+             description="the deployment to call (in the URL path: /openai/deployments/<deployment>/chat/completions)"),
+    ]  # fmt: skip
+    api_version: Annotated[
+        str,
+        Meta(pattern=r"^\d{4}-\d{2}-\d{2}(-preview)?$",
+             description="sent as ?api-version= on every call, e.g. 2024-10-21 (GA) or 2025-04-01-preview"),
+    ] = "2024-10-21"  # fmt: skip
+    model_name: Annotated[
+        str | None, Meta(description="the model's name in answers and GET /v1/models; default: the deployment")
+    ] = None
+    max_concurrency: Annotated[int, Meta(ge=1, description="upstream requests in flight at once; later ones wait")] = 8
+    # The defaults keep one model call (queue + upstream) under the 600 s an agent waits for it by
+    # default, so that the agent gets this server's typed error rather than its own timeout.
+    queue_timeout_s: Annotated[
+        float, Meta(gt=0, description="longest wait for one of max_concurrency slots, seconds; then 503 model_overloaded")
+    ] = 240.0
+    timeout_s: Annotated[
+        float,
+        Meta(gt=0, description="limit of one model call upstream, retries and their backoff included, seconds; then 504"),
+    ] = 300.0
+    max_attempts: Annotated[
+        int, Meta(ge=1, description="tries of one model call on connection errors and 429/503 answers, within timeout_s")
+    ] = 3
+    extra_body: Annotated[
+        dict[str, Any], Meta(description="merged into every upstream request body, over the caller's fields")
+    ] = msgspec.field(default_factory=dict)

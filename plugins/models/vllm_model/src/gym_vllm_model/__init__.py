@@ -1,1 +1,1 @@
-"""A gym model server."""
+"""gym's model server in front of vLLM OpenAI-compatible servers (``vllm_model``)."""

@@ -15,7 +15,7 @@ def gym_register_servers(register):
     register(
         name="vllm_model",
         kind="model",
-        server="gym_vllm_model.server:VllmModelModel",
+        server="gym_vllm_model.server:VllmModel",
         config=VllmModelConfig,
-        description="A gym model server",
+        description="vLLM OpenAI-compatible servers (one or more replicas, session-affine) with reasoning items and token ids for training",
     )

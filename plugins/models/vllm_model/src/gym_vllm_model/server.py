@@ -1,47 +1,532 @@
-"""An echo model: it answers every request with the text of the last user message.
+"""The ``vllm_model`` model server: gym's model API in front of one or more vLLM OpenAI-compatible servers.
 
-Replace :meth:`VllmModelModel.responses` with calls to your model. gym serves
-``POST /v1/responses`` from it and derives ``POST /v1/chat/completions``.
+``/v1/responses`` is converted to a vLLM chat completion (gym-core's converter) and back;
+``/v1/chat/completions`` goes through the same pipeline. What this server adds to a plain
+OpenAI-compatible proxy (``openai_model``):
+
+- **Replicas and session affinity.** With several ``base_url``\\ s, a session (this server's session
+  cookie) is assigned the replica ``SHA-256(session id)[:8] (big-endian) mod replicas``
+  (:func:`replica_index`): a pure function of the id, so every gym process agrees without sharing
+  state, and vLLM's prefix cache stays warm for the session's later turns. A replica that cannot
+  be reached or answers 5xx (after ``max_attempts``) is skipped for ``replica_cooldown_s``; the
+  session moves to the next replica and stays there. When every replica fails: 502
+  ``upstream_unavailable``.
+- **Reasoning.** Reasoning items of earlier turns go back to vLLM as its ``reasoning_content`` and
+  ``reasoning`` fields (or inline as ``<think>…</think>``); vLLM's reasoning fields and
+  ``<think>…</think>`` text in a reply become one reasoning item.
+- **Token ids and log-probs** (training mode: ``return_token_id_information``, or a request's
+  ``return_token_ids: true``): asked of vLLM with its extensions (``logprobs``, ``top_logprobs: 0``,
+  ``return_tokens_as_token_ids``, optionally ``return_token_ids``; else its ``/tokenize`` for the
+  prompt), checked, and put on the last output item; on later turns they go back on the assistant
+  messages they came with.
+- **Context overflow.** vLLM's 400 for a prompt that does not fit the context window becomes an
+  ``incomplete`` response (``max_output_tokens``) with one empty message, not an error.
+
+Failures are gym JSON errors with the ``x-gym-final`` header: ``upstream_unavailable`` (502),
+``upstream_error`` (502: a reply that is not a completion, or token data that does not check out),
+``upstream_timeout`` (504), ``upstream_refused`` (424: vLLM refused the request), ``model_overloaded``
+(503: no slot of ``max_concurrency`` in time).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import hashlib
+import re
+import time
 from typing import Any
 
-from gym_core import ModelServer
-from gym_core.schemas import InputText, Message, OutputText, Response, ResponseCreateParams, Usage, new_id
+import msgspec
+from litestar import Request
+from litestar.exceptions import HTTPException
+from litestar.handlers import HTTPRouteHandler
+from msgspec import UNSET
+
+from gym_core import ModelServer, ServerClient
+from gym_core.convert import chat_completion_to_response, create_params_to_chat
+from gym_core.errors import InfrastructureError, ServerCallError, ServerHTTPError, ServerTimeoutError
+from gym_core.schemas import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    IncompleteDetails,
+    Message,
+    OutputText,
+    Reasoning,
+    Response,
+    ResponseCreateParams,
+    SummaryText,
+    decode_create_params,
+    new_id,
+)
 
 from gym_vllm_model.config import VllmModelConfig
 
+__all__ = ["VllmModel", "UpstreamError", "replica_index", "split_think", "CONTEXT_LENGTH_ERROR"]
 
-def last_user_text(params: ResponseCreateParams) -> str:
-    """The text of the last user message of a request ("" when there is none)."""
-    if isinstance(params.input, str):
-        return params.input
-    for item in reversed(params.input):
-        if isinstance(item, Message) and item.role == "user":
-            if isinstance(item.content, str):
-                return item.content
-            return "".join(part.text for part in item.content if isinstance(part, InputText))
-    return ""
+TRAINING_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+# vLLM's 400s for a prompt (+ max_tokens) longer than the model's window: "This model's maximum
+# context length is 4096 tokens...", "... maximum context length ...", "Input length (5000) exceeds
+# model's maximum context length". Matched on these words only (the reference also matched any 400
+# that names max_tokens, turning unrelated refusals into empty answers).
+CONTEXT_LENGTH_ERROR = re.compile(r"context length|context window", re.IGNORECASE)
+_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+# Replica trouble worth moving the session for: busy after every attempt, or a server error.
+_RETRY_STATUSES = frozenset({429, 503})
+_CHAT_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(ChatCompletionRequest))
+_RESPONSES_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(ResponseCreateParams))
+# Responses API settings without a chat counterpart: not sent to vLLM's chat endpoint.
+_RESPONSES_ONLY = frozenset({
+    "include", "truncation", "background", "max_tool_calls", "prompt", "stream_options", "previous_response_id",
+    "conversation", "service_tier", "store", "user",
+})  # fmt: skip
+_session_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("vllm_session_id", default=None)
 
 
-class VllmModelModel(ModelServer):
+def replica_index(session_id: str, replicas: int) -> int:
+    """The replica of a session: the first 8 bytes of SHA-256 of its id (UTF-8), big-endian, mod ``replicas``.
+
+    Not Python's ``hash()``, which differs between processes: every gym process computes the same index.
+    """
+    digest = hashlib.sha256(session_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % replicas
+
+
+def split_think(text: str) -> tuple[list[str], str]:
+    """The ``<think>…</think>`` blocks of ``text`` (in order) and the text without them, whitespace kept."""
+    blocks = _THINK.findall(text)
+    return blocks, (_THINK.sub("", text) if blocks else text)
+
+
+class UpstreamError(InfrastructureError):
+    """A vLLM call that failed: answered ``status`` with error type ``kind`` and ``x-gym-final``."""
+
+    def __init__(self, message: str, status: int, kind: str):
+        self.status = status
+        self.kind = kind
+        super().__init__(message)
+
+
+class VllmModel(ModelServer):
     config: VllmModelConfig
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.model_name = self.config.model_name
+        cfg = self.config
+        self.model_name = cfg.model
+        urls = [cfg.base_url] if isinstance(cfg.base_url, str) else list(cfg.base_url)
+        self.replicas = [url.rstrip("/") for url in urls]
+        # Each attempt and all of them together are bounded by timeout_s (and by the caller's deadline,
+        # which ServerClient reads); a timed-out generation is not retried: vLLM may still be running it.
+        upstream_config = msgspec.structs.replace(
+            cfg.client, timeout_s=cfg.timeout_s, deadline_s=cfg.timeout_s, max_attempts=cfg.max_attempts,
+            retry_timeouts=False,
+        )  # fmt: skip
+        self.upstream = ServerClient(self.global_config, config=upstream_config, retry_statuses=_RETRY_STATUSES)
+        self._headers = {**cfg.default_headers, **({"authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})}
+        self._down_until = [0.0] * len(self.replicas)  # time.monotonic() until which a replica is skipped
+        self._slots = asyncio.Semaphore(cfg.max_concurrency)
+        self._completion = msgspec.json.Decoder(dict[str, Any])
 
-    async def responses(self, params: ResponseCreateParams) -> Response:
-        question = last_user_text(params)
-        text = self.config.prefix + question
-        reply = Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=text)])
-        # Words stand in for tokens: a real model reports its tokenizer's counts.
-        words_in = len(question.split())
-        words_out = len(text.split())
-        return Response(
-            model=self.model_name,
-            output=[reply],
-            usage=Usage(input_tokens=words_in, output_tokens=words_out, total_tokens=words_in + words_out),
-        )
+    async def shutdown(self) -> None:
+        await self.upstream.close()
+
+    # --- routes: the session (for the replica) and the raw body (for fields gym does not model) ---
+
+    def routes(self) -> list[Any]:
+        own = {"/v1/responses": self._responses_route, "/v1/chat/completions": self._chat_route}
+        inherited = [
+            route for route in super().routes()
+            if not (isinstance(route, HTTPRouteHandler) and own.keys() & set(route.paths))
+        ]  # fmt: skip
+        return [*inherited, *(self.post_json(path, fn) for path, fn in own.items())]
+
+    async def _responses_route(self, request: Request) -> Any:
+        raw = await request.body()
+        body = msgspec.json.decode(raw)
+        params = decode_create_params(body if isinstance(body, dict) else raw)
+        _refuse_streaming(params.stream)
+        token = _session_id.set(self.session(request).id)
+        try:
+            return await self.responses(params, _unmodelled(body, _RESPONSES_FIELDS))
+        finally:
+            _session_id.reset(token)
+
+    async def _chat_route(self, request: Request) -> Any:
+        body = msgspec.json.decode(await request.body())
+        chat = msgspec.convert(body, ChatCompletionRequest)
+        _refuse_streaming(chat.stream)
+        token = _session_id.set(self.session(request).id)
+        try:
+            return await self.chat_completions(chat, _unmodelled(body, _CHAT_FIELDS))
+        finally:
+            _session_id.reset(token)
+
+    # --- the model API ---
+
+    async def responses(self, params: ResponseCreateParams, unmodelled: dict[str, Any] | None = None) -> Response:
+        """``POST /v1/responses``: converted to a vLLM chat completion (token ids of earlier turns on
+        their assistant messages) and back, reasoning as reasoning items."""
+        request = create_params_to_chat(params)
+        _carry_token_ids(params, request)
+        fields = {name: value for name, value in (unmodelled or {}).items() if name not in _RESPONSES_ONLY}
+        if "top_logprobs" in fields:  # chat asks for log-probs in two fields
+            fields["logprobs"] = True
+        reply = await self._complete(request, fields)
+        message = reply["choices"][0]["message"]
+        thoughts: list[str] = []
+        if self.config.uses_reasoning_parser and isinstance(message.get("content"), str):
+            thoughts, message["content"] = split_think(message["content"])
+        completion = msgspec.convert(reply, ChatCompletion, strict=False)
+        response = chat_completion_to_response(completion, params)
+        response.model = self.config.model
+        _add_reasoning(response, thoughts)
+        if reply["choices"][0].get("finish_reason") == "content_filter":
+            response.status = "incomplete"
+            response.incomplete_details = IncompleteDetails(reason="content_filter")
+        return response
+
+    async def chat_completions(self, request: ChatCompletionRequest, unmodelled: dict[str, Any] | None = None) -> ChatCompletion:
+        """``POST /v1/chat/completions``: vLLM's answer with its reasoning inline as ``<think>…</think>``
+        and, in training mode, the token ids and log-probs on the message."""
+        for index, message in enumerate(request.messages):
+            _bundle(message, f"messages[{index}]")  # all three or none
+        reply = await self._complete(request, dict(unmodelled or {}))
+        return msgspec.convert(reply, ChatCompletion, strict=False)
+
+    # --- the chat pipeline ---
+
+    async def _complete(self, request: ChatCompletionRequest, fields: dict[str, Any]) -> dict[str, Any]:
+        """One vLLM chat completion for ``request`` (plus the caller's ``fields`` gym does not model), as a
+        dict: reasoning inline, token ids on the message in training mode, transport fields removed."""
+        cfg = self.config
+        training = cfg.return_token_id_information or request.return_token_ids is True
+        body = self._upstream_body(request, fields, training)
+        if not cfg.sequential_reasoning_allowed and _ends_with_empty_assistant_turn(body["messages"]):
+            return _empty_completion(cfg.model, "content_filter")
+        deadline = time.monotonic() + cfg.timeout_s
+        try:
+            payload, replica = await self._post("/chat/completions", body, deadline)
+        except ServerHTTPError as exc:
+            if exc.status == 400 and CONTEXT_LENGTH_ERROR.search(exc.detail):
+                self.log.info("context length exceeded, answered as incomplete: %s", self._redact(exc.detail))
+                return _empty_completion(cfg.model, "length")
+            raise UpstreamError(self._redact(str(exc)), 424, "upstream_refused") from None
+        reply = self._reply(payload)
+        message = reply["choices"][0]["message"]
+        reasoning = message.pop("reasoning_content", None) or message.pop("reasoning", None)
+        message.pop("reasoning", None)
+        if reasoning:
+            # A standard message: the reasoning inline, as the Responses conversion reads it back.
+            message["content"] = f"<think>{reasoning}</think>{message.get('content') or ''}"
+        if training:
+            try:
+                await self._token_ids(reply, body, replica, deadline)
+            except _TokenDataError as exc:
+                raise UpstreamError(f"{self.name}: vLLM replica {self.replicas[replica]}: {exc}", 502, "upstream_error") from None
+        else:
+            reply.pop("prompt_token_ids", None)
+            reply["choices"][0].pop("token_ids", None)
+        reply["model"] = cfg.model
+        return reply
+
+    def _upstream_body(self, request: ChatCompletionRequest, fields: dict[str, Any], training: bool) -> dict[str, Any]:
+        """The vLLM request: the caller's (only what it set), the config's settings, vLLM's extensions."""
+        cfg = self.config
+        body: dict[str, Any] = {**msgspec.to_builtins(request), **fields}
+        body.pop("return_token_ids", None)  # gym's request flag; vLLM's own is set below when wanted
+        metadata = body.pop("metadata", None) or {}  # read here, not forwarded: vLLM has no use for it
+        body["messages"] = [self._history_message(message) for message in body["messages"]]
+        body["model"] = cfg.model
+        template_kwargs = {**(cfg.chat_template_kwargs or {}), **(body.get("chat_template_kwargs") or {}),
+                           **_json_object(metadata, "chat_template_kwargs")}
+        if template_kwargs:
+            body["chat_template_kwargs"] = template_kwargs
+        if training:
+            if body.get("n", 1) != 1:
+                raise HTTPException(status_code=400, detail=f"{self.name}: token ids and log-probs require n=1, got n={body['n']}")
+            # Log-probs of the sampled tokens only, tokens as "token_id:<id>": always, whatever the caller sent.
+            body.update(logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True)
+            if cfg.request_prompt_and_generation_token_ids:
+                body["return_token_ids"] = True
+        body = {**cfg.extra_body, **_json_object(metadata, "extra_body"), **body}
+        return {**body, **(cfg.sampling_overrides or {})}
+
+    def _history_message(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A message of the history as vLLM gets it: nulls left out, earlier reasoning as its fields or inline."""
+        cfg = self.config
+        if cfg.replace_developer_role_with_system and message.get("role") == "developer":
+            message["role"] = "system"
+        message = {key: value for key, value in message.items() if value is not None or key == "content"}
+        if not message.get("tool_calls"):
+            message.pop("tool_calls", None)
+        if message.get("role") != "assistant":
+            return message
+        thoughts = [message.pop("reasoning_content")] if message.get("reasoning_content") else []
+        content = message.get("content")
+        if cfg.uses_reasoning_parser and not cfg.preserve_reasoning_in_assistant_content:
+            if isinstance(content, str):
+                found, message["content"] = split_think(content)
+                thoughts += found
+            elif isinstance(content, list):
+                for part in content:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        found, part["text"] = split_think(part["text"])
+                        thoughts += found
+            if thoughts and cfg.uses_interleaved_reasoning:
+                # Both names: vLLM reads `reasoning` since 0.16, `reasoning_content` before.
+                message["reasoning_content"] = message["reasoning"] = "\n".join(thoughts)
+        elif thoughts:  # the engine sees the reasoning where the model wrote it
+            inline = "".join(f"<think>{text}</think>" for text in thoughts)
+            if isinstance(content, list):
+                message["content"] = [{"type": "text", "text": inline}, *content]
+            else:
+                message["content"] = inline + (content or "")
+        return message
+
+    # --- token ids and log-probs ---
+
+    async def _token_ids(self, reply: dict[str, Any], body: dict[str, Any], replica: int, deadline: float) -> None:
+        """Put ``prompt_token_ids``, ``generation_token_ids``, ``generation_log_probs`` on the reply's message."""
+        choice = reply["choices"][0]
+        message = choice["message"]
+        inline_prompt = reply.pop("prompt_token_ids", None)
+        inline_generated = choice.pop("token_ids", None)
+        logprobs = choice.pop("logprobs", None)
+        if (inline_prompt is None) != (inline_generated is None):
+            raise _TokenDataError("partial token metadata: the reply has only one of prompt_token_ids and choices[0].token_ids")
+        present = [name for name in TRAINING_FIELDS if message.get(name) is not None]
+        if present:  # a training framework's vLLM that returns the bundle itself
+            if len(present) < 3:
+                raise _TokenDataError(f"partial token metadata on the message: {', '.join(present)} without the others")
+            prompt, generated, log_probs = (message[name] for name in TRAINING_FIELDS)
+            if inline_prompt is not None and (inline_prompt != prompt or inline_generated != generated):
+                raise _TokenDataError("message-level token metadata disagrees with the reply's prompt_token_ids/token_ids")
+        else:
+            generated, log_probs = _sampled_tokens(logprobs)
+            if inline_prompt is not None:
+                if inline_generated != generated:
+                    raise _TokenDataError("choices[0].token_ids differ from the ids of choices[0].logprobs")
+                prompt = inline_prompt
+            else:
+                prompt = await self._tokenize(body, replica, deadline)
+        if not all(isinstance(ids, list) for ids in (prompt, generated, log_probs)):
+            raise _TokenDataError("token ids and log-probs must be lists")
+        if len(generated) != len(log_probs):
+            raise _TokenDataError(f"{len(generated)} generated ids but {len(log_probs)} log-probs")
+        message.update(prompt_token_ids=prompt, generation_token_ids=generated, generation_log_probs=log_probs)
+
+    async def _tokenize(self, body: dict[str, Any], replica: int, deadline: float) -> list[int]:
+        """The prompt's ids from vLLM's ``/tokenize`` (at the server root), on the replica that generated."""
+        request = {key: body[key] for key in ("model", "messages", "tools", "chat_template_kwargs", "mm_processor_kwargs",
+                                              "required_prefix_token_ids") if key in body}
+        root = self.replicas[replica].removesuffix("/v1")
+        try:
+            payload = await self._send(root, "/tokenize", request, deadline, f"vLLM replica {root}")
+        except ServerCallError as exc:
+            raise UpstreamError(self._redact(f"{self.name}: /tokenize for the prompt ids failed: {exc}"), 502,
+                                "upstream_error") from None
+        tokens = self._json(payload, "/tokenize").get("tokens")
+        if not isinstance(tokens, list):
+            raise _TokenDataError("/tokenize answered without a 'tokens' list")
+        return tokens
+
+    # --- upstream calls: replica choice, failover, typed errors ---
+
+    def _replica_order(self, session_id: str | None) -> list[int]:
+        """The replicas to try, the session's own first, then the next ones; those cooling down last."""
+        count = len(self.replicas)
+        first = None if session_id is None else self.sessions.get(session_id)
+        if first is None:
+            first = replica_index(session_id, count) if session_id is not None else 0
+        order = [(first + step) % count for step in range(count)]
+        now = time.monotonic()
+        return sorted(order, key=lambda index: self._down_until[index] > now)  # stable: the ring order stays
+
+    async def _post(self, path: str, body: dict[str, Any], deadline: float) -> tuple[bytes, int]:
+        """POST to the session's replica, failing over to the next ones; the answer and the replica that gave it.
+
+        Raises :class:`ServerHTTPError` for a 4xx (vLLM refused the request: another replica would too).
+        """
+        session_id = _session_id.get()
+        failures = []
+        for index in self._replica_order(session_id):
+            url = self.replicas[index]
+            try:
+                payload = await self._send(url, path, body, deadline, f"vLLM replica {url}")
+            except ServerHTTPError as exc:
+                if exc.status is not None and exc.status < 500 and exc.status not in _RETRY_STATUSES:
+                    raise
+                failures.append(exc)
+            except ServerTimeoutError as exc:
+                raise UpstreamError(self._redact(str(exc)), 504, "upstream_timeout") from None
+            except ServerCallError as exc:
+                failures.append(exc)
+            else:
+                self._down_until[index] = 0.0
+                if session_id is not None:
+                    self.sessions.set(session_id, index)  # the session stays here, failed over or not
+                return payload, index
+            self._down_until[index] = time.monotonic() + self.config.replica_cooldown_s
+            self.log.warning("vLLM replica %s failed, trying the next one: %s", url, self._redact(str(failures[-1])))
+            if time.monotonic() >= deadline:
+                break
+        reasons = "; ".join(self._redact(str(exc)) for exc in failures)
+        raise UpstreamError(
+            f"{self.name}: no vLLM replica answered ({len(failures)} of {len(self.replicas)} tried): {reasons}",
+            502, "upstream_unavailable",
+        )  # fmt: skip
+
+    async def _send(self, url: str, path: str, body: dict[str, Any], deadline: float, server_name: str) -> bytes:
+        remaining = deadline - time.monotonic()
+        try:
+            async with asyncio.timeout(max(remaining, 0)):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise UpstreamError(
+                f"{self.name}: no upstream slot free within {self.config.timeout_s:g} s (max_concurrency"
+                f" {self.config.max_concurrency}, all busy)", 503, "model_overloaded",
+            ) from None  # fmt: skip
+        try:
+            return await self.upstream.request(
+                "POST", url, path, body=body, headers=self._headers, server_name=server_name,
+                timeout_s=max(deadline - time.monotonic(), 0.001),
+            )  # fmt: skip
+        finally:
+            self._slots.release()
+
+    def _reply(self, payload: bytes) -> dict[str, Any]:
+        reply = self._json(payload, "/chat/completions")
+        choices = reply.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict) \
+                or not isinstance(choices[0].get("message"), dict):
+            raise self._bad_answer("/chat/completions", "no choices[0].message", payload)
+        return reply
+
+    def _json(self, payload: bytes, path: str) -> dict[str, Any]:
+        try:
+            return self._completion.decode(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise self._bad_answer(path, f"not a JSON object ({exc})", payload) from None
+
+    def _bad_answer(self, path: str, what: str, payload: bytes) -> UpstreamError:
+        start = payload[:200].decode(errors="replace")
+        return UpstreamError(self._redact(f"{self.name}: vLLM {path}: {what}: {start}"), 502, "upstream_error")
+
+    def _redact(self, text: str) -> str:
+        # An upstream may echo the request's headers in an error; the key stays ours.
+        return text.replace(self.config.api_key, "[api_key]") if self.config.api_key else text
+
+
+class _TokenDataError(ValueError):
+    """vLLM's token ids or log-probs are missing or do not check out (answered 502 ``upstream_error``)."""
+
+
+def _sampled_tokens(logprobs: Any) -> tuple[list[int], list[float]]:
+    """The generated ids and their log-probs from ``choices[0].logprobs`` (tokens as ``"token_id:<id>"``)."""
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list):
+        raise _TokenDataError("log-probs were requested but choices[0].logprobs.content is missing (is this vLLM?)")
+    ids: list[int] = []
+    values: list[float] = []
+    for index, entry in enumerate(content):
+        token = entry.get("token") if isinstance(entry, dict) else None
+        logprob = entry.get("logprob") if isinstance(entry, dict) else None
+        if not isinstance(token, str) or not token.startswith("token_id:") or not token[9:].lstrip("-").isdigit():
+            raise _TokenDataError(f"logprobs.content[{index}].token is {token!r}, not 'token_id:<id>'"
+                                  " (return_tokens_as_token_ids)")
+        if isinstance(logprob, bool) or not isinstance(logprob, int | float):
+            raise _TokenDataError(f"logprobs.content[{index}].logprob is {logprob!r}, not a number")
+        ids.append(int(token[9:]))
+        values.append(float(logprob))
+    return ids, values
+
+
+def _bundle(item: Any, where: str) -> list[Any] | None:
+    """The token bundle an item or message carries, or None; 422 when only some of the three fields are set."""
+    values = [getattr(item, name, None) for name in TRAINING_FIELDS]
+    values = [None if value is UNSET else value for value in values]
+    present = [name for name, value in zip(TRAINING_FIELDS, values) if value is not None]
+    if not present:
+        return None
+    if len(present) < 3:
+        missing = [name for name in TRAINING_FIELDS if name not in present]
+        raise HTTPException(status_code=422, detail=f"{where} has {', '.join(present)} but not {', '.join(missing)}:"
+                            " the three travel together (send items back as the model returned them)")
+    if len(values[1]) != len(values[2]):
+        raise HTTPException(status_code=422, detail=f"{where}: {len(values[1])} generation_token_ids but"
+                            f" {len(values[2])} generation_log_probs")
+    return values
+
+
+def _carry_token_ids(params: ResponseCreateParams, request: ChatCompletionRequest) -> None:
+    """Put the token bundle of each generated input item on the assistant chat message it became (the
+    last bundle of a message wins), so that vLLM gets the earlier turns' ids with their messages."""
+    if isinstance(params.input, str):
+        return
+    for index, item in enumerate(params.input):
+        bundle = _bundle(item, f"input[{index}]")
+        if bundle is None:
+            continue
+        # Where gym-core's converter puts this item: the last message of the conversion up to it.
+        upto = create_params_to_chat(msgspec.structs.replace(params, input=params.input[: index + 1]))
+        landing = len(upto.messages) - 1
+        if landing >= 0 and request.messages[landing].role == "assistant":
+            message = request.messages[landing]
+            message.prompt_token_ids, message.generation_token_ids, message.generation_log_probs = bundle
+
+
+def _add_reasoning(response: Response, thoughts: list[str]) -> None:
+    """One reasoning item first, a summary text per ``<think>`` block; a turn that only reasoned is
+    that item alone, carrying the turn's token ids."""
+    if not thoughts:
+        return
+    item = Reasoning(id=new_id("rs"), summary=[SummaryText(text=text) for text in thoughts])
+    output = response.output
+    if len(output) == 1 and isinstance(output[0], Message) and _empty(output[0]):
+        for name in TRAINING_FIELDS:
+            setattr(item, name, getattr(output[0], name))
+        output.clear()
+    output.insert(0, item)
+
+
+def _empty(message: Message) -> bool:
+    if isinstance(message.content, str):
+        return not message.content
+    return all(isinstance(part, OutputText) and not part.text for part in message.content)
+
+
+def _ends_with_empty_assistant_turn(messages: list[dict[str, Any]]) -> bool:
+    last = messages[-1] if messages else {}
+    return last.get("role") == "assistant" and not last.get("content") and not last.get("tool_calls")
+
+
+def _empty_completion(model: str, finish_reason: str) -> dict[str, Any]:
+    """The answer given without generating: one empty assistant message, no usage, no token ids."""
+    message = {"role": "assistant", "content": None}
+    return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "finish_reason": finish_reason, "message": message}]}
+
+
+def _json_object(metadata: dict[str, Any], key: str) -> dict[str, Any]:
+    """``metadata[key]``, a JSON object sent as a string (metadata values are strings); 400 if it is not one."""
+    text = metadata.get(key)
+    if not text:
+        return {}
+    try:
+        value = msgspec.json.decode(text)
+    except (msgspec.DecodeError, TypeError):
+        value = None
+    if not isinstance(value, dict):
+        raise HTTPException(status_code=400, detail=f"metadata.{key} must be a JSON object as a string, got {text!r:.100}")
+    return value
+
+
+def _refuse_streaming(stream: bool | None) -> None:
+    if stream is True:
+        raise HTTPException(status_code=400, detail="streaming is not supported by gym model servers; send stream=false")
+
+
+def _unmodelled(body: dict[str, Any], modelled: frozenset[str]) -> dict[str, Any]:
+    """The request's top-level fields gym's schema does not model; nulls mean "the default" and are left out."""
+    return {name: value for name, value in body.items() if name not in modelled and value is not None}

@@ -11,6 +11,11 @@ them follow
 - ``workspace.toml``: a ``[plugins.<name>]`` entry (kind and path) for each member that is a gym
   plugin (declares an entry point in group ``gym``).
 
+A member can opt out of the root venv with ``root-install = false`` under ``[tool.gym]`` in its own
+``pyproject.toml`` (gym-train does: its torch must never enter the root ``uv sync``). Such a member is
+left out of the first three lists, and found there it is reported and removed; it still is a uv
+workspace member (``uv lock`` resolves it), installed only into the venv that runs it.
+
 :func:`check` reports where the files differ from that, :func:`sync` rewrites what differs, and
 :func:`register_member` adds one new member (``gym plugin new``). Files are edited with tomlkit:
 comments and layout stay as they are, and running any of them twice changes nothing the second time.
@@ -51,6 +56,8 @@ class Member:
     distribution: str
     plugins: tuple[str, ...] = ()
     test_requirements: tuple[str, ...] = ()
+    root_install: bool = True
+    """False when its pyproject.toml says ``[tool.gym] root-install = false``: not in the root venv."""
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -82,8 +89,11 @@ def read_member(root: Path, directory: Path) -> Member:
     if not project.get("name"):
         raise GymError(f"{directory / 'pyproject.toml'} has no [project] name")
     plugins = tuple((project.get("entry-points") or {}).get(ENTRY_POINT_GROUP) or {})
+    root_install = ((pyproject.get("tool") or {}).get("gym") or {}).get("root-install", True)
+    if not isinstance(root_install, bool):
+        raise GymError(f"{directory / 'pyproject.toml'}: [tool.gym] root-install must be true or false, not {root_install!r}")
     relative = directory.relative_to(root.resolve()).as_posix()
-    return Member(relative, project["name"], plugins, tuple(_group(pyproject, "test")))
+    return Member(relative, project["name"], plugins, tuple(_group(pyproject, "test")), root_install)
 
 
 def _member_globs(pyproject: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -178,18 +188,19 @@ class _Files:
             _add_after_last_key(sources, distribution, spec)
             self.changes.append(f"pyproject.toml: added {distribution} = {{ workspace = true }} to [tool.uv.sources]")
 
-    def remove_distribution(self, distribution: str) -> None:
-        """Drop a distribution no member provides any more (only where its source is the workspace)."""
+    def remove_distribution(self, distribution: str, why: str = "no member provides it") -> None:
+        """Drop a distribution from the root dependencies and sources (one no member provides any
+        more, where its source is the workspace; or a member that opted out of the root venv)."""
         key = normalize_name(distribution)
         dependencies = self.dependencies()
         for index in reversed(range(len(dependencies))):
             if normalize_name(requirement_name(str(dependencies[index])) or "") == key:
                 del dependencies[index]
-                self.changes.append(f"pyproject.toml: removed {distribution} from [project] dependencies (no member provides it)")
+                self.changes.append(f"pyproject.toml: removed {distribution} from [project] dependencies ({why})")
         sources = self.sources()
         for name in [n for n in sources if normalize_name(n) == key]:
             del sources[name]
-            self.changes.append(f"pyproject.toml: removed {name} from [tool.uv.sources] (no member provides it)")
+            self.changes.append(f"pyproject.toml: removed {name} from [tool.uv.sources] ({why})")
 
     def set_test_group(self, requirements: list[str]) -> None:
         groups = self.pyproject.get("dependency-groups")
@@ -270,12 +281,16 @@ def _test_union(members: Iterable[Member]) -> list[str]:
 def _reconcile(files: _Files, members: list[Member]) -> list[str]:
     """Bring ``files`` in line with ``members``; returns the problems it cannot fix itself."""
     problems = []
-    for member in members:
+    installed = [m for m in members if m.root_install]
+    for member in installed:
         files.add_distribution(member.distribution)
+    for member in members:
+        if not member.root_install:
+            files.remove_distribution(member.distribution, f"{member.directory} says [tool.gym] root-install = false")
     provided = {normalize_name(m.distribution) for m in members}
     for name in files.workspace_sourced() - provided:
         files.remove_distribution(name)
-    files.set_test_group(_test_union(members))
+    files.set_test_group(_test_union(installed))
     if files.catalog is not None:
         entries = files.catalog_entries()
         for name, spec in entries.items():
@@ -325,7 +340,8 @@ def register_member(root: Path, directory: Path, kind: str, plugin_name: str, di
     """Make the plugin package in ``directory`` a member of the workspace at ``root``, everywhere it must be.
 
     In a uv workspace: adds the directory to the member globs when none covers it, the distribution
-    to the root dependencies and sources, and its ``test`` group to the root's. In any gym workspace:
+    to the root dependencies and sources, and its ``test`` group to the root's (neither for a member
+    with ``[tool.gym] root-install = false``). In any gym workspace:
     adds ``[plugins.<plugin_name>]`` (kind and path) to workspace.toml. Returns the changes made
     (none when it was registered already).
     """
@@ -340,8 +356,9 @@ def register_member(root: Path, directory: Path, kind: str, plugin_name: str, di
         member = read_member(root, directory)
         if normalize_name(member.distribution) != normalize_name(distribution):
             raise GymError(f"{directory / 'pyproject.toml'} names the distribution {member.distribution!r}, not {distribution!r}")
-        files.add_distribution(distribution)
-        files.set_test_group(_sorted_requirements([*files.root_test_group(), *member.test_requirements]))
+        if member.root_install:
+            files.add_distribution(distribution)
+            files.set_test_group(_sorted_requirements([*files.root_test_group(), *member.test_requirements]))
     files.add_plugin(plugin_name, kind, relative)
     if files.changes:
         files.save()

@@ -17,7 +17,7 @@ from typing import Any
 from benchmarks._common import ROOT, load
 
 MEASUREMENTS = ("orchestration", "startup", "scale", "model_overhead", "worker_pool", "verify_throughput", "reliability",
-                "token_faithfulness", "sandbox")
+                "token_faithfulness", "sandbox", "collect_memory")
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -105,6 +105,14 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(f"| {c} | {bare['per_s']} | {box['per_s']} | {bare['p50_ms']} | {box['p50_ms']} | {box['p99_ms']} |")
         lines += ["", f"overhead per execution over a bare subprocess (p50, concurrency 1): {b['overhead_ms']} ms "
                   f"({b['executions']} executions × {b['rounds']} rounds each)", ""]
+    if "collect_memory" in results:
+        c = results["collect_memory"]
+        lines += [f"## Streaming collection (`gym collect --repeats {c['repeats']}`, interrupted after {c['stop_after_rows']} rows)", "",
+                  "| input tasks | input MiB | collector peak RSS MiB | seconds to the first row |", "| --- | --- | --- | --- |"]
+        lines += [f"| {row['tasks']} | {row['input_mb']} | {row['peak_rss_mb']} | {row['first_row_s']} |" for row in c["inputs"]]
+        r = c["resume"]
+        lines += ["", f"resume over {r['done_rows']} done rows ({r['output_mb']} MiB of output, {r['tasks']} tasks): first new "
+                  f"row after {r['first_new_row_s']} s, peak RSS {r['peak_rss_mb']} MiB", ""]
     return "\n".join(lines)
 
 

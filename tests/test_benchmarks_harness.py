@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_harness_runs_tiny(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--size", "tiny", "--only", "orchestration", "startup", "scale", "worker_pool", "verify_throughput", "token_faithfulness",
-         "sandbox", "--output", str(tmp_path)],
+         "sandbox", "collect_memory", "--output", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -53,5 +53,10 @@ def test_harness_runs_tiny(tmp_path):
         assert all(set(box[c][way]) == {"per_s", "p50_ms", "p99_ms"} for way in ("bare", "sandbox"))
     assert box["executions"] == 20 and isinstance(box["overhead_ms"], float)
     assert "## Sandbox" in (tmp_path / "results.md").read_text()
+    memory = results["collect_memory"]  # a real gym collect over a generated input, interrupted, then resumed
+    assert [row["tasks"] for row in memory["inputs"]] == [10_000]
+    assert all(row["peak_rss_mb"] > 0 for row in memory["inputs"])
+    assert memory["resume"]["done_rows"] > 0 and isinstance(memory["resume"]["first_new_row_s"], float)
+    assert "## Streaming collection" in (tmp_path / "results.md").read_text()
     assert set(results) >= {"load_before", "load_after", "machine"}
     assert "Orchestration overhead" in (tmp_path / "results.md").read_text()

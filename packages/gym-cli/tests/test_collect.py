@@ -574,3 +574,17 @@ def test_a_misspelt_option_reads_as_an_unknown_option(tmp_path):
     assert result.exit_code == 2, result.output
     assert "No such option '--isolaton'" in result.output and "Did you mean '--isolation'?" in result.output
     assert "config file not found" not in result.output
+
+
+# --- start-up (issue 15, part 4) ------------------------------------------------------------------------
+
+
+def test_defining_the_commands_imports_none_of_what_running_them_needs():
+    """`gym --help` imports every command module: theirs must leave rich, the launcher (tomlkit, the
+    catalog), asyncio and the collector to the moment a command runs."""
+    modules = ["collect", "reverify", "run", "stop", "status", "profile", "config"]
+    heavy = ["rich", "gym_cli.launch", "tomlkit", "asyncio", "gym_cli.rollouts", "gym_core.client"]
+    code = (f"import sys\nfor name in {modules!r}: __import__('gym_cli.commands.' + name)\n"
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr

@@ -19,7 +19,6 @@ This module imports only the standard library and msgspec (rich inside :class:`R
 
 from __future__ import annotations
 
-import asyncio
 import math
 import sys
 from typing import IO, TYPE_CHECKING, Literal
@@ -233,6 +232,8 @@ class Reporter:
 async def follow(reporter: Reporter, summary: CollectSummary) -> None:
     """Update ``reporter`` every ``period_s`` until cancelled (on the collector's event loop, so
     that it reads the summary between rollouts, never in the middle of one's update)."""
+    import asyncio  # here: `gym --help` imports this module (PROGRESS_MODES), and asyncio costs 70 ms
+
     while True:
         await asyncio.sleep(reporter.period_s)
         reporter.update(summary)

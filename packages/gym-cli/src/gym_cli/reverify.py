@@ -27,7 +27,6 @@ skipped) cannot be recomputed this way and are refused, by line, before anything
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import time
@@ -41,7 +40,7 @@ import msgspec
 from gym_core.errors import ServerCallError, ServerHTTPError, ServerTimeoutError, did_you_mean
 from gym_core.schemas import RolloutRecord
 
-from gym_cli.rollouts import GaveUp, InputError, failure_fields, iter_jsonl, with_retries
+from gym_cli.rollouts import GaveUp, InputError, failure_fields, iter_jsonl, run_parallel, with_retries
 
 if TYPE_CHECKING:
     from gym_core.client import ServerClient
@@ -313,7 +312,6 @@ async def reverify_rollouts(
     ``client`` should make one attempt per request (``ClientConfig(max_attempts=1)``): rows are
     retried here, whole, in a fresh session."""
     summary.started = time.monotonic()
-    queue = list(reversed(rows))  # pop() takes them in file order
     tools_of: dict[str, set[str]] = {}
 
     async def environment_tools(instance: str, left: float) -> set[str]:
@@ -394,16 +392,9 @@ async def reverify_rollouts(
             summary.tools_diverged += diverged
             on_progress(summary)
 
-        async def worker() -> None:
-            while queue:
-                await one(queue.pop())
-
-        workers = [asyncio.create_task(worker()) for _ in range(max(1, min(options.parallel, len(queue))))]
         try:
-            await asyncio.gather(*workers)
+            await run_parallel(rows, options.parallel, one)
         finally:
-            for w in workers:
-                w.cancel()
             os.fsync(out.fileno())
             summary.finished = time.monotonic()
     return summary

@@ -32,10 +32,11 @@ import shlex
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
+from array import array
+from collections.abc import Awaitable, Callable, Container, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import msgspec
 
@@ -67,13 +68,17 @@ __all__ = [
     "CollectSummary",
     "run_async",
     "iter_jsonl",
+    "TaskFile",
+    "scan_tasks",
     "read_tasks",
+    "DonePairs",
     "read_done",
     "read_rollouts",
     "pending_pairs",
     "task_agent",
     "choose_agent",
     "check_agents",
+    "run_parallel",
     "collect_rollouts",
 ]
 
@@ -164,68 +169,357 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any, str | None]]:
                 yield number, None, f"{path}:{number}: not valid JSON ({exc})"
 
 
-def read_tasks(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """Task rows of a JSONL file; every malformed line is reported with its number, at once."""
+class _AnObject(msgspec.Struct):
+    """A JSON object, its fields skipped unread: what the checking pass needs of a task's model input."""
+
+
+class _TaskHead(msgspec.Struct):
+    """What the checking pass decodes of a task: that its model input is an object, and its agent."""
+
+    responses_create_params: _AnObject
+    agent_ref: Any = None
+    agent: Any = None
+
+
+_task_head = msgspec.json.Decoder(_TaskHead)
+
+
+def _agent_named(ref: Any, agent: Any) -> str | None:
+    if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+        return ref["name"]
+    return agent if isinstance(agent, str) else None
+
+
+def _task_problem(path: Path, number: int, line: bytes) -> str | None:
+    """Why a line is not a task (for a line the typed decode refused): what read_tasks always said."""
+    try:
+        row = msgspec.json.decode(line)
+    except msgspec.DecodeError as exc:
+        return f"{path}:{number}: not valid JSON ({exc})"
+    if not isinstance(row, dict):
+        return f"{path}:{number}: a task must be a JSON object, got {type(row).__name__}"
+    if not isinstance(row.get("responses_create_params"), dict):
+        return f"{path}:{number}: missing 'responses_create_params' object (the model's input)"
+    return None
+
+
+class TaskFile:
+    """The tasks of a JSONL file, checked in one pass (:func:`scan_tasks`) and decoded one at a time
+    when asked for (``tasks[i]``), so that millions of rows cost 8 bytes each (their line's offset)
+    rather than a decoded row each. Also what :func:`choose_agent` and :func:`check_agents` need:
+    the agents the tasks name (``agents``) and how many name none (``unnamed``).
+
+    The file must not change while it is in use: a read that finds it changed raises
+    :class:`InputError`. Close it (or use it as a context manager) to release its descriptor."""
+
+    def __init__(self, path: Path, offsets: array[int], agents: frozenset[str], unnamed: int, stamp: tuple[int, int]):
+        self.path = path
+        self._offsets = offsets  # where each task's line starts, then where the last one ends
+        self.agents = agents
+        self.unnamed = unnamed
+        self._stamp = stamp  # (size, mtime_ns) when it was scanned
+        self._fd: int | None = None
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"task {index} of {len(self)}")
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        start, end = self._offsets[index], self._offsets[index + 1]
+        stat = os.fstat(self._fd)
+        data = os.pread(self._fd, end - start, start)
+        try:
+            task = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            task = None
+        if (stat.st_size, stat.st_mtime_ns) != self._stamp or not isinstance(task, dict):
+            raise InputError(f"{self.path} changed during the collection: tasks are read from it as they are needed, "
+                             "so it must stay as it was until the run ends")
+        return task
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self[index] for index in range(len(self)))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> TaskFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def scan_tasks(path: Path, limit: int | None = None) -> TaskFile:
+    """The first ``limit`` (default: all) task rows of a JSONL file as a :class:`TaskFile`, checked
+    in one streaming pass; every malformed line is reported with its number, at once."""
     if not path.is_file():
         raise InputError(f"input file not found: {path}")
-    tasks: list[dict[str, Any]] = []
+    offsets = array("q")
+    agents: set[str] = set()
+    unnamed = 0
     problems: list[str] = []
-    for number, row, problem in iter_jsonl(path):
-        if problem:
-            problems.append(problem)
-        elif not isinstance(row, dict):
-            problems.append(f"{path}:{number}: a task must be a JSON object, got {type(row).__name__}")
-        elif not isinstance(row.get("responses_create_params"), dict):
-            problems.append(f"{path}:{number}: missing 'responses_create_params' object (the model's input)")
-        else:
-            tasks.append(row)
-        if limit is not None and len(tasks) >= limit:
-            break
+    position = 0
+    with path.open("rb") as f:
+        stat = os.fstat(f.fileno())
+        for number, line in enumerate(f, 1):
+            start = position
+            position += len(line)
+            if line.isspace():
+                continue
+            try:
+                head = _task_head.decode(line)
+            except msgspec.DecodeError:
+                head = None
+                problem = _task_problem(path, number, line)
+                if problem:
+                    problems.append(problem)
+                    continue
+            offsets.append(start)
+            if head is not None:
+                agent = _agent_named(head.agent_ref, head.agent)
+            else:  # the typed decode refused what the generic one accepts (a duplicate key, say)
+                row = msgspec.json.decode(line)
+                agent = _agent_named(row.get("agent_ref"), row.get("agent"))
+            if agent is None:
+                unnamed += 1
+            else:
+                agents.add(agent)
+            if limit is not None and len(offsets) >= limit:
+                break
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise InputError("malformed input:\n" + "\n".join(f"  {p}" for p in shown))
-    if not tasks:
+    if not offsets:
         raise InputError(f"{path}: no tasks")
-    return tasks
+    offsets.append(position)  # the end of the last task's line (and of any blank lines after it)
+    return TaskFile(path, offsets, frozenset(agents), unnamed, (stat.st_size, stat.st_mtime_ns))
 
 
-def read_done(output: Path) -> tuple[set[tuple[int, int]], int]:
-    """The (task, rollout) pairs already in the output, and how many duplicate rows were dropped.
+def read_tasks(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Task rows of a JSONL file, decoded; every malformed line is reported with its number, at once.
+    For a file too large to hold decoded, :func:`scan_tasks`."""
+    with scan_tasks(path, limit) as tasks:
+        return list(tasks)
 
-    A partial last line (the process was killed while writing it) is cut off so that appending goes on
-    from a clean line boundary. A pair found on several lines (two collections wrote the file at once,
-    before :func:`output_lock` existed) keeps its first row: the file is rewritten without the others.
-    Call it while holding :func:`output_lock`.
+
+class DonePairs:
+    """Which (task, rollout) pairs of a collection of ``n_tasks`` × ``repeats`` are done: one bit each
+    (2 MB for a million tasks × 16), rollout-major as :func:`pending_pairs` walks them. Pairs outside
+    that range (an output of a run with more tasks or repeats) are kept in a set, so that resuming
+    still finds their duplicates. A set of pairs for :func:`read_done` and :func:`pending_pairs`."""
+
+    def __init__(self, n_tasks: int, repeats: int):
+        self.n_tasks = n_tasks
+        self.repeats = repeats
+        self.count = 0  # pairs done within the range
+        self._bits = bytearray((n_tasks * repeats + 7) // 8)
+        self._outside: set[tuple[int, int]] = set()
+
+    def _bit(self, pair: tuple[int, int]) -> int | None:
+        task, rollout = pair
+        if 0 <= task < self.n_tasks and 0 <= rollout < self.repeats:
+            return rollout * self.n_tasks + task
+        return None
+
+    def __contains__(self, pair: tuple[int, int]) -> bool:
+        bit = self._bit(pair)
+        if bit is None:
+            return pair in self._outside
+        return bool(self._bits[bit >> 3] >> (bit & 7) & 1)
+
+    def add(self, pair: tuple[int, int]) -> None:
+        bit = self._bit(pair)
+        if bit is None:
+            self._outside.add(pair)
+        elif not self._bits[bit >> 3] >> (bit & 7) & 1:
+            self._bits[bit >> 3] |= 1 << (bit & 7)
+            self.count += 1
+
+    def __len__(self) -> int:
+        return self.count + len(self._outside)
+
+    def add_new(self, rows: list[_RowPair]) -> list[int]:
+        """Add the pairs of ``rows``; the positions in ``rows`` of those that were there already (or
+        earlier in ``rows``). :meth:`add` for many at once, the bit arithmetic inlined: resuming a
+        run of millions calls it once per block of rows."""
+        bits, n_tasks, repeats, outside = self._bits, self.n_tasks, self.repeats, self._outside
+        again = []
+        for index, row in enumerate(rows):
+            task, rollout = row.task_index, row.rollout_index
+            if 0 <= task < n_tasks and 0 <= rollout < repeats:
+                bit = rollout * n_tasks + task
+                mask = 1 << (bit & 7)
+                if bits[bit >> 3] & mask:
+                    again.append(index)
+                else:
+                    bits[bit >> 3] |= mask
+                    self.count += 1
+            elif (task, rollout) in outside:
+                again.append(index)
+            else:
+                outside.add((task, rollout))
+        return again
+
+    def missing(self) -> Iterator[tuple[int, int]]:
+        """The pairs of the range not done, rollout-major; done bytes are skipped eight pairs at a time."""
+        total = self.n_tasks * self.repeats
+        for index, byte in enumerate(self._bits):
+            if byte == 0xFF:
+                continue
+            for bit in range(index * 8, min(index * 8 + 8, total)):
+                if not byte >> (bit & 7) & 1:
+                    rollout, task = divmod(bit, self.n_tasks)
+                    yield task, rollout
+
+
+class _RowPair(msgspec.Struct):
+    """What resuming decodes of an output row; the rest of the row is skipped unread."""
+
+    task_index: int
+    rollout_index: int
+
+
+_row_pair = msgspec.json.Decoder(_RowPair)
+
+
+def _pair_of(line: bytes, output: Path) -> tuple[int, int]:
+    try:
+        row = _row_pair.decode(line)
+        return row.task_index, row.rollout_index
+    except msgspec.ValidationError:
+        pass  # an index the typed decode refuses but int() reads (2.0, "2"): as resuming always read it
+    except msgspec.DecodeError:
+        raise InputError(f"{output}: a line is not a gym rollout row; is this the right --output file?") from None
+    try:
+        row = msgspec.json.decode(line)
+        return int(row["task_index"]), int(row["rollout_index"])
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"{output}: a line is not a gym rollout row; is this the right --output file?") from None
+
+
+def _cut_partial_line(f: BinaryIO) -> None:
+    """Truncate what follows the last newline of ``f`` (read backwards, a block at a time)."""
+    size = position = f.seek(0, os.SEEK_END)
+    end = 0
+    while position > 0:
+        step = min(1 << 16, position)
+        position -= step
+        f.seek(position)
+        newline = f.read(step).rfind(b"\n")
+        if newline >= 0:
+            end = position + newline + 1
+            break
+    if end < size:
+        f.truncate(end)
+
+
+def _drop_spans(path: Path, spans: list[tuple[int, int]]) -> None:
+    """Rewrite ``path`` without the byte ranges ``spans`` (sorted, disjoint), streaming. Written aside
+    and renamed over: a kill during the rewrite leaves the old file whole."""
+    tmp = path.with_name(path.name + ".dedup-tmp")
+    with path.open("rb") as src, tmp.open("wb") as dst:
+        position = 0
+        for start, end in [*spans, (None, None)]:
+            left = None if start is None else start - position
+            while left is None or left > 0:
+                chunk = src.read(1 << 20 if left is None else min(left, 1 << 20))
+                if not chunk:
+                    break
+                dst.write(chunk)
+                if left is not None:
+                    left -= len(chunk)
+            if end is not None:
+                src.seek(end)
+                position = end
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(tmp, path)
+
+
+Done = TypeVar("Done", DonePairs, set[tuple[int, int]])
+
+_WINDOW = 8 << 20  # bytes of the output read and decoded at a time by resuming
+
+
+def _window_rows(window: memoryview, output: Path) -> list[_RowPair]:
+    """The indices of the non-blank lines of ``window`` (whole lines), decoded in one call."""
+    try:
+        return _row_pair.decode_lines(window)
+    except msgspec.DecodeError:  # some line the typed decode refuses: line by line, as resuming always read them
+        return [_RowPair(*_pair_of(line, output)) for line in bytes(window).split(b"\n") if line.strip()]
+
+
+def _line_spans(window: memoryview, offset: int, wanted: list[int]) -> list[tuple[int, int]]:
+    """The byte ranges (in the file: ``window`` starts at ``offset``) of the ``wanted`` non-blank lines."""
+    spans, wanted_set, index, position = [], set(wanted), 0, 0
+    for line in bytes(window).split(b"\n"):
+        end = position + len(line) + 1
+        if line.strip():
+            if index in wanted_set:
+                spans.append((offset + position, offset + end))
+            index += 1
+        position = end
+    return spans
+
+
+def _add_new(done: DonePairs | set[tuple[int, int]], rows: list[_RowPair]) -> list[int]:
+    if isinstance(done, DonePairs):
+        return done.add_new(rows)
+    again = []
+    for index, row in enumerate(rows):
+        pair = (row.task_index, row.rollout_index)
+        if pair in done:
+            again.append(index)
+        else:
+            done.add(pair)
+    return again
+
+
+def read_done(output: Path, done: Done | None = None) -> tuple[Done, int]:
+    """The (task, rollout) pairs already in the output, added to ``done`` (a :class:`DonePairs`, or by
+    default a new set), and how many duplicate rows were dropped.
+
+    The file is read a block of whole lines at a time (memory holds one block, not the file), each row
+    decoded only for its ``task_index`` and ``rollout_index``. A partial last line (the process was
+    killed while writing it) is cut off so that appending goes on from a clean line boundary. A pair
+    found on several lines (two collections wrote the file at once, before :func:`output_lock`
+    existed) keeps its first row: the file is rewritten without the others. Call it while holding
+    :func:`output_lock`.
     """
-    done: set[tuple[int, int]] = set()
+    if done is None:
+        done = set()
     if not output.exists():
         return done, 0
+    duplicates: list[tuple[int, int]] = []  # byte ranges of the rows to drop
     with output.open("rb+") as f:
-        data = f.read()
-        end = data.rfind(b"\n") + 1
-        if end < len(data):
-            f.truncate(end)
-    lines = data[:end].splitlines(keepends=True)
-    duplicates: set[int] = set()  # line numbers of the rows to drop
-    for number, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            row = msgspec.json.decode(line)
-            pair = (int(row["task_index"]), int(row["rollout_index"]))
-        except (msgspec.DecodeError, KeyError, TypeError, ValueError):
-            raise InputError(f"{output}: a line is not a gym rollout row; is this the right --output file?") from None
-        if pair in done:
-            duplicates.add(number)
-        done.add(pair)
+        _cut_partial_line(f)
+        f.seek(0)
+        block = bytearray(_WINDOW)
+        offset = filled = 0  # where the block starts in the file; how much of it is read
+        while True:
+            if filled == len(block):  # one line longer than the block
+                block.extend(bytes(len(block)))
+            with memoryview(block) as view:
+                read = f.readinto(view[filled:])
+            filled += read
+            end = block.rfind(b"\n", 0, filled) + 1  # the file ends with a newline: at its end, every line is whole
+            if end:
+                with memoryview(block)[:end] as lines:
+                    again = _add_new(done, _window_rows(lines, output))
+                    if again:
+                        duplicates.extend(_line_spans(lines, offset, again))
+                block[:filled - end] = block[end:filled]  # the part line read ahead moves to the front
+                offset, filled = offset + end, filled - end
+            if not read:
+                break
     if duplicates:
-        # Written aside and renamed over: a kill during the rewrite leaves the old file whole.
-        tmp = output.with_name(output.name + ".dedup-tmp")
-        with tmp.open("wb") as f:
-            f.writelines(line for number, line in enumerate(lines) if number not in duplicates)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, output)
+        _drop_spans(output, duplicates)
     return done, len(duplicates)
 
 
@@ -328,26 +622,32 @@ def read_rollouts(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def pending_pairs(n_tasks: int, repeats: int, done: set[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Pairs still to collect, rollout-major so that every task gets its first rollouts early."""
-    return [(t, r) for r in range(repeats) for t in range(n_tasks) if (t, r) not in done]
+def pending_pairs(n_tasks: int, repeats: int, done: Container[tuple[int, int]]) -> Iterator[tuple[int, int]]:
+    """Pairs still to collect, rollout-major so that every task gets its first rollouts early;
+    generated as they are taken, never held all at once."""
+    if isinstance(done, DonePairs) and (done.n_tasks, done.repeats) == (n_tasks, repeats):
+        return done.missing()
+    return ((t, r) for r in range(repeats) for t in range(n_tasks) if (t, r) not in done)
 
 
 def task_agent(task: dict[str, Any]) -> str | None:
     """The agent instance a task names itself (``agent_ref: {"name": ...}``, or ``agent``), if any."""
-    ref = task.get("agent_ref")
-    if isinstance(ref, dict) and isinstance(ref.get("name"), str):
-        return ref["name"]
-    if isinstance(task.get("agent"), str):
-        return task["agent"]
-    return None
+    return _agent_named(task.get("agent_ref"), task.get("agent"))
 
 
-def choose_agent(tasks: list[dict[str, Any]], agents: list[str]) -> str | None:
+def _agents_of(tasks: TaskFile | Sequence[dict[str, Any]]) -> tuple[set[str], int]:
+    """The agents the tasks name, and how many tasks name none."""
+    if isinstance(tasks, TaskFile):
+        return set(tasks.agents), tasks.unnamed
+    named = [task_agent(task) for task in tasks]
+    return {a for a in named if a is not None}, named.count(None)
+
+
+def choose_agent(tasks: TaskFile | Sequence[dict[str, Any]], agents: list[str]) -> str | None:
     """The agent for the tasks that name none: the only one of ``agents`` (the agent instances of the
     running config); None when every task names its own. Raises :class:`InputError` when some task
     names none and there is not exactly one agent to choose."""
-    unnamed = sum(task_agent(task) is None for task in tasks)
+    unnamed = _agents_of(tasks)[1]
     if not unnamed:
         return None
     if len(agents) == 1:
@@ -359,12 +659,12 @@ def choose_agent(tasks: list[dict[str, Any]], agents: list[str]) -> str | None:
                      f"pass --agent NAME, or give rows an agent_ref {{\"name\": ...}}")
 
 
-def check_agents(tasks: list[dict[str, Any]], agent: str | None, kinds: dict[str, str | None]) -> None:
+def check_agents(tasks: TaskFile | Sequence[dict[str, Any]], agent: str | None, kinds: dict[str, str | None]) -> None:
     """Raise :class:`InputError` when ``agent`` (``--agent``), or else an ``agent_ref`` of the tasks,
     names no agent instance of the running config: every rollout through it would fail. ``kinds``
     maps each instance of the running config to its kind (None when unknown here)."""
     agents = sorted(name for name, kind in kinds.items() if kind == "agent")
-    named = {agent} if agent is not None else {a for a in map(task_agent, tasks) if a is not None}
+    named = {agent} if agent is not None else _agents_of(tasks)[0]
     problems = []
     for name in sorted(named):
         if name not in kinds:
@@ -461,9 +761,27 @@ def failure_fields(failure: GaveUp) -> dict[str, Any]:
     return fields
 
 
+async def run_parallel(items: Iterable[T], parallel: int, handle: Callable[[T], Awaitable[None]]) -> None:
+    """Await ``handle(item)`` for each of ``items``, at most ``parallel`` at a time, taking them in
+    order as workers free up; ``items`` is consumed lazily (a generator of millions costs nothing
+    held). The first exception a handler raises cancels the others and is raised."""
+    source = iter(items)
+
+    async def worker() -> None:
+        for item in source:  # one event loop: workers take turns at the iterator, never at once
+            await handle(item)
+
+    workers = [asyncio.create_task(worker()) for _ in range(max(1, parallel))]
+    try:
+        await asyncio.gather(*workers)
+    finally:
+        for w in workers:
+            w.cancel()
+
+
 async def collect_rollouts(
     client: ServerClient,
-    tasks: list[dict[str, Any]],
+    tasks: Sequence[dict[str, Any]],
     pairs: Iterable[tuple[int, int]],
     options: CollectOptions,
     summary: CollectSummary,
@@ -471,53 +789,44 @@ async def collect_rollouts(
 ) -> CollectSummary:
     """Run the pairs through agents, appending each completed rollout to the output file.
 
-    Each pair is one worker's from start to end, its retries included, so it is written at most once.
-    ``client`` should make one attempt per request (``ClientConfig(max_attempts=1)``): retrying here
-    and in the client too would multiply the attempts."""
+    ``tasks`` is indexed by task (a list, or a :class:`TaskFile` that reads each task when its pair
+    starts); ``pairs`` is taken lazily, so memory holds the rollouts in flight, not the run. Each
+    pair is one worker's from start to end, its retries included (:func:`with_retries`), so it is
+    written at most once. ``client`` should make one attempt per request
+    (``ClientConfig(max_attempts=1)``): retrying here and in the client too would multiply the attempts."""
     summary.started = time.monotonic()
-    queue = list(pairs)
-    queue.reverse()  # pop() from the end takes them in order
     options.output.parent.mkdir(parents=True, exist_ok=True)
     with options.output.open("ab", buffering=0) as out, options.failures.open("ab", buffering=0) as failures:
 
-        async def attempt(task: dict[str, Any], agent: str, deadline: float) -> tuple[dict[str, Any], float]:
+        async def attempt(task: dict[str, Any], deadline: float) -> tuple[str, dict[str, Any], float]:
+            agent = _agent_for(task, options)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ServerTimeoutError(agent, "/run", f"the rollout's deadline of {options.rollout_timeout_s:g} s passed")
             # The client sends this limit with the request (x-gym-timeout): the agent can stop in time too.
             raw = await client.request("POST", agent, "/run", body=task, timeout_s=left)
             result = msgspec.json.decode(raw)
-            return result, float(result["reward"])
+            return agent, result, float(result["reward"])
+
+        def retried() -> None:
+            summary.retried += 1
 
         async def one(task_index: int, rollout_index: int) -> None:
             # The row records the task as sent: sampling overrides included.
             task = _request_body(tasks[task_index], options.sampling)
             started = time.monotonic()
             deadline = started + options.rollout_timeout_s
-            tries = 0
-            while True:
-                tries += 1
-                try:
-                    agent = _agent_for(task, options)
-                    result, reward = await attempt(task, agent, deadline)
-                    break
-                except (ServerCallError, GymError, KeyError, TypeError, ValueError, msgspec.DecodeError) as exc:
-                    # Jitter spreads the retries of rollouts that failed together; never below the nominal delay.
-                    delay = min(options.retry_backoff_max_s, options.retry_backoff_s * 2 ** (tries - 1)) * (1 + random.random() / 2)
-                    if tries <= options.retries and is_infrastructure_failure(exc) and time.monotonic() + delay < deadline:
-                        summary.retried += 1
-                        await asyncio.sleep(delay)
-                        continue
-                    reason = exc.reason if isinstance(exc, ServerCallError) else type(exc).__name__
-                    failure: dict[str, Any] = {"task_index": task_index, "rollout_index": rollout_index, "reason": reason,
-                                               "message": str(exc), "attempts": tries}
-                    if isinstance(exc, ServerCallError) and exc.status is not None:
-                        failure["status"] = exc.status
-                    failures.write(_encoder.encode(failure) + b"\n")
-                    summary.failed += 1
-                    summary.failure_reasons[reason] = summary.failure_reasons.get(reason, 0) + 1
-                    on_progress(summary)
-                    return
+            try:
+                agent, result, reward = await with_retries(
+                    lambda: attempt(task, deadline), retries=options.retries, backoff_s=options.retry_backoff_s,
+                    backoff_max_s=options.retry_backoff_max_s, deadline=deadline, on_retry=retried)
+            except GaveUp as failure:
+                fields = failure_fields(failure)
+                failures.write(_encoder.encode({"task_index": task_index, "rollout_index": rollout_index, **fields}) + b"\n")
+                summary.failed += 1
+                summary.failure_reasons[fields["reason"]] = summary.failure_reasons.get(fields["reason"], 0) + 1
+                on_progress(summary)
+                return
             row = {"task_index": task_index, "rollout_index": rollout_index, "agent": agent, "reward": reward}
             row.update((k, v) for k, v in result.items() if k not in row and k != "response")
             row.update((k, v) for k, v in task.items() if k not in row)
@@ -532,21 +841,16 @@ async def collect_rollouts(
             summary.environment_reward_sum[environment] = summary.environment_reward_sum.get(environment, 0.0) + reward
             on_progress(summary)
 
-        async def worker() -> None:
-            while queue:
-                pair = queue.pop()
-                summary.in_flight += 1
-                try:
-                    await one(*pair)
-                finally:
-                    summary.in_flight -= 1
+        async def tracked(pair: tuple[int, int]) -> None:
+            summary.in_flight += 1
+            try:
+                await one(*pair)
+            finally:
+                summary.in_flight -= 1
 
-        workers = [asyncio.create_task(worker()) for _ in range(max(1, min(options.parallel, len(queue))))]
         try:
-            await asyncio.gather(*workers)
+            await run_parallel(pairs, options.parallel, tracked)
         finally:
-            for w in workers:
-                w.cancel()
             os.fsync(out.fileno())
             summary.finished = time.monotonic()
     return summary

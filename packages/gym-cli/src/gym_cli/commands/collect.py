@@ -2,30 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 
+from gym_cli.cli_options import serve_options
 from gym_cli.exits import CommandFailed
-from gym_cli.head import default_head
-from gym_cli.launch.launcher import ISOLATION_MODES
 from gym_cli.live import PROGRESS_MODES
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what running the command needs loads when it runs, not for `gym --help`
     from gym_cli.live import Reporter
-    from gym_cli.rollouts import CollectOptions, CollectSummary
+    from gym_cli.rollouts import CollectOptions, CollectSummary, TaskFile
 
 __all__ = ["collect"]
 
 
-async def _collect(head: str, tasks: list[dict[str, Any]], pairs: list[tuple[int, int]], options: CollectOptions,
+async def _collect(head: str, tasks: TaskFile, pairs: Iterable[tuple[int, int]], options: CollectOptions,
                    summary: CollectSummary, reporter: Reporter) -> None:
     """Ask the head server what runs, choose the agent, then collect while ``reporter`` shows progress."""
+    import asyncio
+
     from gym_core.client import ServerClient
     from gym_core.errors import ServerCallError
     from gym_core.options import ClientConfig
@@ -73,12 +73,7 @@ async def _collect(head: str, tasks: list[dict[str, Any]], pairs: list[tuple[int
 @click.option("--top-p", type=float, help="Override top_p of every task.")
 @click.option("--max-output-tokens", type=click.IntRange(min=1), help="Override max_output_tokens of every task.")
 @click.option("--failures", "failures_path", type=click.Path(path_type=Path), help="Failed rollouts (default: OUTPUT with .failures.jsonl).")
-@click.option("--head", default=default_head(), show_default=True, help="Head server of a running `gym run`.")
-@click.option("--serve", "serve_configs", multiple=True, type=click.Path(path_type=Path),
-              help="Start the servers of this config first (repeatable), stop them at the end.")
-@click.option("--set", "overrides", multiple=True, help="Override for --serve configs, Hydra grammar (repeatable).")
-@click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="venv", show_default=True,
-              help="Where --serve servers run: venv, each plugin's own; none, the Python running gym.")
+@serve_options
 @click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True,
               help="Retries of a rollout that failed for an infrastructure reason (server down or restarting, 5xx, timeout).")
 @click.option("--retry-backoff", type=click.FloatRange(min=0), default=3.0, show_default=True,
@@ -112,18 +107,21 @@ def collect(input_path, output_path, agent, repeats, parallel, limit, temperatur
       gym collect --serve plugins/resources/math/configs/math_local.yaml \\
           --input plugins/resources/math/data/example.jsonl --output rollouts.jsonl --repeats 4
     """
-    from gym_cli.launch.launcher import default_env_file, launch
+    from rich.console import Console
+
+    from gym_cli.launch.launcher import head_or_served
     from gym_cli.live import make_reporter
     from gym_cli.reward_profile import print_profile, profile_file
     from gym_cli.rollouts import (
         CollectOptions,
         CollectSummary,
+        DonePairs,
         check_writable,
         output_lock,
         pending_pairs,
         read_done,
-        read_tasks,
         run_async,
+        scan_tasks,
     )
 
     console = Console(stderr=True, soft_wrap=True)
@@ -133,35 +131,27 @@ def collect(input_path, output_path, agent, repeats, parallel, limit, temperatur
     quiet_stdout = contextlib.redirect_stdout(sys.stderr) if progress_mode == "json" else contextlib.nullcontext()
     failures_path = failures_path or output_path.with_name(output_path.stem + ".failures.jsonl")
     sampling = {k: v for k, v in {"temperature": temperature, "top_p": top_p, "max_output_tokens": max_output_tokens}.items() if v is not None}
-    tasks = read_tasks(input_path, limit)
+    # One checking pass; then each task is read from the file when its rollout starts, and what is done
+    # is a bit per (task, rollout): a million rows × 16 repeats cost ~10 MB, not every row decoded.
+    tasks = scan_tasks(input_path, limit)
     # Before anything starts (--serve): an output that cannot be written would fail after the servers did.
     check_writable(output_path, "--output")
     check_writable(failures_path, "--failures")
-    with output_lock(output_path), quiet_stdout:  # until the command ends, however it ends
-        done, duplicates = read_done(output_path)
+    with output_lock(output_path), quiet_stdout, tasks:  # until the command ends, however it ends
+        done, duplicates = read_done(output_path, DonePairs(len(tasks), repeats))
         if duplicates:
             console.print(f"[yellow]dropped {duplicates} duplicate rows[/] from {output_path} (a (task, rollout) written twice)")
-        pairs = pending_pairs(len(tasks), repeats, done)
-        summary = CollectSummary(total=len(tasks) * repeats, skipped=len(tasks) * repeats - len(pairs),
-                                 duplicates_dropped=duplicates)
+        summary = CollectSummary(total=len(tasks) * repeats, skipped=done.count, duplicates_dropped=duplicates)
         if summary.skipped:
             console.print(f"resuming: {summary.skipped} of {summary.total} rollouts already in {output_path}")
         options = CollectOptions(output_path, failures_path, agent, repeats, parallel, sampling, retries=retries,
                                  retry_backoff_s=retry_backoff, rollout_timeout_s=rollout_timeout)
         interrupted = False
-        if pairs:
-            serving = (
-                launch([str(p) for p in serve_configs], overrides, isolation=isolation, console=console,
-                       env_file=default_env_file())
-                if serve_configs else contextlib.nullcontext()
-            )
-            with serving as state:
-                if state is not None:
-                    console.print(state.table())
-                    console.print(f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s")
-                    head = state.config.head_url
+        if summary.skipped < summary.total:
+            with head_or_served(head, serve_configs, overrides, isolation=isolation, console=console) as head_url:
                 try:
-                    run_async(_collect(head, tasks, pairs, options, summary, reporter))
+                    run_async(_collect(head_url, tasks, pending_pairs(len(tasks), repeats, done), options, summary,
+                                       reporter))
                 except KeyboardInterrupt:
                     interrupted = True
         reporter.finish(summary, interrupted)

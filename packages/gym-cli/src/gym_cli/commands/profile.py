@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 __all__ = ["profile"]
 
@@ -26,6 +25,8 @@ def profile(rollouts: Path, output: Path | None, ks: tuple[int, ...], answer_fie
     Example:
       gym profile rollouts.jsonl -k 1 -k 4 --by model
     """
+    from rich.console import Console
+
     from gym_cli.reward_profile import DEFAULT_KS, print_profile, profile_file
 
     print_profile(profile_file(rollouts, output, ks or DEFAULT_KS, answer_field, by), Console())

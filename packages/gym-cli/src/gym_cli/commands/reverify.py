@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from gym_cli.cli_options import serve_options
 from gym_cli.exits import CommandFailed
-from gym_cli.launch.launcher import serve_options
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # what running the command needs loads when it runs, not for `gym --help`
+    from rich.console import Console
+
     from gym_cli.reverify import ReverifyOptions, ReverifySummary, RolloutRow
 
 __all__ = ["reverify"]
@@ -24,6 +23,7 @@ async def _reverify(head: str, work: list[RolloutRow], copies: list[RolloutRow],
                     options: ReverifyOptions, summary: ReverifySummary, console: Console) -> None:
     """Ask the head server what runs, check that every row has its resources server, then copy the
     rows that need no re-verification and re-verify the others with a progress bar."""
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gym_core.client import ServerClient
@@ -79,6 +79,9 @@ def _mean(value: float | None) -> str:
 
 
 def _print_diff(diff: dict[str, Any], console: Console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     table = Table(title="rewards: the rollouts file → the output")
     for column in ("environment", "rows", "changed", "up", "down", "mean before", "mean after"):
         table.add_column(column, justify="left" if column == "environment" else "right")
@@ -128,6 +131,8 @@ def reverify(rollouts_path, output_path, only_failed, resources_server, parallel
       gym reverify rollouts.jsonl --output reverified.jsonl \\
           --serve plugins/resources/math/configs/math_local.yaml
     """
+    from rich.console import Console
+
     from gym_cli.launch.launcher import head_or_served
     from gym_cli.reverify import ReverifyOptions, ReverifySummary, passed, read_rollout_rows, reward_diff
     from gym_cli.rollouts import InputError, check_writable, output_lock, read_done, run_async

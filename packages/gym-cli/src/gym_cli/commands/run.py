@@ -5,9 +5,8 @@ from __future__ import annotations
 import signal
 
 import click
-from rich.console import Console
 
-from gym_cli.launch.launcher import ISOLATION_MODES
+from gym_cli.cli_options import ISOLATION_MODES
 
 __all__ = ["run"]
 
@@ -31,6 +30,8 @@ def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
     Example:
       gym run plugins/resources/counter/configs/counter.yaml policy.delay_s=0.1
     """
+    from rich.console import Console
+
     from gym_cli.launch.launcher import default_env_file, launch, split_config_args
     from gym_cli.launch.supervisor import ChildExitedError
 

@@ -3,14 +3,10 @@ run is the only one recorded under ``$GYM_HOME/runs`` (else the default head ser
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from gym_cli.exits import CommandFailed
 from gym_cli.head import default_head
@@ -30,6 +26,8 @@ def _recorded_runs() -> list[RecordedRun]:
 
 
 async def _status(head: str) -> list[dict]:
+    import asyncio
+
     from gym_core.client import ServerClient
     from gym_core.errors import ServerCallError
     from gym_core.options import ClientConfig
@@ -58,7 +56,18 @@ async def _status(head: str) -> list[dict]:
             except ServerCallError as exc:
                 return {**row, "health": f"down: {exc.detail}"}
 
-        return list(await asyncio.gather(*(health(row) for row in instances)))
+        return list(await asyncio.gather(*(health(row) for row in _each_replica(instances))))
+
+
+def _each_replica(instances: list[dict]) -> list[dict]:
+    """One row per server process: a replicated instance's row becomes one per replica (``counter#1``,
+    its own url, pid, state and restarts), each with ``instance``, the name they share."""
+    rows = []
+    for row in instances:
+        shared = {k: v for k, v in row.items() if k != "replicas"}
+        replicas = row.get("replicas") or []
+        rows.extend([{**shared, **replica, "instance": row["name"]} for replica in replicas] or [row])
+    return rows
 
 
 @click.command()
@@ -68,7 +77,7 @@ async def _status(head: str) -> list[dict]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(head: str | None, as_json: bool) -> None:
     """Show the servers of the running `gym run`, whether each answers, and how many times each
-    was restarted after dying.
+    was restarted after dying. Each replica of an instance with `replicas: N` is a row (`name#i`).
 
     Exits 1 when no head server answers at HEAD (the message lists the runs of this user) or some
     server is down (or restarting).
@@ -77,6 +86,12 @@ def status(head: str | None, as_json: bool) -> None:
     Example:
       gym status --head http://127.0.0.1:11000
     """
+    import asyncio
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     if head is None:
         runs = _recorded_runs()
         head = runs[0].head_url if len(runs) == 1 and runs[0].head_url else default_head()

@@ -14,11 +14,13 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from gym_cli.exits import CommandFailed, fail
-from gym_cli.launch.runstate import RecordedRun, process_identity, runs_dir, same_head, stop_groups
+if TYPE_CHECKING:  # gym_cli.launch loads the launcher: only when the command runs, not for `gym --help`
+    from gym_cli.launch.runstate import RecordedRun
 
 __all__ = ["stop"]
 
@@ -63,6 +65,8 @@ def _stop_leftovers(run: RecordedRun, grace_s: float) -> list[str]:
     """Stop the servers of a launcher that has ended and remove its state file; the servers stopped.
     A launcher that was killed never updated its file, so the file (when still there) is the latest word
     on which servers it ran."""
+    from gym_cli.launch.runstate import RecordedRun, stop_groups
+
     latest = RecordedRun.load(run.path) or run
     groups = latest.server_groups()
     if groups:
@@ -120,6 +124,8 @@ def stop(head: str | None, stop_all: bool, timeout_s: float) -> None:
       gym stop
       gym stop --head http://127.0.0.1:11000 --timeout 60
     """
+    from gym_cli.launch.runstate import RecordedRun, process_identity, runs_dir, same_head
+
     if head and stop_all:
         raise click.UsageError("give either --head or --all, not both")
     if process_identity(os.getpid()) is None:

@@ -2,8 +2,10 @@
 
 Used by ``gym run`` and ``gym collect --serve``. Each instance runs ``python -m gym_core.serve`` in
 its plugin's venv (``isolation="venv"``) or with the interpreter running gym (``isolation="none"``);
-the global config and the instance name reach it through environment variables. The head server
-publishes :meth:`Launch.describe`, which reads the supervisor's state and changes nothing.
+the global config and the instance name reach it through environment variables. An instance with
+``replicas: N`` is N such processes (``counter#0``...), each on its own port (the config's
+``replica_ports``), each supervised and restarted on its own. The head server publishes
+:meth:`Launch.describe`, which reads the supervisor's state and changes nothing.
 
 A server that dies after start-up is restarted as the config's ``server_restarts`` says (see
 :class:`~gym_cli.launch.supervisor.RestartPolicy`; default 3 restarts within 60 s). Before starting
@@ -30,6 +32,7 @@ from rich.table import Table
 from gym_core.errors import GymError
 
 from gym_cli.catalog import Catalog, find_catalog
+from gym_cli.cli_options import ISOLATION_MODES, serve_options  # defined in a leaf, for `gym --help`
 from gym_cli.launch.runstate import RunStateFile, clean_stale_runs, runs_dir
 from gym_cli.launch.supervisor import ChildSpec, RestartPolicy, Supervisor
 from gym_cli.sources import source_of_entry
@@ -44,9 +47,6 @@ __all__ = ["Launch", "launch", "ISOLATION_MODES", "default_env_file", "resolve_c
 
 RESTARTS_KEY = "server_restarts"
 """The config key of the restart policy: ``server_restarts: {attempts: 3, window_s: 60, backoff_s: 1}``."""
-
-ISOLATION_MODES = ("venv", "none")
-"""``venv``: each plugin in its own venv; ``none``: every server with the interpreter running gym."""
 
 
 @dataclass
@@ -63,15 +63,31 @@ class Launch:
     def describe(self) -> list[dict[str, Any]]:
         """The live instance list the head server publishes: each row with ``pid``, ``alive``,
         ``exit_code`` (None while it runs), ``state`` (``starting``, ``running``, ``restarting``: a client
-        may wait for it, ``exited``) and ``restarts``. A read: it never consumes what ``gym run`` watches for."""
+        may wait for it, ``exited``) and ``restarts``. A replicated instance's row also lists its
+        ``replicas``, each with ``name``, ``url`` and those fields; the row's own are the summary
+        (``pid``: the first replica's, ``alive``: all are, ``state``: the worst, ``restarts``: the sum).
+        A read: it never consumes what ``gym run`` watches for."""
         codes = self.supervisor.returncodes() if self.supervisor is not None else {}
         pids = self.supervisor.pids() if self.supervisor is not None else {}
         states = self.supervisor.states() if self.supervisor is not None else {}
+
+        def live(name: str) -> dict[str, Any]:
+            code = codes.get(name)
+            state = states.get(name, {"state": "starting", "restarts": 0})
+            return {"pid": pids.get(name), "alive": code is None, "exit_code": code, **state}
+
         described = []
         for row in self.rows:
-            code = codes.get(row["name"])
-            state = states.get(row["name"], {"state": "starting", "restarts": 0})
-            described.append({**row, "pid": pids.get(row["name"]), "alive": code is None, "exit_code": code, **state})
+            if "replicas" not in row:
+                described.append({**row, **live(row["name"])})
+                continue
+            replicas = [{**replica, **live(replica["name"])} for replica in row["replicas"]]
+            worst = min((r["state"] for r in replicas), key=_STATE_ORDER.index)
+            described.append({
+                **row, "replicas": replicas, "pid": replicas[0]["pid"], "alive": all(r["alive"] for r in replicas),
+                "exit_code": next((r["exit_code"] for r in replicas if r["exit_code"] is not None), None),
+                "state": worst, "restarts": sum(r["restarts"] for r in replicas),
+            })
         return described
 
     def table(self) -> Table:
@@ -80,8 +96,13 @@ class Launch:
             table.add_column(column)
         table.add_row("head", "head", "-", self.config.head_url, "this process")
         for row in self.rows:
-            table.add_row(row["name"], row["kind"], row["plugin"], row["url"], row["venv"])
+            for replica in row.get("replicas") or [row]:
+                table.add_row(replica["name"], row["kind"], row["plugin"], replica["url"], row["venv"])
         return table
+
+
+# The state of a replicated instance is that of its replica furthest from running.
+_STATE_ORDER = ("exited", "restarting", "starting", "running")
 
 
 def _check_port_free(host: str, port: int, what: str, fix: str) -> None:
@@ -146,7 +167,10 @@ def launch(
         config.head_host, config.head_port, "head server; another `gym run`?", "stop it or set head_server.port=<free port>"
     )
     for inst in config.instances.values():
-        _check_port_free(inst.host, inst.port, f"instance {inst.name}", f"stop what uses it or set {inst.name}.port=<free port>")
+        ports = inst.replica_ports if inst.replicas > 1 else [inst.port]
+        for name, port in zip(inst.replica_names, ports):
+            fix = f"set {inst.name}.port=<free port>" if port == inst.port else f"leave {inst.name}.replica_ports out"
+            _check_port_free(inst.host, port, f"instance {name}", f"stop what uses it or {fix}")
 
     _maybe_start_ray(config, [n for n, p in known.items() if p.needs_ray and n in {i.plugin for i in config.instances.values()}], console)
 
@@ -172,21 +196,24 @@ def launch(
         for inst in config.instances.values():
             python, where = pythons[inst.plugin]
             kind = known[inst.plugin].kind if inst.plugin in known else (catalog.entries[inst.plugin].kind or "?")
-            state.rows.append(
-                {"name": inst.name, "kind": kind, "plugin": inst.plugin, "url": inst.url, "venv": where}
-            )
-            supervisor.start(
-                ChildSpec(
-                    name=inst.name,
-                    argv=[python, "-m", "gym_core.serve"],
-                    # Its own options whole; other instances' secrets redacted.
-                    env={CONFIG_ENV: config.for_instance(inst.name).to_json(), "PYTHONUNBUFFERED": "1",
-                         INSTANCE_ENV: inst.name},
-                    ready_url=f"{inst.url}/ready",
-                    ready_headers={"Authorization": f"Bearer {token}"},
-                    cwd=None,
+            row: dict[str, Any] = {"name": inst.name, "kind": kind, "plugin": inst.plugin, "url": inst.url, "venv": where}
+            if inst.replicas > 1:
+                row["replicas"] = [{"name": name, "index": index, "url": url}
+                                   for index, (name, url) in enumerate(zip(inst.replica_names, inst.replica_urls))]
+            state.rows.append(row)
+            for index, (name, url) in enumerate(zip(inst.replica_names, inst.replica_urls)):
+                supervisor.start(
+                    ChildSpec(
+                        name=name,  # a replica's (counter#1): its process, log prefix and restarts are its own
+                        argv=[python, "-m", "gym_core.serve"],
+                        # Its own options whole, its own port; other instances' secrets redacted.
+                        env={CONFIG_ENV: config.for_replica(inst.name, index).to_json(), "PYTHONUNBUFFERED": "1",
+                             INSTANCE_ENV: inst.name},
+                        ready_url=f"{url}/ready",
+                        ready_headers={"Authorization": f"Bearer {token}"},
+                        cwd=None,
+                    )
                 )
-            )
         supervisor.wait_ready(ready_timeout_s)
         state.ready_after_s = time.monotonic() - state.started_at
         yield state
@@ -291,23 +318,3 @@ def head_or_served(head: str, config_paths: Sequence[str], overrides: Sequence[s
         console.print(state.table())
         console.print(f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s")
         yield state.config.head_url
-
-
-def serve_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The options of a data command that finds its servers through :func:`head_or_served`:
-    ``--head``, ``--serve`` (repeatable), ``--set`` (repeatable) and ``--isolation``, passed as
-    ``head``, ``serve_configs``, ``overrides`` and ``isolation``."""
-    import click
-
-    from gym_cli.head import default_head
-
-    for option in reversed((
-        click.option("--head", default=default_head(), show_default=True, help="Head server of a running `gym run`."),
-        click.option("--serve", "serve_configs", multiple=True, type=click.Path(),
-                     help="Start the servers of this config first (repeatable), stop them at the end."),
-        click.option("--set", "overrides", multiple=True, help="Override for --serve configs, Hydra grammar (repeatable)."),
-        click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="venv", show_default=True,
-                     help="Where --serve servers run: venv, each plugin's own; none, the Python running gym."),
-    )):
-        command = option(command)
-    return command

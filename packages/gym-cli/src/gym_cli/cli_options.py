@@ -1,0 +1,33 @@
+"""Command-line options that several subcommands share, in a leaf module: defining a command must not
+import what running it needs (``gym --help`` imports every command module; :mod:`gym_cli.launch`
+imports rich, tomlkit and the catalog)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["ISOLATION_MODES", "serve_options"]
+
+ISOLATION_MODES = ("venv", "none")
+"""``venv``: each plugin in its own venv; ``none``: every server with the interpreter running gym."""
+
+
+def serve_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of a data command that finds its servers through
+    :func:`gym_cli.launch.launcher.head_or_served`: ``--head``, ``--serve`` (repeatable), ``--set``
+    (repeatable) and ``--isolation``, passed as ``head``, ``serve_configs``, ``overrides`` and ``isolation``."""
+    import click
+
+    from gym_cli.head import default_head
+
+    for option in reversed((
+        click.option("--head", default=default_head(), show_default=True, help="Head server of a running `gym run`."),
+        click.option("--serve", "serve_configs", multiple=True, type=click.Path(),
+                     help="Start the servers of this config first (repeatable), stop them at the end."),
+        click.option("--set", "overrides", multiple=True, help="Override for --serve configs, Hydra grammar (repeatable)."),
+        click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="venv", show_default=True,
+                     help="Where --serve servers run: venv, each plugin's own; none, the Python running gym."),
+    )):
+        command = option(command)
+    return command

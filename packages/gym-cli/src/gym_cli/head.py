@@ -30,7 +30,9 @@ def head_token(head: str) -> str | None:
 async def server_instances(client: ServerClient, head: str) -> list[dict[str, Any]]:
     """``GET /server_instances``: one row per server instance (name, plugin, url; from ``gym run`` also
     kind, pid, alive, exit_code, restarts and state: ``starting``, ``running``, ``restarting`` (back
-    soon on the same url: a client may wait for ``running``) or ``exited``). A
+    soon on the same url: a client may wait for ``running``) or ``exited``); an instance with
+    ``replicas: N`` also has ``replicas``, each with ``name`` (``counter#1``), ``index``, ``url`` and, from
+    ``gym run``, those fields (the row's own summarise them). A
     :class:`~gym_core.errors.ServerCallError` when the head does not answer."""
     return await client.get(head.rstrip("/"), "/server_instances")
 

@@ -10,15 +10,25 @@ carries :data:`FINAL_HEADER`; every request has a timeout. Failures raise
 Cookies are per rollout, not per client: a shared cookie jar would mix the sessions of the
 thousands of rollouts that share one connection pool. Callers pass a ``dict`` that collects the
 cookies servers set and is sent back on every later call of the same rollout.
+
+Replicas: an instance with ``replicas: N`` has N URLs behind its name. A call that carries a
+rollout's cookie dict goes to the replica chosen by rendezvous hashing of the rollout's key
+(:mod:`gym_core.routing`; the key is created on the rollout's first such call and kept in the dict
+as the cookie ``gym_rollout``), so ``seed_session``, tools, ``verify`` and ``close_session`` of one
+rollout reach the replica holding its session, in whichever process makes them. A call without
+cookies (``/run``, ``GET /tools``) holds no session: replicas take turns. A replica that is down is
+not skipped: the rollout's session lived there, so the call fails typed (``ServerUnavailableError``)
+and the collector's retry, with a fresh key, is routed anew.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from contextvars import ContextVar
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -26,6 +36,7 @@ import msgspec
 
 from gym_core.errors import ServerCallError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError, did_you_mean
 from gym_core.options import ClientConfig
+from gym_core.routing import ROLLOUT_COOKIE, Replicas, new_rollout_key, replica_name
 
 if TYPE_CHECKING:
     from gym_core.config import GlobalConfig
@@ -53,7 +64,7 @@ class ServerClient:
         global_config: GlobalConfig | None = None,
         *,
         config: ClientConfig | None = None,
-        urls: dict[str, str] | None = None,
+        urls: Mapping[str, str | Sequence[str]] | None = None,
         retry_statuses: Collection[int] = RETRY_STATUSES,
         auth_token: str | None = None,
         auth_urls: Collection[str] = (),
@@ -61,13 +72,18 @@ class ServerClient:
         self.global_config = global_config
         self.config = config or ClientConfig()
         self.retry_statuses = frozenset(retry_statuses)
-        self._urls = dict(urls or {})
+        # name -> (each replica's URL, the replicas by name, which route rollout keys), resolved once
+        self._replicas: dict[str, tuple[tuple[str, ...], Replicas]] = {}
+        for name, given in (urls or {}).items():
+            self._replicas[name] = _replica_table(name, [given] if isinstance(given, str) else list(given))
+        self._turns: dict[str, Iterator[int]] = {}  # replicas taking turns at calls without a rollout
         # The run's token goes to the run's servers (named, or at one of their URLs), nowhere else.
         token = auth_token or (global_config.auth_token if global_config is not None else None)
         self._auth = {"authorization": f"Bearer {token}"} if token else None
         self._authorized_urls: set[str] = {_origin(url) for url in auth_urls} if token else set()
         if token and global_config is not None:
-            self._authorized_urls |= {i.url for i in global_config.instances.values()} | {global_config.head_url}
+            self._authorized_urls |= {url for i in global_config.instances.values() for url in i.replica_urls}
+            self._authorized_urls |= {global_config.head_url}
         self._session: aiohttp.ClientSession | None = None
         self._default_timeout = self._timeout(self.config.timeout_s)
 
@@ -97,20 +113,46 @@ class ServerClient:
         return cls(GlobalConfig.from_yaml(text.decode()), config=config, auth_token=token)
 
     def url(self, server: str) -> str:
-        """The base URL of a server instance (``http://host:port``), or ``server`` itself if a URL."""
+        """The base URL of a server instance (``http://host:port``; its first replica's when it has
+        several), or ``server`` itself if a URL."""
+        return self.replica_urls(server)[0]
+
+    def replica_urls(self, server: str) -> tuple[str, ...]:
+        """The base URL of each replica of a server instance, in replica order (one for most)."""
+        return self._resolve(server)[0]
+
+    def _resolve(self, server: str) -> tuple[tuple[str, ...], Replicas]:
+        found = self._replicas.get(server)
+        if found is not None:
+            return found
         if server.startswith(("http://", "https://")):
-            return server.rstrip("/")
-        url = self._urls.get(server)
-        if url is None:
-            if self.global_config is None:
-                raise ServerCallError(server, "", "no global config to resolve server names; pass urls= or a config")
-            instances = self.global_config.instances
-            if server not in instances:
-                raise ServerCallError(
-                    server, "", f"no server instance named {server!r}{did_you_mean(server, instances)}"
-                )
-            url = self._urls[server] = instances[server].url
-        return url
+            return (server.rstrip("/"),), Replicas((server,))
+        if self.global_config is None:
+            raise ServerCallError(server, "", "no global config to resolve server names; pass urls= or a config")
+        instances = self.global_config.instances
+        if server not in instances:
+            raise ServerCallError(server, "", f"no server instance named {server!r}{did_you_mean(server, instances)}")
+        found = self._replicas[server] = _replica_table(server, instances[server].replica_urls)
+        return found
+
+    def route(self, server: str, cookies: dict[str, str] | None = None) -> tuple[str, str]:
+        """The base URL and name of the replica of ``server`` that serves a call carrying ``cookies``
+        (a rollout's cookie dict: its key's replica, the key created there if new; None: the next
+        replica in turn). A server with one replica is its own answer."""
+        urls, replicas = self._resolve(server)
+        if len(urls) == 1:
+            return urls[0], replicas.names[0]
+        if cookies is None:
+            turns = self._turns.get(server)
+            if turns is None:
+                turns = self._turns[server] = itertools.cycle(range(len(urls)))
+            index = next(turns)
+        else:
+            key = cookies.get(ROLLOUT_COOKIE)
+            if key is None:
+                key = cookies[ROLLOUT_COOKIE] = new_rollout_key()
+            index = replicas.choose(key)
+        return urls[index], replicas.names[index]
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -152,9 +194,10 @@ class ServerClient:
 
         ``body`` is any msgspec-encodable object or raw ``bytes``; ``cookies`` is updated in place
         with the cookies the server sets; ``headers`` are sent with every attempt (``Authorization``...).
+        A replicated server is called at the replica :meth:`route` picks; errors name that replica.
         """
-        base = self.url(server)
-        name = server_name or server
+        base, replica = self.route(server, cookies)
+        name = server_name or replica
         if self._auth is not None and (_origin(base) in self._authorized_urls or not server.startswith(("http://", "https://"))):
             headers = {**self._auth, **(headers or {})}
         cfg = self.config
@@ -241,6 +284,14 @@ class ServerClient:
 # Cookies are handled here rather than by aiohttp's ``cookies=``: that builds a cookie jar per
 # request, a measurable share of a rollout's client-side cost. gym servers set plain name=value
 # session cookies, so the Cookie header is the pairs joined and a Set-Cookie keeps its first pair.
+
+
+def _replica_table(server: str, urls: list[str]) -> tuple[tuple[str, ...], Replicas]:
+    """Each replica's URL, and their names (hashed to route rollouts; ``server``'s own when it has one)."""
+    if not urls:
+        raise ServerCallError(server, "", "no URL given for this server")
+    names = [replica_name(server, i) for i in range(len(urls))] if len(urls) > 1 else [server]
+    return tuple(url.rstrip("/") for url in urls), Replicas(names)
 
 
 def _origin(url: str) -> str:

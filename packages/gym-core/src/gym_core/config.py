@@ -1,6 +1,7 @@
 """Configuration: YAML files, then ``env.yaml`` (secrets), then command-line overrides; later wins.
 
-A config is a mapping whose entries are server instances, written ``name: {plugin: X, ...options}``,
+A config is a mapping whose entries are server instances, written ``name: {plugin: X, ...options}``
+(``replicas: N`` runs N processes of the instance behind its one name; :mod:`gym_core.routing`),
 plus a few reserved keys (``head_server``, ``ray_head_node_address``, ``ray``, ``server_restarts``,
 ``auth_token``) and free variables
 (scalars, or mappings whose name starts with ``_``) usable through OmegaConf interpolation.
@@ -32,6 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from gym_core.errors import ConfigError, GymError, did_you_mean
 from gym_core.options import DEFAULT_HEAD_PORT, DEFAULT_HOST, ref_of
+from gym_core.routing import replica_name
 
 if TYPE_CHECKING:
     from gym_core.registry import ServerType
@@ -45,24 +47,46 @@ __all__ = [
     "validate_instance_options",
     "SECRET_KEY",
     "REDACTED",
+    "INSTANCE_KEYS",
 ]
 
 RESERVED_KEYS = frozenset({"head_server", "ray_head_node_address", "ray", "server_restarts", "auth_token"})
 CONFIG_ENV = "GYM_CONFIG"  # the resolved global config (JSON), given to every server process
 INSTANCE_ENV = "GYM_INSTANCE"  # which instance of it a server process is
+# Keys of an instance entry that are the launcher's, not options of its server type: ``replica_ports``
+# (one port per replica, the first being ``port``) is filled in when ports are assigned.
+INSTANCE_KEYS = frozenset({"plugin", "replicas", "replica_ports"})
 
 
 @dataclass
 class InstanceConfig:
+    """One server instance of a config: its server type (``plugin``), address, options, and with
+    ``replicas`` > 1 the port of each replica (``replica_ports``, the first is ``port``)."""
+
     name: str
     plugin: str
     host: str
     port: int
     options: dict[str, Any] = field(default_factory=dict)
+    replicas: int = 1
+    replica_ports: list[int] = field(default_factory=list)
 
     @property
     def url(self) -> str:
+        """The URL of this process (a replica's own, in a replica's config; else replica 0's)."""
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def replica_names(self) -> list[str]:
+        """Each replica's name (``counter#0``...; the instance's own name when it has one replica)."""
+        return [replica_name(self.name, i) for i in range(self.replicas)] if self.replicas > 1 else [self.name]
+
+    @property
+    def replica_urls(self) -> list[str]:
+        """Each replica's URL, in replica order (``[url]`` with one replica or before ports are assigned)."""
+        if self.replicas > 1 and len(self.replica_ports) == self.replicas:
+            return [f"http://{self.host}:{port}" for port in self.replica_ports]
+        return [self.url]
 
 
 # Option names whose values are secrets wherever they appear (``api_key``, ``session_secret``,
@@ -87,9 +111,12 @@ class GlobalConfig:
         self.instances: dict[str, InstanceConfig] = {}
         for name, value in data.items():
             if _is_instance(name, value):
-                options = {k: v for k, v in value.items() if k != "plugin"}
+                options = {k: v for k, v in value.items() if k not in INSTANCE_KEYS}
+                replicas = value.get("replicas", 1)
                 self.instances[name] = InstanceConfig(
-                    name, value["plugin"], value.get("host", DEFAULT_HOST), int(value.get("port") or 0), options
+                    name, value["plugin"], value.get("host", DEFAULT_HOST), int(value.get("port") or 0), options,
+                    replicas=int(replicas) if _replicas_problem(replicas) is None else 1,
+                    replica_ports=[int(p) for p in value.get("replica_ports") or ()],
                 )
         head = data.get("head_server") or {}
         self.head_host: str = head.get("host", DEFAULT_HOST)
@@ -124,6 +151,18 @@ class GlobalConfig:
         if "auth_token" in self.data:
             data["auth_token"] = self.data["auth_token"]
         return GlobalConfig(data)
+
+    def for_replica(self, name: str, index: int) -> GlobalConfig:
+        """:meth:`for_instance` for replica ``index`` of ``name``: the same, with ``port`` its own
+        (what the server process listens on), every replica's port still in ``replica_ports``."""
+        instance = self.instances[name]
+        config = self.for_instance(name)
+        if instance.replicas > 1:
+            port = instance.replica_ports[index]
+            config.data[name] = {**config.data[name], "port": port}
+            config.instances[name].port = port
+            config.instances[name].options["port"] = port
+        return config
 
     def redact_text(self, text: str) -> str:
         """``text`` with every ``env.yaml`` secret in it replaced (for log lines and messages)."""
@@ -241,12 +280,16 @@ def load_config(
                 f"{name}: a server instance needs a 'plugin' key ({name}: {{plugin: <plugin name>, ...}});"
                 " prefix the key with '_' if it is a variable block"
             )
-    # Ports are read before any option is validated (GlobalConfig, assign_ports): check them first.
+    # Ports and replicas are read before any option is validated (GlobalConfig, assign_ports): check them first.
     port_problems = [
         f"{name}.port: {problem}"
         for name, value in data.items()
         if isinstance(value, dict) and (name == "head_server" or _is_instance(name, value))
         and (problem := _port_problem(value.get("port")))
+    ]
+    port_problems += [
+        problem for name, value in data.items() if _is_instance(name, value)
+        for problem in _replica_problems(name, value)
     ]
     if port_problems:
         raise ConfigError(problems + port_problems)
@@ -271,6 +314,36 @@ def _port_problem(port: Any) -> str | None:
     if not 0 <= port <= 65535:
         return f"{port} is out of range (0 to 65535; 0: any free port)"
     return None
+
+
+def _replicas_problem(replicas: Any) -> str | None:
+    """Why ``replicas`` is not a replica count, or None."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        return f"{replicas!r} is not a number of replicas (an integer, at least 1)"
+    return None
+
+
+def _replica_problems(name: str, value: dict[str, Any]) -> list[str]:
+    """What is wrong with an instance's ``replicas`` and ``replica_ports`` (the launcher's keys)."""
+    replicas = value.get("replicas", 1)
+    problem = _replicas_problem(replicas)
+    if problem:
+        return [f"{name}.replicas: {problem}"]
+    ports = value.get("replica_ports")
+    if ports is None:
+        return []
+    if not isinstance(ports, list) or len(ports) != replicas:
+        return [f"{name}.replica_ports: expected a list of {replicas} ports (one per replica), got {ports!r};"
+                " leave it out to have free ports assigned"]
+    problems = [f"{name}.replica_ports[{i}]: {problem}" for i, port in enumerate(ports) if (problem := _port_problem(port))]
+    if not problems:
+        given = [int(p) for p in ports if int(p)]
+        if len(set(given)) != len(given):
+            problems.append(f"{name}.replica_ports: a port appears twice in {ports!r}")
+        elif value.get("port") and ports[0] and int(value["port"]) != int(ports[0]):
+            problems.append(f"{name}.replica_ports: the first replica's port must be {name}.port ({value['port']}),"
+                            f" not {ports[0]}")
+    return problems
 
 
 def _load_yaml(path: Path) -> DictConfig:
@@ -418,14 +491,23 @@ def free_port(host: str = DEFAULT_HOST, avoid: Iterable[int] = ()) -> int:
 
 
 def assign_ports(config: GlobalConfig) -> None:
-    """Give every instance without a port a free one; no two instances share a port."""
+    """Give every instance (every replica) without a port a free one; no two share a port."""
+    for instance in config.instances.values():
+        # ``port`` is the first replica's: a port given only there (or only in replica_ports) is both.
+        if instance.replicas > 1 and instance.replica_ports and not instance.port:
+            instance.port = instance.replica_ports[0]
+            if instance.port:
+                config.data[instance.name]["port"] = instance.port
     used = {i.port for i in config.instances.values() if i.port}
+    used |= {p for i in config.instances.values() for p in i.replica_ports if p}
     explicit: dict[int, str] = {}
     for instance in config.instances.values():
-        if instance.port:
-            if instance.port in explicit:
-                raise ConfigError(f"{instance.name}.port: port {instance.port} is also used by {explicit[instance.port]}")
-            explicit[instance.port] = instance.name
+        ports = [(instance.port, "port")] if instance.port else []
+        ports += [(p, f"replica_ports[{k}]") for k, p in enumerate(instance.replica_ports) if p and k > 0]
+        for port, key in ports:
+            if port in explicit:
+                raise ConfigError(f"{instance.name}.{key}: port {port} is also used by {explicit[port]}")
+            explicit[port] = instance.name
     head = config.data.setdefault("head_server", {})
     head.setdefault("host", DEFAULT_HOST)
     if "port" not in head:
@@ -442,6 +524,16 @@ def assign_ports(config: GlobalConfig) -> None:
             instance.port = free_port(instance.host, avoid=used)
             used.add(instance.port)
             config.data[instance.name]["port"] = instance.port
+        if instance.replicas > 1:
+            given = instance.replica_ports or [0] * instance.replicas
+            ports = [instance.port]
+            for port in given[1:]:
+                if not port:
+                    port = free_port(instance.host, avoid=used)
+                    used.add(port)
+                ports.append(port)
+            instance.replica_ports = ports
+            config.data[instance.name]["replica_ports"] = list(ports)
         config.data[instance.name].setdefault("host", instance.host)
         # The options as a server process reads them back from the published config.
         instance.options.update(port=instance.port, host=instance.host)

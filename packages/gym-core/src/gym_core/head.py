@@ -1,7 +1,7 @@
 """The head server: publishes the resolved config so that servers and clients find each other.
 
 ``GET /global_config_dict_yaml`` (the config as YAML, secrets redacted), ``GET /server_instances`` (each instance
-with plugin, kind and URL), ``GET /health``. ``gym run`` serves it in a thread of the CLI process.
+with plugin, kind and URL; a replicated one with ``replicas``, each its name and URL), ``GET /health``. ``gym run`` serves it in a thread of the CLI process.
 """
 
 from __future__ import annotations
@@ -27,10 +27,14 @@ def build_head_app(config: GlobalConfig, describe: Callable[[], list[dict[str, A
     def instances() -> list[dict[str, Any]]:
         if describe is not None:
             return describe()
-        return [
-            {"name": i.name, "plugin": i.plugin, "url": i.url, "host": i.host, "port": i.port}
-            for i in config.instances.values()
-        ]
+        rows = []
+        for i in config.instances.values():
+            row: dict[str, Any] = {"name": i.name, "plugin": i.plugin, "url": i.url, "host": i.host, "port": i.port}
+            if i.replicas > 1:
+                row["replicas"] = [{"name": name, "index": index, "url": url}
+                                   for index, (name, url) in enumerate(zip(i.replica_names, i.replica_urls))]
+            rows.append(row)
+        return rows
 
     @get("/global_config_dict_yaml", sync_to_thread=False)
     def global_config_dict_yaml() -> Response:

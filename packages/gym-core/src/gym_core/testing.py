@@ -75,8 +75,13 @@ def _start(config: Mapping[str, Any], plugins: PluginManager | None) -> Iterator
     servers: dict[str, GymServer] = {}
     try:
         for name, instance in global_config.instances.items():
-            servers[name] = build_server(global_config, name, plugins)
-            threads.append(ServerThread(servers[name].build_app(), instance.host, instance.port).start())
+            # Each replica of an instance with ``replicas: N`` too, under its replica name (``counter#1``).
+            for index, replica in enumerate(instance.replica_names):
+                own = global_config.for_replica(name, index) if instance.replicas > 1 else global_config
+                server = build_server(own, name, plugins)
+                servers.setdefault(name, server)
+                servers[replica] = server
+                threads.append(ServerThread(server.build_app(), instance.host, own.instances[name].port).start())
         yield global_config, servers
     finally:
         for thread in reversed(threads):

@@ -1,0 +1,199 @@
+"""`gym run` with `replicas: 3` on the counter environment, as a user runs it (real processes, real
+HTTP, the scripted model and simple_agent): three processes behind one name, published by the head
+and shown by `gym status`; collected rollouts each keep to one replica; a replica killed mid-collection
+is restarted on its port and no rollout is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gym_core.auth import token_for_head
+from gym_core.client import ServerClient
+from gym_core.errors import ServerHTTPError
+from gym_core.options import ClientConfig
+from gym_core.routing import ROLLOUT_COOKIE, choose_replica
+
+ROOT = Path(__file__).resolve().parents[3]
+COUNTER_TASKS = ROOT / "plugins/resources/counter/data/example.jsonl"
+N_TASKS = len(COUNTER_TASKS.read_text().splitlines())
+TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]
+CONFIG = {
+    "counter": {"plugin": "counter", "replicas": 3},
+    "policy": {"plugin": "scripted", "turns": TURNS, "delay_s": 0.1},  # rollouts stay in flight a while
+    "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter"},
+    "server_restarts": {"attempts": 3, "window_s": 60, "backoff_s": 0.5},
+}
+
+
+class Run:
+    """A `gym run` process: its head URL and every line it printed."""
+
+    def __init__(self, proc: subprocess.Popen, head: str, lines: list[str]):
+        self.proc, self.head, self.lines = proc, head, lines
+
+    def instances(self) -> list[dict]:
+        async def ask() -> list[dict]:
+            client = await ServerClient.from_head(self.head)
+            async with client:
+                return await client.get(self.head, "/server_instances")
+
+        return asyncio.run(ask())
+
+    def counter(self) -> dict:
+        [row] = [row for row in self.instances() if row["name"] == "counter"]
+        return row
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    config = tmp_path_factory.mktemp("replicas") / "servers.yaml"
+    config.write_text(json.dumps(CONFIG))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym_cli", "run", str(config), "--isolation", "none", f"head_server.port={port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    while not any("All servers ready" in line for line in lines):
+        line = proc.stdout.readline()
+        if not line or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("gym run did not get ready:\n" + "".join(lines))
+        lines.append(line)
+    # Keep reading (the servers must never block on a full pipe), keeping the lines for the asserts.
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
+    try:
+        yield Run(proc, f"http://127.0.0.1:{port}", lines)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def collect(run: Run, out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "gym_cli", "collect", "--input", str(COUNTER_TASKS), "--output", str(out),
+         "--agent", "agent", "--head", run.head, "--repeats", "10", "--parallel", "8", "--no-profile", *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def assert_scored_once(out: Path) -> None:
+    collected = rows(out)
+    keys = [(r["task_index"], r["rollout_index"]) for r in collected]
+    assert len(keys) == len(set(keys)) == N_TASKS * 10
+    for row in collected:  # each row scored on its own seeded state: +3 from the scripted tool call
+        assert row["final_count"] == row["initial_count"] + 3
+        assert row["reward"] == float(row["expected_count"] == row["initial_count"] + 3)
+
+
+def test_three_processes_behind_one_name_published_and_shown_by_status(run: Run):
+    row = run.counter()
+    replicas = row["replicas"]
+    assert [r["name"] for r in replicas] == ["counter#0", "counter#1", "counter#2"]
+    assert len({r["pid"] for r in replicas}) == 3 and len({r["url"] for r in replicas}) == 3
+    assert all(r["alive"] and r["state"] == "running" for r in replicas) and row["state"] == "running"
+    assert [r["name"] for r in run.instances()] == ["counter", "policy", "agent"]  # one row per instance
+    ready_table = "".join(run.lines)
+    assert all(r["url"] in ready_table for r in replicas)  # the table at start names each replica
+
+    status = subprocess.run([sys.executable, "-m", "gym_cli", "status", "--head", run.head, "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stdout + status.stderr
+    shown = {r["name"]: r for r in json.loads(status.stdout)}
+    assert set(shown) == {"counter#0", "counter#1", "counter#2", "policy", "agent"}
+    assert all(shown[r["name"]]["health"] == "ok" and shown[r["name"]]["instance"] == "counter" for r in replicas)
+
+
+def test_collected_rollouts_each_keep_to_one_replica(run: Run, tmp_path: Path):
+    """60 rollouts and no retry allowed: a call that reached another replica than its session's would
+    be refused there (each replica signs its cookies with its own key) and fail the rollout. Then,
+    asked directly, each rollout's session lives on exactly the replica its key hashes to."""
+    out = tmp_path / "out.jsonl"
+    proc = collect(run, out, "--retries", "0")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert_scored_once(out)
+    assert rows(tmp_path / "out.failures.jsonl") == []
+
+    names = [r["name"] for r in run.counter()["replicas"]]
+    urls = [r["url"] for r in run.counter()["replicas"]]
+
+    async def owners() -> list[int]:
+        found = []
+        client = await ServerClient.from_head(run.head)
+        direct = ServerClient(config=ClientConfig(max_attempts=1), auth_token=token_for_head(run.head), auth_urls=urls)
+        async with client, direct:
+            for i in range(30):
+                cookies = {ROLLOUT_COOKIE: f"probe-{i}"}
+                await client.post("counter", "/seed_session", {"initial_count": i}, cookies=cookies)
+                holders = []
+                for index, url in enumerate(urls):
+                    try:
+                        answer = await direct.post(url, "/tools/get_counter_value", {}, cookies=dict(cookies))
+                        assert answer == {"count": i}
+                        holders.append(index)
+                    except ServerHTTPError as exc:
+                        assert exc.status == 403  # another replica's cookie
+                await client.post("counter", "/close_session", {}, cookies=cookies)
+                assert holders == [choose_replica(f"probe-{i}", names)]
+                found.extend(holders)
+        return found
+
+    found = asyncio.run(owners())
+    assert set(found) == {0, 1, 2}  # every replica holds some sessions
+
+
+def test_a_replica_killed_mid_collection_loses_no_rollout(run: Run, tmp_path: Path):
+    """counter#1 is killed with -9 while rollouts are in flight: the supervisor restarts it on its port,
+    the rollouts it held fail typed and are retried (with a new key, so maybe elsewhere), and the run
+    ends with every (task, rollout) exactly once, scored right, and no failure."""
+    victim = run.counter()["replicas"][1]
+    out = tmp_path / "out.jsonl"
+    proc = collect(run, out, "--retries", "6", "--retry-backoff", "0.5")
+    try:
+        deadline = time.monotonic() + 120
+        while len(rows(out)) < 8:
+            assert proc.poll() is None and time.monotonic() < deadline, "no rows came"
+            time.sleep(0.05)
+        os.kill(victim["pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert_scored_once(out)
+    assert rows(tmp_path / "out.failures.jsonl") == []
+    assert "were retried" in err
+    deadline = time.monotonic() + 60
+    while (back := run.counter()["replicas"][1])["state"] != "running":
+        assert time.monotonic() < deadline, back
+        time.sleep(0.1)
+    assert back["url"] == victim["url"] and back["pid"] != victim["pid"] and back["restarts"] == 1
+    assert [r["restarts"] for r in run.counter()["replicas"]] == [0, 1, 0]  # only the victim
+    assert any("server 'counter#1'" in line and "restarting it" in line for line in run.lines)

@@ -251,6 +251,26 @@ class TestAzureOpenAIModel(ModelServerTests):
         assert azure_stub.calls[-1]["body"]["tools"][0] == {"type": "function", "function": {
             "name": "add", "description": "Add one.", "parameters": {"type": "object", "properties": {}}}}  # fmt: skip
 
+    def test_fields_gym_does_not_model_are_forwarded(self, gym_servers: RunningServers, azure_stub: AzureStub):
+        chat = {"messages": [{"role": "user", "content": "fields"}], "frequency_penalty": 0.5, "logit_bias": {"7": -100},
+                "user": "u1"}  # fmt: skip
+        reply = gym_servers.caller().post("/v1/chat/completions", chat)
+        assert reply.status == 200, reply.text
+        sent = azure_stub.calls[-1]["body"]
+        assert (sent["frequency_penalty"], sent["logit_bias"], sent["user"]) == (0.5, {"7": -100}, "u1")
+        # From /v1/responses: Responses-only settings stay behind; top_logprobs becomes chat's two fields.
+        reply = gym_servers.caller().post("/v1/responses", {"input": "fields", "user": "u2", "truncation": "auto", "top_logprobs": 2})
+        assert reply.status == 200, reply.text
+        sent = azure_stub.calls[-1]["body"]
+        assert sent["user"] == "u2" and "truncation" not in sent and (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
+        # A field Azure does not know is Azure's to refuse; one whose meaning a chat completion would lose is ours.
+        reply = gym_servers.caller().post("/v1/chat/completions", {**chat, "top_k": 5})
+        assert (reply.status, reply.json()["error"]["type"]) == (424, "upstream_refused") and "top_k" in reply.text
+        calls = len(azure_stub.calls)
+        reply = gym_servers.caller().post("/v1/responses", {"input": "fields", "previous_response_id": "resp_1"})
+        assert reply.status == 400 and "previous_response_id" in reply.json()["error"]["message"]
+        assert len(azure_stub.calls) == calls
+
     def test_a_filtered_answer_is_incomplete(self, gym_servers: RunningServers):
         body = gym_servers.caller().post("/v1/responses", {"input": "filtered"}).json()
         assert body["status"] == "incomplete" and body["incomplete_details"] == {"reason": "content_filter"}

@@ -219,6 +219,11 @@ class TestVllmModel(ModelServerTests):
         assert [(item["type"], item["content"][0]["text"]) for item in response["output"]] == [("message", "")]
         assert len(self.stubs["small"].completions()) == 1  # asked once: no retry of a request that cannot fit
 
+    def test_conversation_state_is_refused_not_dropped(self, gym_servers):
+        reply = gym_servers.caller("policy").post("/v1/responses", {"input": "and then?", "previous_response_id": "resp_1"})
+        assert reply.status == 400 and "previous_response_id" in reply.json()["error"]["message"], reply.text
+        assert self.stubs["main"].completions() == []  # vLLM was not asked
+
     def test_another_4xx_is_a_final_typed_refusal(self, gym_servers):
         self.stubs["main"].fail_status = 400
         reply = gym_servers.caller("policy").post("/v1/responses", {"input": "hi"})
@@ -230,7 +235,7 @@ class TestVllmModel(ModelServerTests):
     def test_upstream_request_settings(self, gym_servers):
         body = {
             "input": [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}],
-            "temperature": 0.2, "top_k": 7, "truncation": "auto",
+            "temperature": 0.2, "top_k": 7, "truncation": "auto", "user": "u1",
             "metadata": {"chat_template_kwargs": '{"enable_thinking": false}', "extra_body": '{"min_p": 0.1}'},
         }  # fmt: skip
         self.post(gym_servers, "tuned", "/v1/responses", body)
@@ -240,7 +245,7 @@ class TestVllmModel(ModelServerTests):
         assert (sent["top_k"], sent["repetition_penalty"], sent["min_p"]) == (7, 1.1, 0.1)  # the caller wins over extra_body
         assert sent["chat_template_kwargs"] == {"enable_thinking": False, "x": 1}
         assert sent["messages"][0] == {"role": "system", "content": "be brief"}
-        assert "metadata" not in sent and "truncation" not in sent
+        assert not {"metadata", "truncation", "user"} & sent.keys()
         bad = gym_servers.caller("tuned").post("/v1/responses", {"input": "hi", "metadata": {"extra_body": "[1]"}})
         assert bad.status == 400 and "metadata.extra_body" in bad.json()["error"]["message"]
 

@@ -4,48 +4,38 @@ Every model call is a chat completion at
 ``{endpoint}/openai/deployments/{deployment}/chat/completions?api-version={api_version}`` with the
 key in the ``api-key`` header, as Azure expects. ``/v1/chat/completions`` is forwarded;
 ``/v1/responses`` is converted to a chat completion and back (:mod:`gym_core.convert`), as the
-deployment's chat API is the one every Azure model and API version has.
+deployment's chat API is the one every Azure model and API version has. Request fields gym's
+schemas do not model (``frequency_penalty``, ``logit_bias``, ``user``...) are forwarded as the
+caller sent them (Azure refuses those it does not know: 424); when converting, Responses-only
+settings without a chat counterpart are left out.
 
-Each call waits at most ``queue_timeout_s`` for one of ``max_concurrency`` slots, and goes through
-one pooled :class:`ServerClient`: retried only on connection errors and 429/503 (nothing was
-generated), all attempts within ``timeout_s`` and the caller's own wait. Failures reach the caller as
-gym JSON errors with a typed ``type`` and the ``x-gym-final`` header (this server spent the retries):
-``model_overloaded`` (503, no slot in time), ``upstream_timeout`` (504), ``upstream_unavailable`` and
-``upstream_error`` (502: unreachable, busy after every attempt, a 5xx, or an answer that is not a
-completion), and ``upstream_refused`` (424: Azure refused the request: a wrong key, deployment or
-api-version, a filtered prompt, a context too long). The API key never appears in an answer or a log line.
+Slots, retries and typed failures are gym's policy for servers in front of an engine
+(:mod:`gym_core.upstream`): at most ``queue_timeout_s`` for one of ``max_concurrency`` slots,
+retried only on connection errors and 429/503 (nothing was generated; a 500 is not retried, the
+deployment may have generated and billed the answer), all attempts within ``timeout_s`` and the
+caller's own wait. Failures reach the caller as gym JSON errors with a typed ``type`` and the
+``x-gym-final`` header (this server spent the retries): ``model_overloaded`` (503, no slot in time),
+``upstream_timeout`` (504), ``upstream_unavailable`` and ``upstream_error`` (502: unreachable, busy
+after every attempt, a 5xx, or an answer that is not a completion), and ``upstream_refused`` (424:
+Azure refused the request: a wrong key, deployment or api-version, a filtered prompt, a context too
+long). The API key never appears in an answer or a log line.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import msgspec
+from litestar import Request
 
-from gym_core import ModelServer, ServerClient
-from gym_core.client import REQUEST_DEADLINE
+from gym_core import ModelServer
 from gym_core.convert import chat_completion_to_response, create_params_to_chat
-from gym_core.errors import InfrastructureError, ServerCallError, ServerTimeoutError, ServerUnavailableError
 from gym_core.schemas import ChatCompletion, ChatCompletionRequest, IncompleteDetails, Response, ResponseCreateParams
+from gym_core.upstream import Upstream, chat_fields, raw_body_routes, without_credentials
 
 from gym_azure_openai_model.config import AzureOpenAIModelConfig
 
-__all__ = ["AzureOpenAIModel", "AzureCallError"]
-
-# Upstream answers worth another attempt: "busy, try later", with nothing generated. A 500 is not
-# retried: the deployment may have generated (and billed) the answer before failing.
-UPSTREAM_RETRY_STATUSES = frozenset({429, 503})
-
-
-class AzureCallError(InfrastructureError):
-    """A model call that failed upstream: answered with ``status`` and error type ``kind``, final."""
-
-    def __init__(self, message: str, status: int, kind: str):
-        self.status = status
-        self.kind = kind
-        super().__init__(message)
+__all__ = ["AzureOpenAIModel"]
 
 
 class AzureOpenAIModel(ModelServer):
@@ -58,83 +48,48 @@ class AzureOpenAIModel(ModelServer):
         # The deployment and api-version are the whole URL: the body's `model` does not pick a model on Azure.
         self.path = f"/openai/deployments/{cfg.deployment}/chat/completions?api-version={cfg.api_version}"
         self.endpoint = cfg.endpoint.rstrip("/")
-        # timeout_s bounds the whole call and so each attempt; a timed-out attempt is not retried:
-        # the deployment may still be generating it.
-        upstream_config = msgspec.structs.replace(
-            cfg.client, timeout_s=cfg.timeout_s, deadline_s=cfg.timeout_s, max_attempts=cfg.max_attempts,
-            retry_timeouts=False,
-        )  # fmt: skip
         # No global config: the run's token is for the run's servers, never for Azure.
-        self.upstream = ServerClient(config=upstream_config, retry_statuses=UPSTREAM_RETRY_STATUSES)
-        self._upstream_name = f"azure {self.endpoint} deployment {cfg.deployment}"
-        self._headers = {"api-key": cfg.api_key}
-        self._slots = asyncio.Semaphore(cfg.max_concurrency)
+        self.upstream = Upstream(
+            self.name, name=f"azure {without_credentials(self.endpoint)} deployment {cfg.deployment}",
+            timeout_s=cfg.timeout_s, max_attempts=cfg.max_attempts, max_concurrency=cfg.max_concurrency,
+            queue_timeout_s=cfg.queue_timeout_s, headers={"api-key": cfg.api_key}, secret=cfg.api_key,
+            client_config=cfg.client,
+        )  # fmt: skip
         # Lenient: numbers as Azure sends them; its extra fields (content filter results) are ignored.
         self._completion_decoder = msgspec.json.Decoder(ChatCompletion, strict=False)
 
     async def shutdown(self) -> None:
         await self.upstream.close()
 
-    async def chat_completions(self, request: ChatCompletionRequest) -> ChatCompletion:
-        """Forward to the deployment's chat completions; the answer names this server's model."""
+    def routes(self) -> list[Any]:
+        # From the raw body: the fields gym's schemas do not model are forwarded.
+        return raw_body_routes(self, super().routes(), chat=self._chat_route, responses=self._responses_route)
+
+    async def _chat_route(self, request: Request, chat: ChatCompletionRequest, fields: dict[str, Any]) -> Any:
+        return await self.chat_completions(chat, fields)
+
+    async def _responses_route(self, request: Request, params: ResponseCreateParams, fields: dict[str, Any]) -> Any:
+        return await self.responses(params, fields)
+
+    async def chat_completions(self, request: ChatCompletionRequest, unmodelled: dict[str, Any] | None = None) -> ChatCompletion:
+        """Forward to the deployment's chat completions, with the request's ``unmodelled`` fields."""
         # Token ids are gym's extension, which Azure refuses as an unknown argument.
         request = msgspec.structs.replace(request, model=self.config.deployment, return_token_ids=None)
-        body: Any = {**msgspec.to_builtins(request), **self.config.extra_body} if self.config.extra_body else request
-        payload = await self._send(body)
-        try:
-            completion = self._completion_decoder.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise self._bad_answer(f"unexpected answer ({exc})", payload) from None
+        extra = {**(unmodelled or {}), **self.config.extra_body}
+        body: Any = {**msgspec.to_builtins(request), **extra} if extra else request
+        payload = await self.upstream.post(self.endpoint, self.path, body)
+        completion = self.upstream.decode(self.path, payload, self._completion_decoder.decode)
         if not completion.choices:  # e.g. 200 {"error": ...}: a failure, not an empty answer
-            raise self._bad_answer("no choices", payload)
+            raise self.upstream.bad_answer(self.path, "no choices", payload)
         return completion
 
-    async def responses(self, params: ResponseCreateParams) -> Response:
+    async def responses(self, params: ResponseCreateParams, unmodelled: dict[str, Any] | None = None) -> Response:
         """Convert to a chat completion of the deployment, and its answer back to a Response."""
-        completion = await self.chat_completions(create_params_to_chat(params))
+        request = create_params_to_chat(params)
+        completion = await self.chat_completions(request, chat_fields(unmodelled or {}, request, owner=self.name))
         response = chat_completion_to_response(completion, params)
         response.model = self.model_name
         if completion.choices[0].finish_reason == "content_filter":  # Azure's filter cut the answer short
             response.status = "incomplete"
             response.incomplete_details = IncompleteDetails(reason="content_filter")
         return response
-
-    async def _send(self, body: Any) -> bytes:
-        cfg = self.config
-        # No wait outlives the caller's: it gets this server's typed error, and the slot is freed.
-        deadline = REQUEST_DEADLINE.get()
-        queue_wait = cfg.queue_timeout_s if deadline is None else min(cfg.queue_timeout_s, deadline - time.monotonic())
-        try:
-            async with asyncio.timeout(max(queue_wait, 0)):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise AzureCallError(
-                f"{self.name}: no upstream slot free within {max(queue_wait, 0):.3g} s"
-                f" (max_concurrency {cfg.max_concurrency}, all busy)", 503, "model_overloaded",
-            ) from None  # fmt: skip
-        try:
-            return await self.upstream.request(
-                "POST", self.endpoint, self.path, body=body, headers=self._headers, server_name=self._upstream_name
-            )
-        except ServerCallError as exc:
-            raise self._failure(exc) from None
-        finally:
-            self._slots.release()
-
-    def _failure(self, exc: ServerCallError) -> AzureCallError:
-        message = self._redact(str(exc))
-        if isinstance(exc, ServerTimeoutError):
-            return AzureCallError(message, 504, "upstream_timeout")
-        if isinstance(exc, ServerUnavailableError) or exc.status in UPSTREAM_RETRY_STATUSES:
-            return AzureCallError(message, 502, "upstream_unavailable")
-        if exc.status is not None and exc.status < 500:
-            return AzureCallError(message, 424, "upstream_refused")  # retrying the same request would not help
-        return AzureCallError(message, 502, "upstream_error")
-
-    def _bad_answer(self, what: str, payload: bytes) -> AzureCallError:
-        start = payload[:200].decode(errors="replace")
-        return AzureCallError(self._redact(f"{self._upstream_name}: {what}: {start}"), 502, "upstream_error")
-
-    def _redact(self, text: str) -> str:
-        # An upstream (or a proxy before it) may echo the request's headers in an error; the key stays ours.
-        return text.replace(self.config.api_key, "[api_key]")

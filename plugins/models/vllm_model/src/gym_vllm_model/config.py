@@ -85,3 +85,7 @@ class VllmModelConfig(ServerConfig, kw_only=True):
     max_concurrency: Annotated[
         int, Meta(ge=1, description="upstream requests in flight at once from this server; later ones wait")
     ] = 256
+    queue_timeout_s: Annotated[
+        float, Meta(gt=0, description="longest wait for one of max_concurrency slots (within timeout_s), seconds; then"
+                    " 503 model_overloaded")
+    ] = 240.0

@@ -22,15 +22,15 @@ OpenAI-compatible proxy (``openai_model``):
 - **Context overflow.** vLLM's 400 for a prompt that does not fit the context window becomes an
   ``incomplete`` response (``max_output_tokens``) with one empty message, not an error.
 
-Failures are gym JSON errors with the ``x-gym-final`` header: ``upstream_unavailable`` (502),
-``upstream_error`` (502: a reply that is not a completion, or token data that does not check out),
-``upstream_timeout`` (504), ``upstream_refused`` (424: vLLM refused the request), ``model_overloaded``
-(503: no slot of ``max_concurrency`` in time).
+Slots, retries and typed failures are gym's policy for servers in front of an engine
+(:mod:`gym_core.upstream`); failures are gym JSON errors with the ``x-gym-final`` header:
+``upstream_unavailable`` (502), ``upstream_error`` (502: a reply that is not a completion, or token
+data that does not check out), ``upstream_timeout`` (504), ``upstream_refused`` (424: vLLM refused
+the request), ``model_overloaded`` (503: no slot of ``max_concurrency`` within ``queue_timeout_s``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import hashlib
 import re
@@ -40,12 +40,10 @@ from typing import Any
 import msgspec
 from litestar import Request
 from litestar.exceptions import HTTPException
-from litestar.handlers import HTTPRouteHandler
 from msgspec import UNSET
 
-from gym_core import ModelServer, ServerClient
+from gym_core import ModelServer
 from gym_core.convert import chat_completion_to_response, create_params_to_chat
-from gym_core.errors import InfrastructureError, ServerCallError, ServerHTTPError, ServerTimeoutError
 from gym_core.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -56,13 +54,13 @@ from gym_core.schemas import (
     Response,
     ResponseCreateParams,
     SummaryText,
-    decode_create_params,
     new_id,
 )
+from gym_core.upstream import RESPONSES_ONLY, Upstream, UpstreamError, chat_fields, raw_body_routes, without_credentials
 
 from gym_vllm_model.config import VllmModelConfig
 
-__all__ = ["VllmModel", "UpstreamError", "replica_index", "split_think", "CONTEXT_LENGTH_ERROR"]
+__all__ = ["VllmModel", "replica_index", "split_think", "CONTEXT_LENGTH_ERROR"]
 
 TRAINING_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 # vLLM's 400s for a prompt (+ max_tokens) longer than the model's window: "This model's maximum
@@ -71,15 +69,9 @@ TRAINING_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_p
 # that names max_tokens, turning unrelated refusals into empty answers).
 CONTEXT_LENGTH_ERROR = re.compile(r"context length|context window", re.IGNORECASE)
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-# Replica trouble worth moving the session for: busy after every attempt, or a server error.
-_RETRY_STATUSES = frozenset({429, 503})
-_CHAT_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(ChatCompletionRequest))
-_RESPONSES_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(ResponseCreateParams))
-# Responses API settings without a chat counterpart: not sent to vLLM's chat endpoint.
-_RESPONSES_ONLY = frozenset({
-    "include", "truncation", "background", "max_tool_calls", "prompt", "stream_options", "previous_response_id",
-    "conversation", "service_tier", "store", "user",
-})  # fmt: skip
+# Responses API settings not sent to vLLM's chat endpoint: those without a chat counterpart, and
+# two vLLM has no use for.
+_NOT_FOR_VLLM = RESPONSES_ONLY | {"service_tier", "user"}
 _session_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("vllm_session_id", default=None)
 
 
@@ -98,15 +90,6 @@ def split_think(text: str) -> tuple[list[str], str]:
     return blocks, (_THINK.sub("", text) if blocks else text)
 
 
-class UpstreamError(InfrastructureError):
-    """A vLLM call that failed: answered ``status`` with error type ``kind`` and ``x-gym-final``."""
-
-    def __init__(self, message: str, status: int, kind: str):
-        self.status = status
-        self.kind = kind
-        super().__init__(message)
-
-
 class VllmModel(ModelServer):
     config: VllmModelConfig
 
@@ -116,16 +99,15 @@ class VllmModel(ModelServer):
         self.model_name = cfg.model
         urls = [cfg.base_url] if isinstance(cfg.base_url, str) else list(cfg.base_url)
         self.replicas = [url.rstrip("/") for url in urls]
-        # Each attempt and all of them together are bounded by timeout_s (and by the caller's deadline,
-        # which ServerClient reads); a timed-out generation is not retried: vLLM may still be running it.
-        upstream_config = msgspec.structs.replace(
-            cfg.client, timeout_s=cfg.timeout_s, deadline_s=cfg.timeout_s, max_attempts=cfg.max_attempts,
-            retry_timeouts=False,
+        self._replica_names = [f"vLLM replica {without_credentials(url)}" for url in self.replicas]  # in errors and logs
+        # Each call (failover and /tokenize included) is bounded by timeout_s and the caller's deadline.
+        self.upstream = Upstream(
+            self.name, name="vLLM", timeout_s=cfg.timeout_s, max_attempts=cfg.max_attempts,
+            max_concurrency=cfg.max_concurrency, queue_timeout_s=cfg.queue_timeout_s,
+            headers={**cfg.default_headers, **({"authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})},
+            secret=cfg.api_key, client_config=cfg.client, global_config=self.global_config,
         )  # fmt: skip
-        self.upstream = ServerClient(self.global_config, config=upstream_config, retry_statuses=_RETRY_STATUSES)
-        self._headers = {**cfg.default_headers, **({"authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})}
         self._down_until = [0.0] * len(self.replicas)  # time.monotonic() until which a replica is skipped
-        self._slots = asyncio.Semaphore(cfg.max_concurrency)
         self._completion = msgspec.json.Decoder(dict[str, Any])
 
     async def shutdown(self) -> None:
@@ -134,31 +116,19 @@ class VllmModel(ModelServer):
     # --- routes: the session (for the replica) and the raw body (for fields gym does not model) ---
 
     def routes(self) -> list[Any]:
-        own = {"/v1/responses": self._responses_route, "/v1/chat/completions": self._chat_route}
-        inherited = [
-            route for route in super().routes()
-            if not (isinstance(route, HTTPRouteHandler) and own.keys() & set(route.paths))
-        ]  # fmt: skip
-        return [*inherited, *(self.post_json(path, fn) for path, fn in own.items())]
+        return raw_body_routes(self, super().routes(), chat=self._chat_route, responses=self._responses_route)
 
-    async def _responses_route(self, request: Request) -> Any:
-        raw = await request.body()
-        body = msgspec.json.decode(raw)
-        params = decode_create_params(body if isinstance(body, dict) else raw)
-        _refuse_streaming(params.stream)
+    async def _responses_route(self, request: Request, params: ResponseCreateParams, fields: dict[str, Any]) -> Any:
         token = _session_id.set(self.session(request).id)
         try:
-            return await self.responses(params, _unmodelled(body, _RESPONSES_FIELDS))
+            return await self.responses(params, fields)
         finally:
             _session_id.reset(token)
 
-    async def _chat_route(self, request: Request) -> Any:
-        body = msgspec.json.decode(await request.body())
-        chat = msgspec.convert(body, ChatCompletionRequest)
-        _refuse_streaming(chat.stream)
+    async def _chat_route(self, request: Request, chat: ChatCompletionRequest, fields: dict[str, Any]) -> Any:
         token = _session_id.set(self.session(request).id)
         try:
-            return await self.chat_completions(chat, _unmodelled(body, _CHAT_FIELDS))
+            return await self.chat_completions(chat, fields)
         finally:
             _session_id.reset(token)
 
@@ -169,10 +139,7 @@ class VllmModel(ModelServer):
         their assistant messages) and back, reasoning as reasoning items."""
         request = create_params_to_chat(params)
         _carry_token_ids(params, request)
-        fields = {name: value for name, value in (unmodelled or {}).items() if name not in _RESPONSES_ONLY}
-        if "top_logprobs" in fields:  # chat asks for log-probs in two fields
-            fields["logprobs"] = True
-        reply = await self._complete(request, fields)
+        reply = await self._complete(request, chat_fields(unmodelled or {}, request, owner=self.name, drop=_NOT_FOR_VLLM))
         message = reply["choices"][0]["message"]
         thoughts: list[str] = []
         if self.config.uses_reasoning_parser and isinstance(message.get("content"), str):
@@ -207,12 +174,12 @@ class VllmModel(ModelServer):
         deadline = time.monotonic() + cfg.timeout_s
         try:
             payload, replica = await self._post("/chat/completions", body, deadline)
-        except ServerHTTPError as exc:
-            if exc.status == 400 and CONTEXT_LENGTH_ERROR.search(exc.detail):
-                self.log.info("context length exceeded, answered as incomplete: %s", self._redact(exc.detail))
+        except UpstreamError as exc:
+            if exc.upstream_status == 400 and CONTEXT_LENGTH_ERROR.search(exc.detail):
+                self.log.info("context length exceeded, answered as incomplete: %s", exc.detail)
                 return _empty_completion(cfg.model, "length")
-            raise UpstreamError(self._redact(str(exc)), 424, "upstream_refused") from None
-        reply = self._reply(payload)
+            raise
+        reply = self._reply(payload, self._replica_names[replica])
         message = reply["choices"][0]["message"]
         reasoning = message.pop("reasoning_content", None) or message.pop("reasoning", None)
         message.pop("reasoning", None)
@@ -223,7 +190,7 @@ class VllmModel(ModelServer):
             try:
                 await self._token_ids(reply, body, replica, deadline)
             except _TokenDataError as exc:
-                raise UpstreamError(f"{self.name}: vLLM replica {self.replicas[replica]}: {exc}", 502, "upstream_error") from None
+                raise UpstreamError(f"{self.name}: {self._replica_names[replica]}: {exc}", 502, "upstream_error") from None
         else:
             reply.pop("prompt_token_ids", None)
             reply["choices"][0].pop("token_ids", None)
@@ -321,12 +288,14 @@ class VllmModel(ModelServer):
         request = {key: body[key] for key in ("model", "messages", "tools", "chat_template_kwargs", "mm_processor_kwargs",
                                               "required_prefix_token_ids") if key in body}
         root = self.replicas[replica].removesuffix("/v1")
+        name = f"vLLM replica {without_credentials(root)}"
         try:
-            payload = await self._send(root, "/tokenize", request, deadline, f"vLLM replica {root}")
-        except ServerCallError as exc:
-            raise UpstreamError(self._redact(f"{self.name}: /tokenize for the prompt ids failed: {exc}"), 502,
-                                "upstream_error") from None
-        tokens = self._json(payload, "/tokenize").get("tokens")
+            payload = await self.upstream.post(root, "/tokenize", request, deadline=deadline, name=name)
+        except UpstreamError as exc:
+            if exc.kind == "model_overloaded":
+                raise
+            raise UpstreamError(f"{self.name}: /tokenize for the prompt ids failed: {exc}", 502, "upstream_error") from None
+        tokens = self.upstream.decode("/tokenize", payload, self._completion.decode, name=name).get("tokens")
         if not isinstance(tokens, list):
             raise _TokenDataError("/tokenize answered without a 'tokens' list")
         return tokens
@@ -346,21 +315,20 @@ class VllmModel(ModelServer):
     async def _post(self, path: str, body: dict[str, Any], deadline: float) -> tuple[bytes, int]:
         """POST to the session's replica, failing over to the next ones; the answer and the replica that gave it.
 
-        Raises :class:`ServerHTTPError` for a 4xx (vLLM refused the request: another replica would too).
+        A replica unreachable, busy after every attempt or answering 5xx (a 502 :class:`UpstreamError`)
+        is failed over: vLLM is self-hosted, so a retry elsewhere bills nothing. Any other failure is
+        final: a refusal (another replica would refuse too), a timeout (vLLM may still be generating),
+        no slot in time.
         """
         session_id = _session_id.get()
-        failures = []
+        failures: list[UpstreamError] = []
         for index in self._replica_order(session_id):
-            url = self.replicas[index]
             try:
-                payload = await self._send(url, path, body, deadline, f"vLLM replica {url}")
-            except ServerHTTPError as exc:
-                if exc.status is not None and exc.status < 500 and exc.status not in _RETRY_STATUSES:
+                payload = await self.upstream.post(self.replicas[index], path, body, deadline=deadline,
+                                                   name=self._replica_names[index])
+            except UpstreamError as exc:
+                if exc.status != 502:
                     raise
-                failures.append(exc)
-            except ServerTimeoutError as exc:
-                raise UpstreamError(self._redact(str(exc)), 504, "upstream_timeout") from None
-            except ServerCallError as exc:
                 failures.append(exc)
             else:
                 self._down_until[index] = 0.0
@@ -368,54 +336,22 @@ class VllmModel(ModelServer):
                     self.sessions.set(session_id, index)  # the session stays here, failed over or not
                 return payload, index
             self._down_until[index] = time.monotonic() + self.config.replica_cooldown_s
-            self.log.warning("vLLM replica %s failed, trying the next one: %s", url, self._redact(str(failures[-1])))
+            self.log.warning("%s failed, trying the next one: %s", self._replica_names[index], failures[-1])
             if time.monotonic() >= deadline:
                 break
-        reasons = "; ".join(self._redact(str(exc)) for exc in failures)
+        reasons = "; ".join(str(exc) for exc in failures)
         raise UpstreamError(
             f"{self.name}: no vLLM replica answered ({len(failures)} of {len(self.replicas)} tried): {reasons}",
             502, "upstream_unavailable",
         )  # fmt: skip
 
-    async def _send(self, url: str, path: str, body: dict[str, Any], deadline: float, server_name: str) -> bytes:
-        remaining = deadline - time.monotonic()
-        try:
-            async with asyncio.timeout(max(remaining, 0)):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise UpstreamError(
-                f"{self.name}: no upstream slot free within {self.config.timeout_s:g} s (max_concurrency"
-                f" {self.config.max_concurrency}, all busy)", 503, "model_overloaded",
-            ) from None  # fmt: skip
-        try:
-            return await self.upstream.request(
-                "POST", url, path, body=body, headers=self._headers, server_name=server_name,
-                timeout_s=max(deadline - time.monotonic(), 0.001),
-            )  # fmt: skip
-        finally:
-            self._slots.release()
-
-    def _reply(self, payload: bytes) -> dict[str, Any]:
-        reply = self._json(payload, "/chat/completions")
+    def _reply(self, payload: bytes, name: str) -> dict[str, Any]:
+        reply = self.upstream.decode("/chat/completions", payload, self._completion.decode, name=name)
         choices = reply.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict) \
                 or not isinstance(choices[0].get("message"), dict):
-            raise self._bad_answer("/chat/completions", "no choices[0].message", payload)
+            raise self.upstream.bad_answer("/chat/completions", "no choices[0].message", payload, name=name)
         return reply
-
-    def _json(self, payload: bytes, path: str) -> dict[str, Any]:
-        try:
-            return self._completion.decode(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise self._bad_answer(path, f"not a JSON object ({exc})", payload) from None
-
-    def _bad_answer(self, path: str, what: str, payload: bytes) -> UpstreamError:
-        start = payload[:200].decode(errors="replace")
-        return UpstreamError(self._redact(f"{self.name}: vLLM {path}: {what}: {start}"), 502, "upstream_error")
-
-    def _redact(self, text: str) -> str:
-        # An upstream may echo the request's headers in an error; the key stays ours.
-        return text.replace(self.config.api_key, "[api_key]") if self.config.api_key else text
 
 
 class _TokenDataError(ValueError):
@@ -520,13 +456,3 @@ def _json_object(metadata: dict[str, Any], key: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise HTTPException(status_code=400, detail=f"metadata.{key} must be a JSON object as a string, got {text!r:.100}")
     return value
-
-
-def _refuse_streaming(stream: bool | None) -> None:
-    if stream is True:
-        raise HTTPException(status_code=400, detail="streaming is not supported by gym model servers; send stream=false")
-
-
-def _unmodelled(body: dict[str, Any], modelled: frozenset[str]) -> dict[str, Any]:
-    """The request's top-level fields gym's schema does not model; nulls mean "the default" and are left out."""
-    return {name: value for name, value in body.items() if name not in modelled and value is not None}

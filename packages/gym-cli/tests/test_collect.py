@@ -75,6 +75,9 @@ def test_collect_writes_scored_rows_and_profile(tmp_path):
         assert row["reward"] == float(row["expected_count"] == row["initial_count"] + 3)
         assert row["responses_create_params"]["temperature"] == 0.3  # sampling override reached the task
         assert row["response"]["output"][0]["type"] == "function_call"
+        # The rollout's wall time, to the millisecond: what `gym report` plots.
+        assert isinstance(row["latency_s"], float) and row["latency_s"] > 0
+        assert row["latency_s"] == round(row["latency_s"], 3)
     profile = json.loads((tmp_path / "out.profile.json").read_text())
     assert profile["overall"]["num_rollouts"] == n_tasks * 3
     assert "pass@1" in profile["overall"]
@@ -580,11 +583,29 @@ def test_a_misspelt_option_reads_as_an_unknown_option(tmp_path):
 
 
 def test_defining_the_commands_imports_none_of_what_running_them_needs():
-    """`gym --help` imports every command module: theirs must leave rich, the launcher (tomlkit, the
-    catalog), asyncio and the collector to the moment a command runs."""
-    modules = ["collect", "reverify", "run", "stop", "status", "profile", "config"]
-    heavy = ["rich", "gym_cli.launch", "tomlkit", "asyncio", "gym_cli.rollouts", "gym_core.client"]
-    code = (f"import sys\nfor name in {modules!r}: __import__('gym_cli.commands.' + name)\n"
-            f"print([m for m in {heavy!r} if m in sys.modules])")
+    """`gym --help` imports every command module (and `gym plugin list` all of them too): theirs must
+    leave rich, the launcher, the catalog (tomlkit), asyncio, the collector, the venv manager and the
+    server stack to the moment a command runs. Fix: import those inside the command's function (and
+    name types under TYPE_CHECKING)."""
+    heavy = ["rich", "gym_cli.launch", "tomlkit", "asyncio", "gym_cli.rollouts", "gym_core.client", "gym_cli.catalog",
+             "gym_cli.sources", "gym_cli.venvs", "gym_cli.plugin_tests", "gym_cli.report", "gym_core.serving",
+             "litestar", "uvicorn"]
+    code = ("import json, pkgutil, sys\nimport gym_cli.commands\nfrom gym_cli.main import cli\n"
+            "names = [m.name for m in pkgutil.iter_modules(gym_cli.commands.__path__)]\n"
+            "for name in names: __import__('gym_cli.commands.' + name)\n"
+            "cli()\n"
+            f"print(json.dumps(names))\nprint([m for m in {heavy!r} if m in sys.modules])")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    modules, imported = loaded.stdout.splitlines()
+    assert {"collect", "plugin", "plugin_new", "report", "test", "workspace"} <= set(json.loads(modules))  # all were seen
+    assert imported == "[]", loaded.stdout + loaded.stderr
+
+
+def test_the_collector_tunes_its_gc_without_the_server_stack():
+    """`run_async` tunes the garbage collector from the leaf gym_core.gctune, not gym_core.serving."""
+    code = ("import sys\nfrom gym_cli.rollouts import run_async\n"
+            "async def nothing(): return 7\n"
+            "assert run_async(nothing()) == 7\n"
+            "print([m for m in ('gym_core.serving', 'litestar', 'uvicorn') if m in sys.modules])")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr

@@ -65,11 +65,29 @@ class Tables(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def two_runs(report_runs, tmp_path_factory) -> tuple[Path, Path, str]:
+def old_runs(report_runs, tmp_path_factory) -> dict[str, Path]:
+    """``report_runs`` as rows written before gym collect recorded ``latency_s``: the same rows (and
+    failures files) without it, so that the plots and figures below do not depend on timing."""
+    folder = tmp_path_factory.mktemp("old_runs")
+    runs = {}
+    for name, path in report_runs.items():
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        assert all("latency_s" in row for row in rows)  # what a collection writes now
+        runs[name] = folder / path.name
+        runs[name].write_text("".join(json.dumps({k: v for k, v in row.items() if k != "latency_s"}) + "\n"
+                                      for row in rows))
+        failures = path.with_name(path.stem + ".failures.jsonl")
+        if failures.is_file():
+            (folder / failures.name).write_bytes(failures.read_bytes())
+    return runs
+
+
+@pytest.fixture(scope="module")
+def two_runs(old_runs, tmp_path_factory) -> tuple[Path, Path, str]:
     """The report of both runs (labels before/after) with --png: its path, the PNG folder, its HTML."""
     folder = tmp_path_factory.mktemp("report")
     output, pngs = folder / "report.html", folder / "plots"
-    result = gym("report", str(report_runs["before"]), str(report_runs["after"]), "-o", str(output), "--png", str(pngs))
+    result = gym("report", str(old_runs["before"]), str(old_runs["after"]), "-o", str(output), "--png", str(pngs))
     assert result.exit_code == 0, result.output
     assert f"report of 2 runs written to {output}" in result.output
     assert "no latency plot: the rows do not record latency_s" in result.output
@@ -137,9 +155,9 @@ def test_plots_inline_and_as_png(two_runs):
             assert image.format == "PNG" and image.width > 300 and image.height > 200
 
 
-def test_output_is_deterministic(two_runs, report_runs, tmp_path):
+def test_output_is_deterministic(two_runs, old_runs, tmp_path):
     again = tmp_path / "again.html"
-    assert gym("report", str(report_runs["before"]), str(report_runs["after"]), "-o", str(again),
+    assert gym("report", str(old_runs["before"]), str(old_runs["after"]), "-o", str(again),
                "--png", str(tmp_path)).exit_code == 0
     assert again.read_text() == two_runs[2]
     assert all((tmp_path / f"{name}.png").read_bytes() == (two_runs[1] / f"{name}.png").read_bytes() for name in PLOTS)
@@ -157,6 +175,18 @@ def test_labels_title_and_grouping(report_runs, tmp_path):
     assert {row[0] for row in tables["summary"]} >= {"pass@2"} and "pass@1" not in {row[0] for row in tables["summary"]}
     assert tables["summary groups"][1:] == [["scripted-policy", "12 · 0.500", "15 · 0.800"]]
     assert "Reward by model" in html
+
+
+def test_collected_rows_get_a_latency_plot(report_runs, tmp_path):
+    """gym collect records each rollout's latency_s: a report of a fresh collection plots it."""
+    result = gym("report", str(report_runs["after"]), "-o", str(tmp_path / "report.html"))
+    assert result.exit_code == 0, result.output
+    assert "no latency plot" not in result.output
+    page = Tables((tmp_path / "report.html").read_text())
+    assert page.figures[-1] == "plot-latency"
+    summary = {row[0]: row[1:] for row in page.tables["summary"]}
+    p50, p99 = (float(x) for x in summary["latency p50 / p99, s"][0].split(" / "))
+    assert 0 <= p50 <= p99  # shown to 10 ms: a fast in-thread rollout may show as 0.00
 
 
 def test_majority_and_latency_when_rows_record_them(report_runs, tmp_path):

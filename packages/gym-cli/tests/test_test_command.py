@@ -7,7 +7,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from gym_cli.main import cli
-from gym_cli.commands.test import TEST_REQUIREMENTS, pytest_arguments, requirements_for_tests
+from gym_cli.plugin_tests import TEST_REQUIREMENTS, pytest_arguments, requirements_for_tests
 
 REPO = Path(__file__).resolve().parents[3]
 

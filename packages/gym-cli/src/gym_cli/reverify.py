@@ -66,7 +66,7 @@ _encoder = msgspec.json.Encoder()
 # environment. (A verdict's own extra fields stay in the row and are sent: environments ignore
 # fields they do not declare.)
 ROW_FIELDS = frozenset({
-    "task_index", "rollout_index", "reward", "previous_reward", "response", "environment", "resources_server",
+    "task_index", "rollout_index", "reward", "previous_reward", "latency_s", "response", "environment", "resources_server",
     *RolloutRecord.__struct_fields__,
 })
 # Fields of a new verdict that never replace the row's own.

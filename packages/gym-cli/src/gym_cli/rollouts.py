@@ -145,8 +145,8 @@ class CollectSummary:
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on uvloop when it is installed (faster sockets), else on asyncio's loop, with
-    the garbage collector tuned for thousands of requests in flight (:func:`gym_core.serving.tune_gc`)."""
-    from gym_core.serving import tune_gc
+    the garbage collector tuned for thousands of requests in flight (:func:`gym_core.gctune.tune_gc`)."""
+    from gym_core.gctune import tune_gc  # a leaf: gym_core.serving would import the server stack
 
     tune_gc()
     try:
@@ -827,7 +827,11 @@ async def collect_rollouts(
                 summary.failure_reasons[fields["reason"]] = summary.failure_reasons.get(fields["reason"], 0) + 1
                 on_progress(summary)
                 return
-            row = {"task_index": task_index, "rollout_index": rollout_index, "agent": agent, "reward": reward}
+            # Wall time from the first attempt to the written row, retries and backoff included: what
+            # `gym report` plots and takes percentiles of (report.data.LATENCY_FIELD).
+            latency_s = time.monotonic() - started
+            row = {"task_index": task_index, "rollout_index": rollout_index, "agent": agent, "reward": reward,
+                   "latency_s": round(latency_s, 3)}
             row.update((k, v) for k, v in result.items() if k not in row and k != "response")
             row.update((k, v) for k, v in task.items() if k not in row)
             row["response"] = result.get("response")
@@ -835,7 +839,7 @@ async def collect_rollouts(
             out.write(_encoder.encode(row) + b"\n")
             summary.done += 1
             summary.reward_sum += reward
-            summary.latency.add(time.monotonic() - started)
+            summary.latency.add(latency_s)
             environment = str(row.get("environment") or "?")
             summary.environment_done[environment] = summary.environment_done.get(environment, 0) + 1
             summary.environment_reward_sum[environment] = summary.environment_reward_sum.get(environment, 0.0) + reward

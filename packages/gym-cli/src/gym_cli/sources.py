@@ -8,6 +8,7 @@ package directory or a requirement, which is what its venv is built from.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tomllib
@@ -55,8 +56,18 @@ def requirement_name(requirement: str) -> str | None:
 
 
 def read_pyproject(directory: Path) -> dict[str, Any]:
-    """``directory/pyproject.toml``, parsed; ``OSError`` or ``tomllib.TOMLDecodeError`` as they come."""
-    with open(directory / "pyproject.toml", "rb") as f:
+    """``directory/pyproject.toml``, parsed; ``OSError`` or ``tomllib.TOMLDecodeError`` as they come.
+    Parsed once while the file is unchanged: the result is shared, so callers must not modify it."""
+    path = directory / "pyproject.toml"
+    stat = os.stat(path)
+    # `gym plugin list` keys every plugin's venv, each reading the same workspace and gym-core
+    # pyproject.toml files: parsing them again each time was most of its run.
+    return _parse_toml(os.fspath(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_toml(path: str, mtime_ns: int, size: int) -> dict[str, Any]:
+    with open(path, "rb") as f:
         return tomllib.load(f)
 
 

@@ -8,7 +8,6 @@ the options, and serves the app until SIGINT/SIGTERM.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import sys
@@ -18,8 +17,9 @@ from typing import Any
 
 import uvicorn
 
-from gym_core.config import CONFIG_ENV, INSTANCE_ENV, GlobalConfig, validate_instance_options
+from gym_core.config import INSTANCE_ENV, GlobalConfig, validate_instance_options
 from gym_core.errors import GymError
+from gym_core.gctune import tune_gc
 from gym_core.plugins import PluginManager, get_plugin_manager
 from gym_core.servers import GymServer, StartupError
 
@@ -107,22 +107,6 @@ def uvicorn_config(
     )
     settings.update(overrides)
     return uvicorn.Config(BodyTimeout(app, body_timeout_s), **settings)
-
-
-def tune_gc(young_threshold: int = 50_000) -> None:
-    """Garbage-collector settings for a process with many requests in flight (a server, the collector).
-
-    What is alive now (modules, the app) is frozen out of later collections, and the youngest
-    generation is collected after ``young_threshold`` net allocations instead of CPython's 700. With
-    hundreds of rollouts in flight most young objects are still in use at a collection, so the default
-    rescanned the same in-flight objects over and over: at 1,024 rollouts in flight the agent spent
-    about 40 % of the time in collections (docs/performance.md). Reference cycles are still
-    collected, a little later.
-    """
-    gc.collect()
-    gc.freeze()
-    _, older, oldest = gc.get_threshold()
-    gc.set_threshold(young_threshold, older, oldest)
 
 
 class ServerThread:

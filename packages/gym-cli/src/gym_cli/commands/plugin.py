@@ -14,29 +14,23 @@ import time
 import urllib.parse
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich import box
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from gym_core.errors import GymError
 from gym_core.plugins import SERVER_KINDS
 
-from gym_cli.catalog import Catalog, find_catalog, user_catalog_file
 from gym_cli.commands.plugin_new import new
-from gym_cli.sources import (
-    PluginSource,
-    looks_like_path,
-    plugin_name_of,
-    project_table,
-    requirement_name,
-    source_of_directory,
-    source_of_entry,
-)
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from gym_cli.catalog import Catalog
+    from gym_cli.sources import PluginSource
+
+# rich, the catalog (tomlkit) and the plugin sources are imported by the commands that use them, not
+# here: `gym --help` imports every command module and should stay well under half a second.
 
 __all__ = ["plugin"]
 
@@ -76,6 +70,10 @@ def _default(option: dict[str, Any], width: int = 24) -> str:
 def options_table(options: list[dict[str, Any]], title: str | None = None, *, inherited: bool = True) -> Table:
     """A server type's options: name, type, default and description; ``inherited``: with those every
     server has (``host``, ``port``...), after its own."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("option", no_wrap=True)
     table.add_column("type", overflow="fold", max_width=24)
@@ -105,6 +103,13 @@ def list_plugins(as_json: bool, verbose: bool) -> None:
       gym plugin list --verbose
       gym plugin list --json | jq '.[] | select(.kind == "resources") | .name'
     """
+    from rich import box
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    from gym_cli.catalog import find_catalog
     from gym_cli.inventory import collect_plugins
 
     infos = collect_plugins(find_catalog(), options=verbose)
@@ -156,6 +161,10 @@ def show(name: str, as_json: bool) -> None:
       gym plugin show math
       gym plugin show simple_agent --json
     """
+    from rich.console import Console
+    from rich.markup import escape
+
+    from gym_cli.catalog import find_catalog
     from gym_cli.inventory import find_server_type
 
     info = find_server_type(name, find_catalog())
@@ -178,6 +187,16 @@ def show(name: str, as_json: bool) -> None:
 
 def _resolve_install_target(target: str, catalog: Catalog) -> tuple[PluginSource, str | None]:
     """The source to install for TARGET and its distribution name (None when unknown)."""
+    from gym_cli.sources import (
+        PluginSource,
+        looks_like_path,
+        plugin_name_of,
+        project_table,
+        requirement_name,
+        source_of_directory,
+        source_of_entry,
+    )
+
     if target in catalog.entries and not looks_like_path(target):
         entry = catalog.entries[target]
         if entry.path is not None:
@@ -241,6 +260,10 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
       gym plugin install gym-my-env --index-url https://my.index/simple
       gym plugin install counter --rebuild
     """
+    from rich.console import Console
+    from rich.markup import escape
+
+    from gym_cli.catalog import Catalog, find_catalog, user_catalog_file
     from gym_cli.inventory import check_registration
     from gym_cli.venvs import VenvManager
 
@@ -323,8 +346,13 @@ def build(target: str, out: Path) -> None:
     """
     from importlib.metadata import PackageNotFoundError, version
 
+    from rich.console import Console
+    from rich.markup import escape
+
+    from gym_cli.catalog import find_catalog
     from gym_cli.distributions import build_distributions
     from gym_cli.exits import CommandFailed
+    from gym_cli.sources import looks_like_path, source_of_directory
     from gym_cli.venvs import find_uv
 
     console = Console(stderr=True, highlight=False, soft_wrap=True)

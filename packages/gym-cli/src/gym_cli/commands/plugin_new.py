@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import os
 import re
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from gym_core.errors import GymError
 from gym_core.plugins import ENTRY_POINT_GROUP, SERVER_KINDS
 
-from gym_cli.catalog import find_catalog
 from gym_cli.exits import fail
-from gym_cli.workspace import KIND_DIRECTORIES
 
 __all__ = ["new", "render_template"]
 
@@ -107,6 +103,14 @@ def new(kind: str, name: str, output_dir: Path | None, description: str | None) 
       gym plugin new resources my-env
       uv run pytest plugins/resources/my_env
     """
+    # Imported here, not at the top: `gym --help` imports every command module.
+    from importlib.metadata import entry_points
+
+    from rich.console import Console
+
+    from gym_cli.catalog import find_catalog
+    from gym_cli.workspace import KIND_DIRECTORIES
+
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         plugin_name = _plugin_name(name)

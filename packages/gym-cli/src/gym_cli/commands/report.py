@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 __all__ = ["report"]
 
@@ -36,6 +35,8 @@ def report(rollouts: tuple[Path, ...], output: Path | None, png_dir: Path | None
     Example:
       gym report before.jsonl after.jsonl --label before --label after -o report.html --png plots/
     """
+    from rich.console import Console  # here, not at the top: `gym --help` imports every command module
+
     from gym_cli.report import write_report
 
     output = output or rollouts[0].with_name(rollouts[0].stem + ".report.html")

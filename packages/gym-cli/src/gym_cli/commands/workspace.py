@@ -5,18 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.markup import escape
 
 from gym_core.errors import GymError
 
-from gym_cli.catalog import CATALOG_FILE, find_catalog
 from gym_cli.exits import CommandFailed
 
 __all__ = ["workspace"]
 
 
 def _root() -> Path:
+    from gym_cli.catalog import CATALOG_FILE, find_catalog  # tomlkit: only when a subcommand runs
+
     catalog = find_catalog()
     if not catalog.in_workspace:
         raise GymError(f"no {CATALOG_FILE} here or above: run inside a gym workspace, or set $GYM_WORKSPACE to one")
@@ -45,6 +44,9 @@ def workspace() -> None:
 @workspace.command()
 def check() -> None:
     """Report where the root files differ from the members; exit 1 when they do."""
+    from rich.console import Console
+    from rich.markup import escape
+
     from gym_cli.workspace import check as find_drift
 
     root = _root()
@@ -60,6 +62,9 @@ def check() -> None:
 @workspace.command()
 def sync() -> None:
     """Rewrite the root files from the members (comments and layout kept); exit 1 if some drift needs a hand."""
+    from rich.console import Console
+    from rich.markup import escape
+
     from gym_cli.workspace import sync as sync_files
 
     root = _root()

@@ -27,9 +27,11 @@ from pathlib import Path
 import pytest
 
 from gym_cli.sources import normalize_name, requirement_name
+from gym_cli.venvs.keys import build_variables
 from gym_cli.venvs.layout import MARKER, default_home, venv_python
 from gym_cli.venvs.lock import FileLock
 from gym_cli.venvs.uv import find_uv
+from gym_cli.venvs.wheels import Wheelhouse
 from gym_cli.workspace import find_members
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,6 +112,10 @@ def training_venv() -> Path:
             return venv
         _run([uv, "venv", "--clear", "--python", sys.executable, str(venv)], REPO, 120, "creating the training venv")
         find_links = ["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.is_dir() else []
+        # llama-cpp-python (gym-local-llama, in the test group) compiled with the workspace's portable
+        # build variables: the wheel the root `uv sync` built, as gym's own plugin venvs take it.
+        for directory in Wheelhouse(default_home() / "wheels").find_links(build_variables(None, REPO)[0], REPO, uv):
+            find_links += ["--find-links", str(directory)]
         # From the workspace root: uv then applies its [tool.uv.extra-build-variables] to anything it compiles.
         _run([uv, "pip", "install", "--python", str(venv_python(venv)), *find_links, *requirements], REPO,
              BUILD_TIMEOUT_S, "installing gym-train and its test group into the training venv")

@@ -315,14 +315,17 @@ def test_bad_rows_are_named_by_line_before_anything_runs(collected, tmp_path):
 
 
 def test_serve_starts_the_environment_for_the_run(collected, tmp_path):
-    """--serve: the launcher starts the config's servers (here only the environment, no model at all),
-    re-verifies on them and stops them; an unchanged verifier gives every row its reward again."""
+    """--serve: the launcher starts the config's environment (not its model nor its agent: nothing
+    here calls them), re-verifies on it and stops it; an unchanged verifier gives every row its reward again."""
     config = tmp_path / "counter.yaml"
-    config.write_text(json.dumps({"counter": {"plugin": "counter"}}))
+    config.write_text(json.dumps(CONFIG))
     out = tmp_path / "reverified.jsonl"
     result = invoke("reverify", str(collected), "--output", str(out), "--serve", str(config), "--isolation", "none",
                     "--set", "head_server.port=0")
     assert result.exit_code == 0, result.output
+    assert "left out policy (model), agent (agent): only resources servers" in result.output
+    table = result.output[result.output.index("gym servers"):result.output.index("All servers ready")]
+    assert "counter" in table and "scripted" not in table and "simple_agent" not in table
     after = rows(out)
     assert len(after) == len(TASKS) * REPEATS
     assert all(r["reward"] == r["previous_reward"] for r in after)

@@ -222,3 +222,89 @@ def test_head_urls_compare_by_server_not_by_spelling():
     assert not same_head("http://127.0.0.1:11000", "http://127.0.0.1:11001")
     assert same_head("http://127.0.0.1", "http://127.0.0.1:80")
     assert not same_head("http://127.0.0.1:11000", "not a url:x")
+
+
+def test_gym_stop_ends_a_run_whose_servers_are_still_starting(tmp_path):
+    """The launcher writes its state file before any server is ready (before venvs are built, even), so
+    `gym stop` finds a run still starting and stops it the graceful way, the slow server included."""
+    home = tmp_path / "home"
+    site = tmp_path / "site"
+    site.mkdir()
+    # A real server that is slow to start: counter's process sleeps before it even imports gym.
+    (site / "sitecustomize.py").write_text(
+        "import os, time\nif os.environ.get('GYM_INSTANCE') == 'counter':\n    time.sleep(120)\n")
+    pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
+    proc = gym("run", str(COUNTER_SCRIPTED), "--isolation", "none", "head_server.port=0",
+               env={"GYM_HOME": str(home), "PYTHONPATH": pythonpath})
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+    reader.start()
+    state_file = home / "runs" / f"{proc.pid}.json"
+
+    def counter_recorded() -> dict | None:
+        state = json.loads(state_file.read_text()) if state_file.exists() else {}
+        return state if "counter" in state.get("servers", {}) else None
+
+    try:
+        state = wait_until(counter_recorded, 60, "the run to record its counter server")
+        assert proc.poll() is None and not any("All servers ready" in line for line in output)
+        result = gym_cmd("stop", "--timeout", "30", home=home)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"stopped `gym run` (pid {proc.pid}, head {state['head_url']})" in result.stdout
+        assert proc.wait(timeout=30) == 0  # SIGTERM unwound the start-up like Ctrl+C
+        reader.join(timeout=10)
+        for server in state["servers"].values():
+            assert is_gone(server["pid"], server["started"])
+        assert not state_file.exists()
+        text = "".join(output)
+        assert "all servers stopped" in text and "All servers ready" not in text
+        # The launcher's own lines (a server's are prefixed with its name) end without a traceback.
+        assert not [line for line in output if not line.startswith("[") and "Traceback" in line]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_gym_stop_ends_a_run_that_is_still_building_venvs(tmp_path):
+    """A fresh $GYM_HOME: the run builds the counter's venv first (seconds). Its state file is there
+    already, with no servers; `gym stop` ends the run there, the uv build included."""
+    home = tmp_path / "home"
+    config = tmp_path / "counter.yaml"
+    config.write_text(json.dumps({"counter": {"plugin": "counter"}}))
+    proc = gym("run", str(config), "--isolation", "venv", "head_server.port=0", env={"GYM_HOME": str(home)})
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
+    reader.start()
+    state_file = home / "runs" / f"{proc.pid}.json"
+    try:
+        wait_until(lambda: any("building venv for counter" in line for line in output), 60, "the venv build")
+        state = json.loads(state_file.read_text())
+        assert (state["pid"], state["servers"]) == (proc.pid, {})
+        result = gym_cmd("stop", "--timeout", "30", home=home)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"stopped `gym run` (pid {proc.pid}, head {state['head_url']}) and its servers (no servers yet)" \
+            in result.stdout
+        assert proc.wait(timeout=30) == 0
+        reader.join(timeout=10)
+        text = "".join(output)
+        assert "all servers stopped" in text
+        assert "built venv for counter" not in text and "All servers ready" not in text  # stopped mid-build
+        assert not state_file.exists()
+        assert not [pid for pid in builders(home)], "a uv build outlived the run"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def builders(home: Path) -> list[int]:
+    """The processes whose command line names a path under ``home`` (the uv builds of its venvs)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(home).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found

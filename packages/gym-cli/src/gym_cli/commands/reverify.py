@@ -124,6 +124,8 @@ def reverify(rollouts_path, output_path, only_failed, resources_server, parallel
     old one as previous_reward, everything else unchanged. Re-running the same command resumes.
     Rows whose resources server is not running stop the command before any row is re-verified.
     Rows that still fail for an infrastructure reason go to the failures file, never scored.
+    --serve starts only the config's resources servers and the instances they refer to (a judge
+    model); its policy models and agents are left out.
     Exits 1 when some rows failed, 2 when nothing could start, 130 when interrupted.
 
     \b
@@ -160,8 +162,10 @@ def reverify(rollouts_path, output_path, only_failed, resources_server, parallel
                                   row_timeout_s=row_timeout)
         interrupted = False
         if work:
+            # --serve: no policy model or agent is called here; only the environments and what they
+            # refer to (a judge model) start.
             with head_or_served(head, serve_configs, overrides, isolation=isolation,
-                                console=console) as head_url:
+                                console=console, kinds={"resources"}) as head_url:
                 try:
                     run_async(_reverify(head_url, work, copies, resources_server, options, summary, console))
                 except KeyboardInterrupt:

@@ -10,7 +10,13 @@ the global config and the instance name reach it through environment variables. 
 A server that dies after start-up is restarted as the config's ``server_restarts`` says (see
 :class:`~gym_cli.launch.supervisor.RestartPolicy`; default 3 restarts within 60 s). Before starting
 anything, the launcher stops the servers left running by a launcher that was killed (``kill -9``), as
-recorded in its state file (:mod:`~gym_cli.launch.runstate`), and keeps its own state file current.
+recorded in its state file (:mod:`~gym_cli.launch.runstate`), and keeps its own state file current: written
+as soon as the config is resolved (before venvs are built), so ``gym stop`` finds a run that is still
+starting, and updated as servers start.
+
+``kinds`` launches part of a config: the instances of those kinds and, transitively, the instances their
+reference options name (:func:`needed_instances`); the others are left out of the run and its config
+(``gym reverify --serve`` starts the resources servers, and a judge model only when one is referenced).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,12 +44,14 @@ from gym_cli.launch.supervisor import ChildSpec, RestartPolicy, Supervisor
 from gym_cli.sources import source_of_entry
 
 if TYPE_CHECKING:  # the server stack loads when something is launched, not when `gym --help` runs
-    from gym_core.config import GlobalConfig
+    from gym_core.config import GlobalConfig, InstanceConfig
     from gym_core.plugins import PluginManager
+    from gym_core.registry import ServerType
     from gym_core.serving import ServerThread
 
 __all__ = ["Launch", "launch", "ISOLATION_MODES", "default_env_file", "resolve_config", "split_config_args",
-           "restart_policy", "RESTARTS_KEY", "head_or_served", "serve_options"]
+           "restart_policy", "RESTARTS_KEY", "head_or_served", "serve_options", "instance_references",
+           "needed_instances"]
 
 RESTARTS_KEY = "server_restarts"
 """The config key of the restart policy: ``server_restarts: {attempts: 3, window_s: 60, backoff_s: 1}``."""
@@ -141,8 +149,13 @@ def launch(
     env_file: str | None = "env.yaml",
     plugins: PluginManager | None = None,
     catalog: Catalog | None = None,
+    kinds: Collection[str] | None = None,
 ) -> Iterator[Launch]:
-    """Start the head server and every instance; stop them all on exit. Yields once all are ready."""
+    """Start the head server and every instance; stop them all on exit. Yields once all are ready.
+
+    ``kinds`` (e.g. ``{"resources"}``): start only the instances of those kinds and those they need
+    (:func:`needed_instances`); the others are dropped from the run's config, and a line on ``console``
+    names them. A GymError when the config has no instance of those kinds."""
     from gym_core.auth import new_token, token_file, write_token
     from gym_core.config import CONFIG_ENV, INSTANCE_ENV
     from gym_core.head import build_head_app
@@ -160,42 +173,53 @@ def launch(
     config = resolve_config(config_paths, overrides, env_file=env_file, plugins=plugins, catalog=catalog)
     if not config.instances:
         raise GymError("the config defines no server instances (entries like `name: {plugin: ...}`)")
+
+    def kind_of(inst: InstanceConfig) -> str:
+        return known[inst.plugin].kind if inst.plugin in known else (catalog.entries[inst.plugin].kind or "?")
+
+    if kinds is not None:
+        _keep_needed(config, kinds, known, kind_of, console)
     policy = restart_policy(config, ready_timeout_s)
     # A launcher killed with -9 may have left servers on the ports this one needs.
     clean_stale_runs(runs_dir(), lambda message: console.print(message, markup=False, highlight=False))
-    _check_port_free(
-        config.head_host, config.head_port, "head server; another `gym run`?", "stop it or set head_server.port=<free port>"
-    )
-    for inst in config.instances.values():
-        ports = inst.replica_ports if inst.replicas > 1 else [inst.port]
-        for name, port in zip(inst.replica_names, ports):
-            fix = f"set {inst.name}.port=<free port>" if port == inst.port else f"leave {inst.name}.replica_ports out"
-            _check_port_free(inst.host, port, f"instance {name}", f"stop what uses it or {fix}")
-
-    _maybe_start_ray(config, [n for n, p in known.items() if p.needs_ray and n in {i.plugin for i in config.instances.values()}], console)
-
-    pythons = _pythons(config, isolation, catalog, console)
-    # Every server of the run requires its token; clients find it in a file only this user reads.
-    token = config.auth_token or new_token()
-    config.data["auth_token"] = token
-    token_path = token_file(default_home(), config.head_host, config.head_port)
-    write_token(token_path, token)
     state = Launch(config)
-    state.head = ServerThread(build_head_app(config, state.describe), config.head_host, config.head_port).start()
+    supervisor: Supervisor | None = None
+    token_path = None
     run_state = RunStateFile(runs_dir(), config.head_url)
-    supervisor = Supervisor(
-        restart=policy,
-        notice=lambda message: console.print(message, markup=False, highlight=False),
-        on_spawn=lambda: run_state.record(supervisor.pids()),
-    )
-    state.supervisor = supervisor
     # SIGTERM's default ends this process at once, orphaning the servers: make it unwind like Ctrl+C,
     # through the `finally` below, whichever command launched them (gym run, gym collect --serve...).
+    # Set before the state file exists: from then on `gym stop` may send it, even while venvs build.
     restore = _sigterm_as_interrupt()
     try:
+        run_state.record({})  # no servers yet: `gym stop` can already find (and stop) this run
+        _check_port_free(
+            config.head_host, config.head_port, "head server; another `gym run`?",
+            "stop it or set head_server.port=<free port>"
+        )
+        for inst in config.instances.values():
+            ports = inst.replica_ports if inst.replicas > 1 else [inst.port]
+            for name, port in zip(inst.replica_names, ports):
+                fix = f"set {inst.name}.port=<free port>" if port == inst.port else f"leave {inst.name}.replica_ports out"
+                _check_port_free(inst.host, port, f"instance {name}", f"stop what uses it or {fix}")
+
+        _maybe_start_ray(config, [n for n, p in known.items() if p.needs_ray and n in {i.plugin for i in config.instances.values()}], console)
+
+        pythons = _pythons(config, isolation, catalog, console)
+        # Every server of the run requires its token; clients find it in a file only this user reads.
+        token = config.auth_token or new_token()
+        config.data["auth_token"] = token
+        token_path = token_file(default_home(), config.head_host, config.head_port)
+        write_token(token_path, token)
+        state.head = ServerThread(build_head_app(config, state.describe), config.head_host, config.head_port).start()
+        supervisor = Supervisor(
+            restart=policy,
+            notice=lambda message: console.print(message, markup=False, highlight=False),
+            on_spawn=lambda: run_state.record(supervisor.pids()),
+        )
+        state.supervisor = supervisor
         for inst in config.instances.values():
             python, where = pythons[inst.plugin]
-            kind = known[inst.plugin].kind if inst.plugin in known else (catalog.entries[inst.plugin].kind or "?")
+            kind = kind_of(inst)
             row: dict[str, Any] = {"name": inst.name, "kind": kind, "plugin": inst.plugin, "url": inst.url, "venv": where}
             if inst.replicas > 1:
                 row["replicas"] = [{"name": name, "index": index, "url": url}
@@ -219,12 +243,81 @@ def launch(
         yield state
     finally:
         try:
-            supervisor.shutdown()
-            state.head.stop()
+            if supervisor is not None:
+                supervisor.shutdown()
+            if state.head is not None:
+                state.head.stop()
         finally:
             run_state.remove()
-            token_path.unlink(missing_ok=True)
+            if token_path is not None:
+                token_path.unlink(missing_ok=True)
             restore()
+
+
+def instance_references(config: GlobalConfig, name: str, known_types: Mapping[str, ServerType]) -> list[tuple[str, str]]:
+    """The ``(option, instance)`` pairs instance ``name`` refers to through its reference options (fields
+    typed :data:`~gym_core.options.ModelRef`, ``ResourcesRef``, ``AgentRef``, ``ServerRef``; defaults
+    included). A server type not loaded here (another venv's) cannot say which options are references:
+    every option whose value names another instance counts, so that nothing it may call is left out."""
+    import typing
+
+    from gym_core.config import validate_instance_options
+    from gym_core.options import ref_of
+
+    instance = config.instances[name]
+    server_type = known_types.get(instance.plugin)
+    if server_type is None:
+        values = instance.options.items()
+    else:
+        struct = validate_instance_options(config, name, server_type.config)
+        hints = typing.get_type_hints(server_type.config, include_extras=True)
+        values = [(field, getattr(struct, field, None)) for field, hint in hints.items() if ref_of(hint) is not None]
+    found = []
+    for option, value in values:
+        for target in value if isinstance(value, (list, tuple)) else [value]:  # list[ModelRef] too
+            if isinstance(target, str) and target in config.instances and target != name:
+                found.append((option, target))
+    return found
+
+
+def needed_instances(config: GlobalConfig, roots: Sequence[str],
+                     known_types: Mapping[str, ServerType]) -> dict[str, str | None]:
+    """The instances ``roots`` need, themselves included: each root, and transitively every instance a
+    needed one refers to (:func:`instance_references`); each mapped to why it is needed (None for a root,
+    else ``"<instance>.<option>"``, the first reference found), in the order they were found."""
+    needed: dict[str, str | None] = {name: None for name in roots}
+    queue = list(roots)
+    while queue:
+        name = queue.pop(0)
+        for option, target in instance_references(config, name, known_types):
+            if target not in needed:
+                needed[target] = f"{name}.{option}"
+                queue.append(target)
+    return needed
+
+
+def _keep_needed(config: GlobalConfig, kinds: Collection[str], known_types: Mapping[str, ServerType],
+                 kind_of: Callable[[InstanceConfig], str], console: Console) -> None:
+    """Drop from ``config`` every instance that is neither of ``kinds`` nor needed by one that is (the
+    head then publishes only what runs), saying which were left out and which were kept for a reference."""
+    roots = [name for name, inst in config.instances.items() if kind_of(inst) in kinds]
+    wanted = " or ".join(sorted(kinds))
+    if not roots:
+        listing = ", ".join(f"{name} ({kind_of(inst)})" for name, inst in config.instances.items())
+        raise GymError(f"the config defines no {wanted} server instance, and only those are started here; "
+                       f"its instances: {listing}")
+    needed = needed_instances(config, roots, known_types)
+    for name, why in needed.items():
+        if why is not None:
+            console.print(f"starting {name} ({kind_of(config.instances[name])}): {why} refers to it", highlight=False)
+    left_out = [name for name in config.instances if name not in needed]
+    if left_out:
+        listing = ", ".join(f"{name} ({kind_of(config.instances[name])})" for name in left_out)
+        console.print(f"left out {listing}: only {wanted} servers and the instances they refer to are started here",
+                      highlight=False)
+    for name in left_out:
+        del config.instances[name]
+        del config.data[name]
 
 
 def restart_policy(config: GlobalConfig, ready_timeout_s: float = 600.0) -> RestartPolicy:
@@ -246,15 +339,24 @@ def restart_policy(config: GlobalConfig, ready_timeout_s: float = 600.0) -> Rest
 
 def _sigterm_as_interrupt() -> Callable[[], None]:
     """Raise KeyboardInterrupt on SIGTERM until the returned function restores the old handler
-    (main thread only: elsewhere signal handlers cannot be set, and the caller's own handling stands)."""
+    (main thread only: elsewhere signal handlers cannot be set, and the caller's own handling stands).
+    Venv builds in progress are stopped too: unlike Ctrl+C in a terminal, SIGTERM (``gym stop``) reaches
+    this process alone, and the interrupted launcher would wait for them to finish."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
+    from gym_cli.venvs.uv import allow_builds, stop_builds  # now: not in a signal handler, mid-import maybe
 
     def interrupt(signum: int, frame: Any) -> None:
+        stop_builds()
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, interrupt)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+        allow_builds()  # a later launch in this process (tests, a notebook) builds again
+
+    return restore
 
 
 def _pythons(config: GlobalConfig, isolation: str, catalog: Catalog, console: Console) -> dict[str, tuple[str, str]]:
@@ -306,15 +408,17 @@ def default_env_file() -> str | None:
 
 @contextlib.contextmanager
 def head_or_served(head: str, config_paths: Sequence[str], overrides: Sequence[str] = (), *, isolation: str = "venv",
-                   console: Console | None = None) -> Iterator[str]:
+                   console: Console | None = None, kinds: Collection[str] | None = None) -> Iterator[str]:
     """The head server a data command (``gym collect``, ``gym reverify``) talks to: ``head`` (``--head``,
     a running ``gym run``), or, with ``config_paths`` (``--serve``), the head of the servers started
-    from them with ``overrides`` (``--set``), reported ready on ``console`` and stopped on exit."""
+    from them with ``overrides`` (``--set``), reported ready on ``console`` and stopped on exit.
+    ``kinds``: start only the instances of those kinds and those they refer to (see :func:`launch`)."""
     if not config_paths:
         yield head
         return
     console = console or Console(stderr=True)
-    with launch(list(config_paths), overrides, isolation=isolation, console=console, env_file=default_env_file()) as state:
+    with launch(list(config_paths), overrides, isolation=isolation, console=console, env_file=default_env_file(),
+                kinds=kinds) as state:
         console.print(state.table())
         console.print(f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s")
         yield state.config.head_url

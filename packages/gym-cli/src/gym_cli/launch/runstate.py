@@ -7,7 +7,9 @@ its own pid and start time and, for each server process, the pid, start time and
      "head_url": "http://127.0.0.1:11000",
      "servers": {"counter": {"pid": 4250, "started": 881301, "cmdline": ["/.../python", "-m", "gym_core.serve"]}}}
 
-and removes it when it stops. ``gym stop`` finds running launchers through these files
+and removes it when it stops. The file is written as soon as the launcher has resolved its config, before
+it builds venvs or starts anything (``servers`` stays empty until the first server starts), so that a run
+still starting can be found and stopped. ``gym stop`` finds running launchers through these files
 (:class:`RecordedRun`). A file whose launcher no longer runs was left by a launcher killed with
 ``kill -9``: :func:`clean_stale_runs` stops that launcher's leftover servers (only processes whose start
 time and command line match the file: a recycled pid belongs to someone else) and removes the file.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +13,8 @@ from typing import TextIO
 
 from gym_core.errors import GymError
 
-__all__ = ["VenvBuildError", "UvNotFoundError", "find_uv", "run_uv", "uv_cache_dir", "TAIL_LINES"]
+__all__ = ["VenvBuildError", "UvNotFoundError", "find_uv", "run_uv", "stop_builds", "allow_builds", "uv_cache_dir",
+           "TAIL_LINES"]
 
 TAIL_LINES = 30
 """How many of uv's last output lines a :class:`VenvBuildError` carries."""
@@ -59,17 +61,49 @@ def _environ() -> dict[str, str]:
     return env
 
 
+# The uv processes run_uv waits on now. Builds run in worker threads, which an interrupted launcher waits
+# for: stop_builds ends them (and the next step of a build, which would start another uv) so that
+# `gym stop` is not kept waiting by a build.
+_RUNNING: set[subprocess.Popen[str]] = set()
+_RUNNING_LOCK = threading.RLock()  # re-entrant: stop_builds may run in a signal handler of this thread
+_STOPPED = threading.Event()
+
+
+def stop_builds() -> None:
+    """Terminate every uv process that :func:`run_uv` is waiting on, and fail every later
+    :func:`run_uv` until :func:`allow_builds`: the builds in progress end with a VenvBuildError."""
+    _STOPPED.set()
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        try:
+            proc.terminate()
+        except OSError:
+            pass  # already gone
+
+
+def allow_builds() -> None:
+    """Let :func:`run_uv` run uv again after :func:`stop_builds`."""
+    _STOPPED.clear()
+
+
 def run_uv(plugin: str, args: list[str], cwd: Path, log: TextIO, log_path: Path) -> None:
     """Run ``args`` (``args[0]`` is uv) in ``cwd``, writing all its output to ``log``; a
     :class:`VenvBuildError` with the last lines when it fails."""
     log.write(f"$ (cd {cwd} && {' '.join(args)})\n")
     log.flush()
     tail: deque[str] = deque(maxlen=TAIL_LINES)
+    if _STOPPED.is_set():
+        raise VenvBuildError(plugin, "stopped: gym is shutting down")
     try:
         proc = subprocess.Popen(args, cwd=cwd, env=_environ(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, errors="replace")
     except OSError as exc:
         raise UvNotFoundError(plugin, f"cannot run uv ({args[0]}): {exc}. Install uv with `pip install uv`") from exc
+    with _RUNNING_LOCK:
+        _RUNNING.add(proc)
+    if _STOPPED.is_set():  # stop_builds ran between the check above and now
+        proc.terminate()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -81,6 +115,8 @@ def run_uv(plugin: str, args: list[str], cwd: Path, log: TextIO, log_path: Path)
         proc.wait()
         raise
     finally:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(proc)
         log.flush()
     if returncode != 0:
         what = " ".join(a for a in args[1:3] if not a.startswith("-"))

@@ -20,7 +20,7 @@ from gym_cli.main import cli
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-PLOTS = ["reward_histogram", "pass_at_k", "reward_by_group", "turns", "tokens"]
+PLOTS = ["reward_histogram", "pass_at_k", "reward_by_group", "turns", "tokens", "latency"]
 # matplotlib's first two colours: the "before" and "after" runs in every plot.
 RUN_COLOURS = [(0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)]
 

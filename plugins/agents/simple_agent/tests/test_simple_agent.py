@@ -16,7 +16,9 @@ import gym_counter.plugin
 import gym_scripted.plugin
 import gym_simple_agent.plugin
 
-COUNTER_TASKS = Path(__file__).resolve().parents[3] / "resources" / "counter" / "data" / "example.jsonl"
+# Counter tasks kept beside the tests (not read from the counter plugin's folder): the tests also run
+# from this plugin's published sdist (`gym test simple_agent`), where no workspace surrounds them.
+COUNTER_TASKS = Path(__file__).resolve().parent / "data" / "counter_tasks.jsonl"
 
 
 class Notes(ResourcesServer):

@@ -58,6 +58,7 @@ _EXPORTS = {
     "Judge": "gym_core.judge",
     "JudgeError": "gym_core.judge",
     "JudgeOptions": "gym_core.options",
+    "UpstreamOptions": "gym_core.options",
     "first_label_verdict": "gym_core.judge",
     # untrusted programs
     "Sandbox": "gym_core.sandbox",
@@ -103,7 +104,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from gym_core.hookspecs import hookimpl
     from gym_core.judge import Judge, JudgeError, first_label_verdict
     from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxResult
-    from gym_core.options import AgentRef, ClientConfig, JudgeOptions, ModelRef, ResourcesRef, ServerConfig, ServerRef
+    from gym_core.options import (AgentRef, ClientConfig, JudgeOptions, ModelRef, ResourcesRef, ServerConfig, ServerRef,
+                                  UpstreamOptions)
     from gym_core.plugins import PluginManager, get_plugin_manager
     from gym_core.registry import ServerType
     from gym_core.servers import AgentServer, GymServer, ModelServer, ResourcesServer, tool

@@ -30,6 +30,7 @@ __all__ = [
     "ServerRef",
     "ModelRef",
     "JudgeOptions",
+    "UpstreamOptions",
     "ResourcesRef",
     "AgentRef",
     "ref_of",
@@ -193,3 +194,25 @@ class JudgeOptions(ServerConfig, kw_only=True):
         Meta(ge=1, description="tries of a judge call that failed for a transient reason (unreachable, timeout, "
              "429, 5xx) before the rollout fails with judge_failed"),
     ] = 3
+
+
+class UpstreamOptions(ServerConfig, kw_only=True):
+    """Options of a model server in front of an upstream HTTP endpoint (:mod:`gym_core.upstream`):
+    how many calls at once, how long each may wait and take, how often a busy answer is retried."""
+
+    max_concurrency: Annotated[int, Meta(ge=1, description="upstream requests in flight at once; later ones wait")] = 64
+    # The defaults keep one model call (queue + upstream) under the 600 s an agent waits for it by
+    # default, so that the agent gets this server's typed error rather than its own timeout.
+    queue_timeout_s: Annotated[
+        float, Meta(gt=0, description="longest wait for one of max_concurrency slots, seconds; then 503 model_overloaded")
+    ] = 240.0
+    timeout_s: Annotated[
+        float,
+        Meta(gt=0, description="limit of one model call upstream, retries and their backoff included, seconds; then 504"),
+    ] = 300.0
+    max_attempts: Annotated[
+        int, Meta(ge=1, description="tries of one model call on connection errors and 429/503 answers, within timeout_s")
+    ] = 3
+    extra_body: Annotated[
+        dict[str, Any], Meta(description="merged into every upstream request body, over the caller's fields")
+    ] = msgspec.field(default_factory=dict)

@@ -6,17 +6,16 @@ description (``Meta(description=...)``) is what `gym plugin show azure_openai_mo
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-import msgspec
 from msgspec import Meta
 
-from gym_core import ServerConfig
+from gym_core import UpstreamOptions
 
 __all__ = ["AzureOpenAIModelConfig"]
 
 
-class AzureOpenAIModelConfig(ServerConfig, kw_only=True):
+class AzureOpenAIModelConfig(UpstreamOptions, kw_only=True):
     endpoint: Annotated[
         str,
         Meta(pattern=r"^https?://[^/?#]+/?$",
@@ -41,18 +40,3 @@ class AzureOpenAIModelConfig(ServerConfig, kw_only=True):
         str | None, Meta(description="the model's name in answers and GET /v1/models; default: the deployment")
     ] = None
     max_concurrency: Annotated[int, Meta(ge=1, description="upstream requests in flight at once; later ones wait")] = 8
-    # The defaults keep one model call (queue + upstream) under the 600 s an agent waits for it by
-    # default, so that the agent gets this server's typed error rather than its own timeout.
-    queue_timeout_s: Annotated[
-        float, Meta(gt=0, description="longest wait for one of max_concurrency slots, seconds; then 503 model_overloaded")
-    ] = 240.0
-    timeout_s: Annotated[
-        float,
-        Meta(gt=0, description="limit of one model call upstream, retries and their backoff included, seconds; then 504"),
-    ] = 300.0
-    max_attempts: Annotated[
-        int, Meta(ge=1, description="tries of one model call on connection errors and 429/503 answers, within timeout_s")
-    ] = 3
-    extra_body: Annotated[
-        dict[str, Any], Meta(description="merged into every upstream request body, over the caller's fields")
-    ] = msgspec.field(default_factory=dict)

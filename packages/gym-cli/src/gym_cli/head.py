@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from gym_core.client import ServerClient
     from gym_core.registry import ServerType
 
-__all__ = ["default_head", "head_token", "server_instances", "instance_kinds", "agent_instances"]
+__all__ = ["default_head", "head_token", "connect", "server_instances", "instance_kinds", "agent_instances"]
 
 
 def default_head() -> str:
@@ -25,6 +25,24 @@ def head_token(head: str) -> str | None:
     from gym_core.auth import token_for_head
 
     return token_for_head(head)
+
+
+async def connect(head: str, timeout_s: float) -> ServerClient:
+    """A client of the run behind ``head`` making ONE attempt per request, each bounded by
+    ``timeout_s``: ``gym collect`` and ``gym reverify`` retry whole rows, in fresh sessions, and
+    retrying here too would multiply them. A :class:`~gym_cli.exits.CommandFailed` saying how to start
+    the servers when the head does not answer."""
+    from gym_core.client import ServerClient
+    from gym_core.errors import ServerCallError
+    from gym_core.options import ClientConfig
+
+    from gym_cli.exits import CommandFailed
+
+    try:
+        return await ServerClient.from_head(head, config=ClientConfig(timeout_s=timeout_s, max_attempts=1, deadline_s=timeout_s))
+    except ServerCallError as exc:
+        raise CommandFailed(f"cannot reach the head server at {head} ({exc.detail}): start the servers with "
+                            "`gym run CONFIG` and pass its --head, or let this command start them with --serve CONFIG") from None
 
 
 async def server_instances(client: ServerClient, head: str) -> list[dict[str, Any]]:

@@ -26,24 +26,14 @@ async def _collect(head: str, tasks: TaskFile, pairs: Iterable[tuple[int, int]],
     """Ask the head server what runs, choose the agent, then collect while ``reporter`` shows progress."""
     import asyncio
 
-    from gym_core.client import ServerClient
-    from gym_core.errors import ServerCallError
-    from gym_core.options import ClientConfig
     from gym_core.plugins import get_plugin_manager
 
-    from gym_cli.head import instance_kinds, server_instances
+    from gym_cli.head import connect, instance_kinds, server_instances
     from gym_cli.live import follow
     from gym_cli.rollouts import check_agents, choose_agent, collect_rollouts
 
-    # One attempt per request: collect_rollouts retries whole rollouts, and retrying here too would
-    # multiply them. Each /run is bounded by what is left of its rollout's deadline.
-    timeout = options.rollout_timeout_s
-    client_config = ClientConfig(timeout_s=timeout, max_attempts=1, deadline_s=timeout)
-    try:
-        client = await ServerClient.from_head(head, config=client_config)
-    except ServerCallError as exc:
-        raise CommandFailed(f"cannot reach the head server at {head} ({exc.detail}): start the servers with "
-                            "`gym run CONFIG` and pass its --head, or let this command start them with --serve CONFIG") from None
+    # Each /run is bounded by what is left of its rollout's deadline.
+    client = await connect(head, options.rollout_timeout_s)
     async with client:
         kinds = instance_kinds(await server_instances(client, head), get_plugin_manager().servers())
         # Before any rollout: an agent that is not running would fail every row that names it.

@@ -26,22 +26,12 @@ async def _reverify(head: str, work: list[RolloutRow], copies: list[RolloutRow],
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gym_core.client import ServerClient
-    from gym_core.errors import ServerCallError
-    from gym_core.options import ClientConfig
     from gym_core.plugins import get_plugin_manager
 
-    from gym_cli.head import instance_kinds, server_instances
+    from gym_cli.head import connect, instance_kinds, server_instances
     from gym_cli.reverify import copy_rows, resolve_resources_servers, reverify_rollouts
 
-    # One attempt per request: rows are retried whole, in a fresh session (as gym collect does).
-    timeout = options.row_timeout_s
-    client_config = ClientConfig(timeout_s=timeout, max_attempts=1, deadline_s=timeout)
-    try:
-        client = await ServerClient.from_head(head, config=client_config)
-    except ServerCallError as exc:
-        raise CommandFailed(f"cannot reach the head server at {head} ({exc.detail}): start the servers with "
-                            "`gym run CONFIG` and pass its --head, or let this command start them with --serve CONFIG") from None
+    client = await connect(head, options.row_timeout_s)
     async with client:
         listed = await server_instances(client, head)
         kinds = instance_kinds(listed, get_plugin_manager().servers())

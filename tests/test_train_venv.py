@@ -39,7 +39,7 @@ GYM_TRAIN = REPO / "packages" / "gym-train"
 GYM_CORE = REPO / "packages" / "gym-core"
 LOCAL_WHEELS = Path("/opt/wheels")
 BUILD_TIMEOUT_S = 900  # cold: torch unpacked from the local wheel, transformers & co. downloaded
-TESTS_TIMEOUT_S = 900
+TESTS_TIMEOUT_S = 1800  # the closed loop of gym train (test_train_loop.py) is a few minutes of it
 
 
 def _environ() -> dict[str, str]:

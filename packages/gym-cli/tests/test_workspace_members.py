@@ -98,6 +98,16 @@ def test_the_command_agrees(workspace):
     assert "in sync" in result.output
 
 
+def test_a_framework_package_with_a_command_is_not_catalogued(workspace):
+    """A member under packages/ registering a command (as gym-train registers `gym train`) is no
+    server plugin: workspace.toml, the catalog of server plugins, does not list it."""
+    path = workspace / "packages" / "gym-heavy" / "pyproject.toml"
+    path.write_text(path.read_text() + '\n[project.entry-points.gym]\ntrain = "gym_heavy.plugin"\n')
+    assert check(workspace) == []
+    assert sync(workspace) == ([], [])
+    assert (workspace / "workspace.toml").read_text() == "[plugins]\n"
+
+
 def test_a_root_install_that_is_not_a_boolean_is_a_clear_error(workspace):
     path = workspace / "packages" / "gym-heavy" / "pyproject.toml"
     path.write_text(path.read_text().replace("root-install = false", 'root-install = "no"'))

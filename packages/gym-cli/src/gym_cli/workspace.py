@@ -299,7 +299,10 @@ def _reconcile(files: _Files, members: list[Member]) -> list[str]:
                 files.remove_plugin(name)
         listed = {spec.get("path") for spec in entries.values()}
         for member in members:
-            if not member.plugins or member.directory in listed:
+            # The catalog names server plugins, each run in a venv of its own. A framework package
+            # (under packages/: gym-train's `gym train`) adds commands or hooks to gym itself, found
+            # through its entry points where it is installed: nothing to catalog.
+            if not member.plugins or member.directory in listed or PurePosixPath(member.directory).parts[0] == "packages":
                 continue
             kind = _kind_of(member.directory)
             if kind is None:

@@ -19,8 +19,9 @@ def test_no_ray_unless_asked():
     assert "ray" not in sys.modules
 
 
-def test_asking_for_ray_without_it_is_a_clear_error():
-    # Ray is not a dependency of gym (yet): asking for it says how to get it.
+def test_asking_for_ray_without_it_is_a_clear_error(monkeypatch):
+    # Ray is an optional extra of gym: asking for it without it installed says how to get it.
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails, as where it is not installed
     config = GlobalConfig({"ray_head_node_address": "ray://10.0.0.1:10001"})
     with pytest.raises(GymError, match="ray_head_node_address is set.*pip install ray"):
         _maybe_start_ray(config, [], Console(quiet=True))

@@ -24,7 +24,7 @@ import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import yaml
@@ -48,14 +48,45 @@ __all__ = [
     "SECRET_KEY",
     "REDACTED",
     "INSTANCE_KEYS",
+    "RayConfig",
+    "ServerResources",
 ]
 
 RESERVED_KEYS = frozenset({"head_server", "ray_head_node_address", "ray", "server_restarts", "auth_token"})
 CONFIG_ENV = "GYM_CONFIG"  # the resolved global config (JSON), given to every server process
 INSTANCE_ENV = "GYM_INSTANCE"  # which instance of it a server process is
 # Keys of an instance entry that are the launcher's, not options of its server type: ``replica_ports``
-# (one port per replica, the first being ``port``) is filled in when ports are assigned.
-INSTANCE_KEYS = frozenset({"plugin", "replicas", "replica_ports"})
+# (one port per replica, the first being ``port``) is filled in when ports are assigned; ``resources``
+# says where a Ray cluster may place it; ``replica_hosts`` (each replica's node) is filled in by that placement.
+INSTANCE_KEYS = frozenset({"plugin", "replicas", "replica_ports", "resources", "replica_hosts"})
+
+
+class ServerResources(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """An instance's ``resources:`` on a Ray cluster (each of its processes gets them): what the actor
+    hosting it reserves (``num_cpus``, ``num_gpus``, ``memory`` in bytes, ``custom`` resources by name)
+    and ``node``, a node it must run on (a node id, a unique prefix of one, or a node's IP address)."""
+
+    num_cpus: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    num_gpus: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    memory: Annotated[int, msgspec.Meta(ge=0)] = 0
+    custom: dict[str, Annotated[float, msgspec.Meta(gt=0)]] = {}
+    node: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+
+
+class RayConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The config's ``ray:`` (``true`` or ``{}``: a local cluster gym starts and stops; ``address``: join
+    that cluster, ``"local"`` being a new local one). ``num_cpus``/``num_gpus`` size a local cluster;
+    ``placement_timeout_s`` bounds the wait for every server to be placed on a node."""
+
+    address: str | None = None
+    num_cpus: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    num_gpus: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    placement_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 120.0
+
+    @property
+    def local(self) -> bool:
+        """Whether gym starts this cluster itself (no address, or ``local``)."""
+        return self.address in (None, "", "local")
 
 
 @dataclass
@@ -70,6 +101,8 @@ class InstanceConfig:
     options: dict[str, Any] = field(default_factory=dict)
     replicas: int = 1
     replica_ports: list[int] = field(default_factory=list)
+    resources: dict[str, Any] | None = None  # ``resources:`` as written (ServerResources' fields)
+    replica_hosts: list[str] = field(default_factory=list)  # each replica's host, when placed on nodes
 
     @property
     def url(self) -> str:
@@ -85,7 +118,8 @@ class InstanceConfig:
     def replica_urls(self) -> list[str]:
         """Each replica's URL, in replica order (``[url]`` with one replica or before ports are assigned)."""
         if self.replicas > 1 and len(self.replica_ports) == self.replicas:
-            return [f"http://{self.host}:{port}" for port in self.replica_ports]
+            hosts = self.replica_hosts if len(self.replica_hosts) == self.replicas else [self.host] * self.replicas
+            return [f"http://{host}:{port}" for host, port in zip(hosts, self.replica_ports)]
         return [self.url]
 
 
@@ -117,6 +151,7 @@ class GlobalConfig:
                     name, value["plugin"], value.get("host", DEFAULT_HOST), int(value.get("port") or 0), options,
                     replicas=int(replicas) if _replicas_problem(replicas) is None else 1,
                     replica_ports=[int(p) for p in value.get("replica_ports") or ()],
+                    resources=value.get("resources"), replica_hosts=[str(h) for h in value.get("replica_hosts") or ()],
                 )
         head = data.get("head_server") or {}
         self.head_host: str = head.get("host", DEFAULT_HOST)
@@ -135,6 +170,15 @@ class GlobalConfig:
     @property
     def ray_head_node_address(self) -> str | None:
         return self.data.get("ray_head_node_address")
+
+    @property
+    def ray(self) -> RayConfig | None:
+        """What the config asks of Ray (``ray:``, or ``ray_head_node_address``, which wins as the address:
+        the launcher writes the cluster's own there); None: no Ray. A ConfigError when malformed."""
+        problems, ray = _ray_config(self.data)
+        if problems:
+            raise ConfigError(problems)
+        return ray
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.data, sort_keys=False)
@@ -159,9 +203,10 @@ class GlobalConfig:
         config = self.for_instance(name)
         if instance.replicas > 1:
             port = instance.replica_ports[index]
-            config.data[name] = {**config.data[name], "port": port}
-            config.instances[name].port = port
-            config.instances[name].options["port"] = port
+            host = instance.replica_hosts[index] if len(instance.replica_hosts) == instance.replicas else instance.host
+            config.data[name] = {**config.data[name], "port": port, "host": host}
+            config.instances[name].port, config.instances[name].host = port, host
+            config.instances[name].options.update(port=port, host=host)
         return config
 
     def redact_text(self, text: str) -> str:
@@ -289,8 +334,9 @@ def load_config(
     ]
     port_problems += [
         problem for name, value in data.items() if _is_instance(name, value)
-        for problem in _replica_problems(name, value)
+        for problem in _replica_problems(name, value) + _resources_problems(name, value)
     ]
+    port_problems += _ray_config(data)[0]
     if port_problems:
         raise ConfigError(problems + port_problems)
     config = GlobalConfig(data, secrets=secrets)
@@ -344,6 +390,66 @@ def _replica_problems(name: str, value: dict[str, Any]) -> list[str]:
             problems.append(f"{name}.replica_ports: the first replica's port must be {name}.port ({value['port']}),"
                             f" not {ports[0]}")
     return problems
+
+
+def _resources_problems(name: str, value: dict[str, Any]) -> list[str]:
+    """What is wrong with an instance's ``resources:`` (see :class:`ServerResources`), each with its path."""
+    resources = value.get("resources")
+    if resources is None:
+        return []
+    if not isinstance(resources, dict):
+        return [f"{name}.resources: expected a mapping like {{num_cpus: 1, num_gpus: 0, custom: {{name: 1}}, "
+                f"node: <node id or IP>}}, got {resources!r}"]
+    known = {f.encode_name for f in msgspec.structs.fields(ServerResources)}
+    unknown = [f"{name}.resources.{key}: unknown key{did_you_mean(str(key), known)}; expected one of "
+               f"{', '.join(sorted(known))} (other resources go under custom: {{{key}: <amount>}})"
+               for key in resources if key not in known]
+    if unknown:
+        return unknown
+    custom = resources.get("custom")
+    if isinstance(custom, dict):  # msgspec would say `custom[...]`: name the resource
+        bad = [f"{name}.resources.custom.{key}: expected an amount > 0, got {amount!r}" for key, amount in custom.items()
+               if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount <= 0]
+        if bad:
+            return bad
+    try:
+        msgspec.convert(resources, ServerResources, str_keys=True)
+    except msgspec.ValidationError as exc:
+        return [f"{name}.resources: {str(exc).replace('`$.', f'`{name}.resources.')}"]
+    return []
+
+
+def _ray_config(data: Mapping[str, Any]) -> tuple[list[str], RayConfig | None]:
+    """The problems of the config's ``ray`` and ``ray_head_node_address`` keys, and what they ask (None: no Ray)."""
+    raw, address = data.get("ray"), data.get("ray_head_node_address")
+    if address is not None and (not isinstance(address, str) or not address.strip()):
+        return [f"ray_head_node_address: expected a Ray address (HOST:PORT, ray://HOST:PORT or auto), got {address!r}"], None
+    if raw is None or raw is False:
+        if raw is False and address:
+            return ["ray: false, yet ray_head_node_address is set; drop one of them"], None
+        return [], RayConfig(address=address) if address else None
+    if raw is True:
+        raw = {}
+    if not isinstance(raw, dict):
+        return [f"ray: expected true, false or a mapping like {{address: HOST:PORT}} (no address: a local cluster), "
+                f"got {raw!r}"], None
+    known = {f.encode_name for f in msgspec.structs.fields(RayConfig)}
+    unknown = [f"ray.{key}: unknown key{did_you_mean(str(key), known)}; expected one of {', '.join(sorted(known))}"
+               for key in raw if key not in known]
+    if unknown:
+        return unknown, None
+    try:
+        ray = msgspec.convert(raw, RayConfig, str_keys=True)
+    except msgspec.ValidationError as exc:
+        return [f"ray: {str(exc).replace('`$.', '`ray.')}"], None
+    if not ray.local and (ray.num_cpus is not None or ray.num_gpus is not None):
+        key = "num_cpus" if ray.num_cpus is not None else "num_gpus"
+        return [f"ray.{key}: sizes a local cluster only; a cluster joined at {ray.address} has its own"], None
+    if address:  # the cluster's own address, which the launcher writes back, is the one to join
+        if ray.address and not ray.local and ray.address != address:
+            return [f"ray.address: {ray.address!r} differs from ray_head_node_address {address!r}; set one of them"], None
+        ray = msgspec.structs.replace(ray, address=address)
+    return [], ray
 
 
 def _load_yaml(path: Path) -> DictConfig:

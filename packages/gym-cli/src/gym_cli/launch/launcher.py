@@ -7,6 +7,12 @@ the global config and the instance name reach it through environment variables. 
 ``replica_ports``), each supervised and restarted on its own. The head server publishes
 :meth:`Launch.describe`, which reads the supervisor's state and changes nothing.
 
+With ``ray:`` in the config (or ``ray_head_node_address``) the run joins that Ray cluster or starts a
+local one, every server process gets ``RAY_ADDRESS``, and each one is placed on a node of the cluster by
+an actor of its own that runs it there, as its instance's ``resources:`` say
+(:mod:`~gym_cli.launch.ray_placement`); without, Ray is never imported (unless a server type needs it:
+then a local cluster, servers staying local processes).
+
 A server that dies after start-up is restarted as the config's ``server_restarts`` says (see
 :class:`~gym_cli.launch.supervisor.RestartPolicy`; default 3 restarts within 60 s). Before starting
 anything, the launcher stops the servers left running by a launcher that was killed (``kill -9``), as
@@ -44,6 +50,7 @@ from gym_cli.launch.supervisor import ChildSpec, RestartPolicy, Supervisor
 from gym_cli.sources import source_of_entry
 
 if TYPE_CHECKING:  # the server stack loads when something is launched, not when `gym --help` runs
+    from gym_cli.launch.ray_placement import Placement, RayCluster
     from gym_core.config import GlobalConfig, InstanceConfig
     from gym_core.plugins import PluginManager
     from gym_core.registry import ServerType
@@ -100,12 +107,14 @@ class Launch:
 
     def table(self) -> Table:
         table = Table(title="gym servers")
-        for column in ("instance", "kind", "server type", "url", "venv"):
+        placed = any("node" in replica for row in self.rows for replica in row.get("replicas") or [row])
+        for column in ("instance", "kind", "server type", "url", "venv", *(["Ray node"] if placed else [])):
             table.add_column(column)
-        table.add_row("head", "head", "-", self.config.head_url, "this process")
+        table.add_row("head", "head", "-", self.config.head_url, "this process", *(["-"] if placed else []))
         for row in self.rows:
             for replica in row.get("replicas") or [row]:
-                table.add_row(replica["name"], row["kind"], row["plugin"], replica["url"], row["venv"])
+                node = [replica["node"]["id"][:12]] if placed else []
+                table.add_row(replica["name"], row["kind"], row["plugin"], replica["url"], row["venv"], *node)
         return table
 
 
@@ -122,20 +131,45 @@ def _check_port_free(host: str, port: int, what: str, fix: str) -> None:
             raise GymError(f"port {port} on {host} is in use ({what}); {fix}") from None
 
 
-def _maybe_start_ray(config: GlobalConfig, needs_ray: list[str], console: Console) -> None:
-    """Ray costs seconds to start: only when the config joins a cluster or a server type needs it."""
-    address = config.ray_head_node_address
-    if not address and not needs_ray:
-        return
-    try:
-        import ray  # type: ignore[import-not-found]
-    except ImportError:
-        raise GymError(
-            f"Ray is needed ({'ray_head_node_address is set' if address else 'server types ' + ', '.join(needs_ray)})"
-            " but not installed: pip install ray"
-        ) from None
-    console.print(f"starting Ray ({'joining ' + address if address else 'local'})…")
-    ray.init(address=address or None, ignore_reinit_error=True)
+def _maybe_start_ray(config: GlobalConfig, needs_ray: list[str], console: Console) -> RayCluster | None:
+    """Ray costs seconds to start: only when the config asks for it (``ray:``, ``ray_head_node_address``)
+    or a server type needs it (then a local cluster); the cluster joined or started, else None."""
+    settings = config.ray
+    if settings is None and not needs_ray:
+        return None
+    from gym_cli.launch.ray_placement import connect
+
+    if settings is None:
+        from gym_core.config import RayConfig
+
+        settings, why = RayConfig(), "server types " + ", ".join(needs_ray)
+    else:
+        why = "ray_head_node_address is set" if config.ray_head_node_address else "the config sets ray"
+    return connect(settings, why, lambda message: console.print(message, markup=False, highlight=False))
+
+
+def _assign_head_port(config: GlobalConfig) -> None:
+    """The head server's port (a free one for 0), before the servers' ports: Ray placement picks those
+    on their nodes."""
+    from gym_core.config import free_port
+
+    head = config.data.setdefault("head_server", {})
+    if not head.get("port"):
+        head["port"] = free_port(head.setdefault("host", config.head_host))
+    config.head_port = int(head["port"])
+
+
+def _share_cluster_address(config: GlobalConfig, cluster: RayCluster) -> dict[str, str]:
+    """Write the cluster's address into the config every server gets (``ray_head_node_address``, and
+    ``ray.address``: a server reads the cluster it is on, not how it was found); the environment
+    every server process gets (``RAY_ADDRESS``)."""
+    from gym_cli.launch.ray_placement import RAY_ADDRESS_ENV
+
+    config.data["ray_head_node_address"] = cluster.address
+    if isinstance(config.data.get("ray"), dict):
+        ray = {k: v for k, v in config.data["ray"].items() if k not in ("num_cpus", "num_gpus")}
+        config.data["ray"] = {**ray, "address": cluster.address}
+    return {RAY_ADDRESS_ENV: cluster.address}
 
 
 @contextlib.contextmanager
@@ -170,7 +204,15 @@ def launch(
     plugins = plugins or get_plugin_manager()
     catalog = catalog or find_catalog()
     known = plugins.servers()
-    config = resolve_config(config_paths, overrides, env_file=env_file, plugins=plugins, catalog=catalog)
+    config = resolve_config(config_paths, overrides, env_file=env_file, plugins=plugins, catalog=catalog,
+                            allocate_ports=False)
+    ray_settings = config.ray  # validated: with it, servers are placed on the cluster and get ports there
+    if ray_settings is None:
+        from gym_core.config import assign_ports
+
+        assign_ports(config)  # what resolve_config does by default
+    else:
+        _assign_head_port(config)
     if not config.instances:
         raise GymError("the config defines no server instances (entries like `name: {plugin: ...}`)")
 
@@ -184,6 +226,8 @@ def launch(
     clean_stale_runs(runs_dir(), lambda message: console.print(message, markup=False, highlight=False))
     state = Launch(config)
     supervisor: Supervisor | None = None
+    cluster: RayCluster | None = None
+    placement: Placement | None = None
     token_path = None
     run_state = RunStateFile(runs_dir(), config.head_url)
     # SIGTERM's default ends this process at once, orphaning the servers: make it unwind like Ctrl+C,
@@ -196,13 +240,29 @@ def launch(
             config.head_host, config.head_port, "head server; another `gym run`?",
             "stop it or set head_server.port=<free port>"
         )
-        for inst in config.instances.values():
+        for inst in config.instances.values() if ray_settings is None else ():  # placed: checked on their nodes
             ports = inst.replica_ports if inst.replicas > 1 else [inst.port]
             for name, port in zip(inst.replica_names, ports):
                 fix = f"set {inst.name}.port=<free port>" if port == inst.port else f"leave {inst.name}.replica_ports out"
                 _check_port_free(inst.host, port, f"instance {name}", f"stop what uses it or {fix}")
 
-        _maybe_start_ray(config, [n for n, p in known.items() if p.needs_ray and n in {i.plugin for i in config.instances.values()}], console)
+        used = {i.plugin for i in config.instances.values()}
+        cluster = _maybe_start_ray(config, [n for n, p in known.items() if p.needs_ray and n in used], console)
+        ray_env = _share_cluster_address(config, cluster) if cluster is not None else {}
+        if ray_settings is not None:
+            from gym_cli.launch import ray_placement
+
+            placement = ray_placement.Placement(timeout_s=ray_settings.placement_timeout_s,
+                                  notice=lambda message: console.print(message, markup=False, highlight=False))
+            placement.place(config, avoid_ports={config.head_port})
+            from gym_core.config import assign_ports
+
+            assign_ports(config)  # every port is set by now: this syncs each instance's options
+        else:
+            unused = [f"{name}.resources" for name, inst in config.instances.items() if inst.resources]
+            if unused:
+                console.print(f"{', '.join(unused)}: not used, the config asks for no Ray cluster (ray: {{}} for a "
+                              "local one, ray: {address: HOST:PORT} to join one)", highlight=False, markup=False)
 
         pythons = _pythons(config, isolation, catalog, console)
         # Every server of the run requires its token; clients find it in a file only this user reads.
@@ -224,6 +284,9 @@ def launch(
             if inst.replicas > 1:
                 row["replicas"] = [{"name": name, "index": index, "url": url}
                                    for index, (name, url) in enumerate(zip(inst.replica_names, inst.replica_urls))]
+            if placement is not None:  # where Ray placed each process, published by the head
+                for replica in row.get("replicas") or [row]:
+                    replica["node"] = placement.servers[replica["name"]].node()
             state.rows.append(row)
             for index, (name, url) in enumerate(zip(inst.replica_names, inst.replica_urls)):
                 supervisor.start(
@@ -232,10 +295,11 @@ def launch(
                         argv=[python, "-m", "gym_core.serve"],
                         # Its own options whole, its own port; other instances' secrets redacted.
                         env={CONFIG_ENV: config.for_replica(inst.name, index).to_json(), "PYTHONUNBUFFERED": "1",
-                             INSTANCE_ENV: inst.name},
+                             INSTANCE_ENV: inst.name, **ray_env},
                         ready_url=f"{url}/ready",
                         ready_headers={"Authorization": f"Bearer {token}"},
                         cwd=None,
+                        start=placement.starter(name) if placement is not None else None,
                     )
                 )
         supervisor.wait_ready(ready_timeout_s)
@@ -245,8 +309,12 @@ def launch(
         try:
             if supervisor is not None:
                 supervisor.shutdown()
+            if placement is not None:
+                placement.close()
             if state.head is not None:
                 state.head.stop()
+            if cluster is not None:
+                cluster.disconnect()  # a local cluster started here stops with it
         finally:
             run_state.remove()
             if token_path is not None:

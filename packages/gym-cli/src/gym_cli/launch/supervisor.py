@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, NamedTuple
+from typing import Annotated, Any, NamedTuple
 from urllib.parse import urlsplit
 
 import msgspec
@@ -67,7 +67,12 @@ Output = Callable[[str], None]
 @dataclass
 class ChildSpec:
     """One child process: ``argv`` run in ``cwd`` with ``env`` added to the CLI's environment;
-    ready once ``ready_url`` answers 200 (at once when it is None)."""
+    ready once ``ready_url`` answers 200 (at once when it is None).
+
+    ``start``: the child runs elsewhere (on a Ray node: :mod:`~gym_cli.launch.ray_placement`), started by
+    ``start(argv, env, cwd)`` with ``env`` added to *that* place's environment; it returns a handle like
+    ``subprocess.Popen``'s (``pid``, ``stdout``, ``poll()``, ``wait()``) with ``signal_group(signum)`` and
+    ``group_alive()`` for the child's process group there."""
 
     name: str
     argv: list[str]
@@ -75,6 +80,7 @@ class ChildSpec:
     ready_url: str | None = None
     cwd: str | Path | None = None
     ready_headers: dict[str, str] = field(default_factory=dict)  # the run's token, for ``ready_url``
+    start: Callable[[list[str], dict[str, str], str | None], Any] | None = None
 
 
 class RestartPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -181,7 +187,7 @@ def _die_with(parent_pid: int) -> Callable[[], None] | None:
 
 
 class _Child:
-    def __init__(self, spec: ChildSpec, proc: subprocess.Popen[bytes], ring_lines: int):
+    def __init__(self, spec: ChildSpec, proc: subprocess.Popen[bytes] | Any, ring_lines: int):
         self.spec = spec
         self.proc = proc
         self.pgid = proc.pid  # start_new_session: the child leads its own group
@@ -199,6 +205,17 @@ class _Child:
     def last_lines(self) -> list[str]:
         with self.lines_lock:
             return list(self.lines)
+
+    def signal_group(self, signum: int) -> None:
+        """Send ``signum`` to the child's process group (where it runs: here, or through its handle)."""
+        if self.spec.start is None:
+            signal_group(self.pgid, signum)
+        else:
+            self.proc.signal_group(signum)
+
+    def group_alive(self) -> bool:
+        """Whether the child's process group has a live member."""
+        return group_alive(self.pgid) if self.spec.start is None else self.proc.group_alive()
 
 
 class Supervisor:
@@ -245,21 +262,11 @@ class Supervisor:
                 raise RuntimeError("the supervisor is shut down")
             if replacing is None and spec.name in self._children:
                 raise ValueError(f"a child named {spec.name!r} is already started")
-            env = dict(os.environ)
-            env.update(spec.env)
-            env["PYTHONUNBUFFERED"] = "1"
-            proc = self._spawner.submit(
-                subprocess.Popen,
-                list(spec.argv),
-                cwd=spec.cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-                preexec_fn=_die_with(os.getpid()),
-            ).result()
+            if spec.start is not None:  # elsewhere: that place's environment, plus what the run adds
+                proc = spec.start(list(spec.argv), {**spec.env, "PYTHONUNBUFFERED": "1"},
+                                  None if spec.cwd is None else str(spec.cwd))
+            else:
+                proc = self._popen(spec)
             child = _Child(spec, proc, self._ring_lines)
             if replacing is not None:
                 child.supervised, child.state = True, "restarting"
@@ -273,6 +280,23 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - bookkeeping must not stop a server from starting
                 self._notice(f"gym: could not record the server processes: {exc}")
         return child
+
+    def _popen(self, spec: ChildSpec) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        env.update(spec.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        return self._spawner.submit(
+            subprocess.Popen,
+            list(spec.argv),
+            cwd=spec.cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=_die_with(os.getpid()),
+        ).result()
 
     def _read(self, child: _Child) -> None:
         stream = child.proc.stdout
@@ -423,8 +447,8 @@ class Supervisor:
         name, policy = dead.spec.name, self._restart
         while not self._stop.is_set():
             returncode = self._poll(dead)
-            if group_alive(dead.pgid):  # what it spawned (workers) may still hold its port
-                signal_group(dead.pgid, signal.SIGKILL)
+            if dead.group_alive():  # what it spawned (workers) may still hold its port
+                dead.signal_group(signal.SIGKILL)
             now = time.monotonic()
             dead.restart_times = [t for t in dead.restart_times if now - t < policy.window_s]
             recent = len(dead.restart_times)
@@ -446,12 +470,15 @@ class Supervisor:
                 child = self._spawn(dead.spec, replacing=dead)
             except RuntimeError:  # shut down meanwhile
                 return
+            except Exception as exc:  # noqa: BLE001 - started elsewhere (Ray) and that failed: the next attempt
+                self._notice(f"gym: could not restart server {name!r}: {exc}")
+                continue
             if self._ready_again(child):
                 child.state = "running"
                 self._notice(f"gym: server {name!r} is back (pid {child.proc.pid}, restart {child.restarts})")
                 return
             if self._poll(child) is None:  # not ready in time: stop it before the next attempt
-                signal_group(child.pgid, signal.SIGKILL)
+                child.signal_group(signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.proc.wait(timeout=5)
             self._drain(child)
@@ -493,7 +520,7 @@ class Supervisor:
         """Send ``signum`` to the process group of every child still running."""
         for child in list(self._children.values()):
             if self._poll(child) is None:
-                signal_group(child.pgid, signum)
+                child.signal_group(signum)
 
     def shutdown(self, timeout_s: float = 10) -> dict[str, int | None]:
         """SIGINT every child's process group, wait up to ``timeout_s`` seconds, SIGKILL the groups still
@@ -507,7 +534,7 @@ class Supervisor:
         try:
             for child in children:
                 if self._poll(child) is None:
-                    signal_group(child.pgid, signal.SIGINT)
+                    child.signal_group(signal.SIGINT)
             deadline = time.monotonic() + max(0.0, timeout_s)
             for child in children:
                 try:
@@ -516,8 +543,8 @@ class Supervisor:
                     pass
             for child in children:
                 # The group of a child that exited may still hold processes it spawned: stop them too.
-                if self._poll(child) is None or group_alive(child.pgid):
-                    signal_group(child.pgid, signal.SIGKILL)
+                if self._poll(child) is None or child.group_alive():
+                    child.signal_group(signal.SIGKILL)
             for child in children:
                 try:
                     child.proc.wait(timeout=5)

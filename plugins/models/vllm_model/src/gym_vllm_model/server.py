@@ -97,9 +97,7 @@ class VllmModel(ModelServer):
         super().__init__(*args, **kwargs)
         cfg = self.config
         self.model_name = cfg.model
-        urls = [cfg.base_url] if isinstance(cfg.base_url, str) else list(cfg.base_url)
-        self.replicas = [url.rstrip("/") for url in urls]
-        self._replica_names = [f"vLLM replica {without_credentials(url)}" for url in self.replicas]  # in errors and logs
+        self.set_replicas([cfg.base_url] if isinstance(cfg.base_url, str) else list(cfg.base_url))
         # Each call (failover and /tokenize included) is bounded by timeout_s and the caller's deadline.
         self.upstream = Upstream(
             self.name, name="vLLM", timeout_s=cfg.timeout_s, max_attempts=cfg.max_attempts,
@@ -107,8 +105,14 @@ class VllmModel(ModelServer):
             headers={**cfg.default_headers, **({"authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else {})},
             secret=cfg.api_key, client_config=cfg.client, global_config=self.global_config,
         )  # fmt: skip
-        self._down_until = [0.0] * len(self.replicas)  # time.monotonic() until which a replica is skipped
         self._completion = msgspec.json.Decoder(dict[str, Any])
+
+    def set_replicas(self, urls: list[str]) -> None:
+        """Serve through these vLLM API roots (each with ``/v1``). A server that launches its engines
+        (``local_vllm_model``) calls this in ``startup()``, once they answer."""
+        self.replicas = [url.rstrip("/") for url in urls]
+        self._replica_names = [f"vLLM replica {without_credentials(url)}" for url in self.replicas]  # in errors and logs
+        self._down_until = [0.0] * len(self.replicas)  # time.monotonic() until which a replica is skipped
 
     async def shutdown(self) -> None:
         await self.upstream.close()

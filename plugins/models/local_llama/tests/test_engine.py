@@ -38,7 +38,7 @@ HELLO = [{"role": "user", "content": "Say hello in one short sentence."}]
 
 @pytest.fixture(scope="module")
 def engine():
-    eng = LlamaEngine(n_ctx=2048)
+    eng = LlamaEngine(n_ctx=2048, n_threads=1)  # see test_server.TestLocalLlama.options
     yield eng
     eng.close()
 
@@ -248,7 +248,7 @@ def test_generate_from_threads_is_serialized(engine):
 
 
 def test_close_is_idempotent():
-    eng = LlamaEngine(n_ctx=256)
+    eng = LlamaEngine(n_ctx=256, n_threads=1)
     eng.close()
     eng.close()
     with pytest.raises(EngineClosedError):
@@ -256,7 +256,7 @@ def test_close_is_idempotent():
 
 
 async def test_aclose_fails_queued_requests():
-    eng = LlamaEngine(n_ctx=256)
+    eng = LlamaEngine(n_ctx=256, n_threads=1)
     tasks = [asyncio.create_task(eng.agenerate(HELLO, temperature=0, max_tokens=20)) for _ in range(3)]
     await asyncio.sleep(0.05)
     await eng.aclose()
@@ -429,7 +429,7 @@ def test_multi_turn_reuses_prefix(engine):
     second = engine.generate(follow, **kw)
     assert second.cached_prompt_tokens == first.prompt_tokens
     # The cache state never changes the result: same tokens and logprobs as a cold engine.
-    with LlamaEngine(n_ctx=2048, prefix_cache=False) as cold:
+    with LlamaEngine(n_ctx=2048, n_threads=1, prefix_cache=False) as cold:
         ref = cold.generate(follow, **kw)
     assert ref.cached_prompt_tokens == 0
     assert ref.generation_token_ids == second.generation_token_ids

@@ -185,6 +185,43 @@ class TestLocalLlama(ModelServerTests):
         assert answered_during_generation > 0, "no health check was answered while the model generated"
 
 
+    async def test_concurrent_requests_are_decoded_together_with_unchanged_results(self, client, gym_servers):
+        """Requests that arrive together share decode steps (batch_size 8 by default), and each gets
+        what it gets alone: greedy decoding is unchanged by its neighbours."""
+        prompts = ["Say hello.", "Name a color.", "Count to five.", "What is the sea?"]
+
+        async def ask(prompt: str) -> list[int]:
+            completion = await client.chat.completions.create(
+                model="any", messages=[{"role": "user", "content": prompt}], temperature=0, max_tokens=12,
+                logprobs=True,
+            )
+            return [entry.logprob for entry in completion.choices[0].logprobs.content]
+
+        alone = [await ask(p) for p in prompts]
+        stats = gym_servers.server.engine.batch_stats
+        assert gym_servers.server.engine.batch_size == 8
+        steps, tokens = stats.steps, stats.tokens
+        together = await asyncio.gather(*(ask(p) for p in prompts))
+        assert together == alone
+        assert stats.tokens - tokens > stats.steps - steps  # some steps decoded several requests
+
+    async def test_a_caller_that_stops_waiting_frees_its_batch_slot(self, client, gym_servers):
+        """The caller's budget (``x-gym-timeout``) ran out: a 504, and the generation stops at once."""
+        stats = gym_servers.server.engine.batch_stats
+        chunks = stats.prompt_chunks
+        with pytest.raises(openai.InternalServerError, match="no answer within"):
+            await client.chat.completions.create(  # fits in a slot (batch_n_ctx 1024): batched
+                model="any", messages=[{"role": "user", "content": "Write a very long story."}], temperature=0,
+                max_tokens=900, extra_headers={"x-gym-timeout": "1"},
+            )
+        tokens = stats.tokens
+        deadline = asyncio.get_running_loop().time() + 30
+        while stats.busy_slots:
+            assert asyncio.get_running_loop().time() < deadline, "the abandoned generation kept its slot"
+            await asyncio.sleep(0.01)
+        assert stats.prompt_chunks > chunks  # it was in a batch slot (its prompt was read there)
+        assert stats.tokens < tokens + 50  # it stopped; it did not run to its 900 tokens
+
 # --- token history ----------------------------------------------------------------------------------
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from msgspec import Meta
 
@@ -21,3 +21,22 @@ class LocalLlamaConfig(ServerConfig, kw_only=True):
     temperature: Annotated[float, Meta(ge=0, description="used when a request does not say")] = 0.7
     top_p: Annotated[float, Meta(gt=0, le=1, description="used when a request does not say")] = 0.95
     max_tokens: Annotated[int, Meta(ge=1, description="most generated tokens, when a request does not say")] = 512
+    batch_size: Annotated[
+        int,
+        Meta(ge=1, le=64, description="requests decoded together, each in a KV cache of batch_n_ctx tokens; 1: one at a time"),
+    ] = 8
+    batch_n_ctx: Annotated[
+        int,
+        Meta(
+            ge=64,
+            description="tokens (prompt + max_tokens) a batched request may hold; longer requests are decoded alone "
+            "(KV cache: 23 KB a token and slot for SmolLM2-135M)",
+        ),
+    ] = 1024
+    weight_format: Annotated[
+        Literal["file", "q8_0", "q4_0"],
+        Meta(
+            description="'file': the GGUF's own weights (Q4_1 for the default model); 'q8_0' or 'q4_0': a copy "
+            "converted once into gym's cache (faster batched decoding on CPUs; outputs change)"
+        ),
+    ] = "file"

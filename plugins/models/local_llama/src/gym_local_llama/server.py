@@ -1,9 +1,12 @@
 """The ``local_llama`` model server: the embedded default model, no network, no GPU, no API key.
 
 It implements ``/v1/chat/completions`` on :class:`~gym_local_llama.engine.LlamaEngine`;
-``/v1/responses`` is derived by gym-core's converter. Generation runs on the engine's single
-worker thread, so the event loop keeps serving (health checks, queued requests) while it works;
-concurrent requests queue in arrival order.
+``/v1/responses`` is derived by gym-core's converter. Generation runs on the engine's own thread,
+so the event loop keeps serving (health checks, new requests) while it works. Up to ``batch_size``
+concurrent requests are decoded together, one token each per step (greedy results identical to
+one at a time); more queue in arrival order. ``batch_size: 1`` decodes one request at a time.
+A request whose handler is cancelled (its caller's ``x-gym-timeout`` budget ran out) stops at the
+next step and frees its slot.
 
 Token history (multi-turn training without re-tokenisation). When items of a request's ``input``
 (assistant messages of ``messages`` on the chat route) carry the training fields a model call
@@ -34,7 +37,6 @@ from gym_core.schemas import (
     ChatToolCallFunction,
     ChatUsage,
     FunctionCall,
-    Message,
     Reasoning,
     ResponseCreateParams,
     new_id,
@@ -129,10 +131,14 @@ class LocalLlamaModel(ModelServer):
 
         cfg = self.config
         self.engine = await asyncio.to_thread(
-            LlamaEngine, cfg.model_path, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads, seed=cfg.seed
+            LlamaEngine, cfg.model_path, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads, seed=cfg.seed,
+            batch_size=cfg.batch_size, batch_n_ctx=cfg.batch_n_ctx, weight_format=cfg.weight_format,
         )
         self.model_name = self.engine.model_name
-        self.log.info("loaded %s (%d threads)", self.engine.model_path.name, self.engine.n_threads)
+        self.log.info(
+            "loaded %s (%d threads, batches of up to %d requests)",
+            self.engine.weights_path.name, self.engine.n_threads, self.engine.batch_size,
+        )
 
     async def shutdown(self) -> None:
         if self.engine is not None:
@@ -186,6 +192,9 @@ class LocalLlamaModel(ModelServer):
             )
         except ValueError as exc:  # the engine's checks of the request (sampling values, content, prompt length)
             raise HTTPException(status_code=400, detail=f"{self.name}: {exc}") from exc
+        except RuntimeError as exc:  # the engine closing, or llama.cpp failing: a typed failure to retry
+            self.log.warning("generation failed: %r", exc)
+            raise HTTPException(status_code=503, detail=f"{self.name}: the model could not answer: {exc}") from exc
         message = ChatMessage(role="assistant", content=generation.text if generation.text or not generation.tool_calls else None)
         if generation.tool_calls:
             message.tool_calls = [

@@ -609,3 +609,21 @@ def test_the_collector_tunes_its_gc_without_the_server_stack():
             "print([m for m in ('gym_core.serving', 'litestar', 'uvicorn') if m in sys.modules])")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+
+
+def test_the_collector_raises_its_open_files_limit():
+    """One connection per rollout in flight: run_async, which runs `gym collect`, lifts the soft limit
+    on open files to the hard one (gym_core.rlimits)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min((hard if hard != resource.RLIM_INFINITY else 1 << 20) - 1, max(256, len(os.listdir("/proc/self/fd")) + 64))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+
+    async def soft_limit() -> int:
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+    try:
+        assert run_async(soft_limit()) > low
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -299,6 +299,49 @@ def test_run_parallel_keeps_the_window_takes_in_order_and_stops_on_an_error():
     assert len(order) < 20  # stopped soon after the failure, not after the 1000
 
 
+def test_run_parallel_starts_a_large_window_over_several_loop_turns():
+    """A window of 2.5 × START_BATCH: every worker runs at once in the end, but no loop turn starts more
+    than START_BATCH of them (a turn that sends 100,000 first requests outlasts their connect timeouts)."""
+    from gym_cli.rollouts import START_BATCH
+
+    parallel = START_BATCH * 5 // 2
+    turn, started_in_turn = 0, []
+    all_started = asyncio.Event()
+
+    async def main() -> None:
+        async def ticker() -> None:
+            nonlocal turn
+            while True:
+                turn += 1
+                await asyncio.sleep(0)
+
+        async def handle(item: int) -> None:
+            started_in_turn.append(turn)
+            if len(started_in_turn) == parallel:
+                all_started.set()
+            await all_started.wait()  # all of them in flight together
+
+        tick = asyncio.create_task(ticker())
+        await run_parallel(range(parallel), parallel, handle)
+        tick.cancel()
+
+    asyncio.run(main())
+    per_turn = {t: started_in_turn.count(t) for t in set(started_in_turn)}
+    assert len(started_in_turn) == parallel and len(per_turn) >= 3
+    assert max(per_turn.values()) <= START_BATCH, per_turn
+
+    started = []
+
+    async def fail_first(item: int) -> None:
+        started.append(item)
+        await asyncio.sleep(0)
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):  # a failure stops the start-up too
+        asyncio.run(run_parallel(range(10 * START_BATCH), 10 * START_BATCH, fail_first))
+    assert len(started) <= 2 * START_BATCH
+
+
 def test_collect_over_a_generated_input_resumes_where_it_stopped(tmp_path):
     """Half the pairs done by an earlier run (rows in the output): a second run collects exactly the
     other half, each once, through a recording agent."""

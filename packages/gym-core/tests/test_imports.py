@@ -23,6 +23,7 @@ LEAVES = {
     "registry": {"errors", "options"},
     "hookspecs": set(),
     "gctune": set(),
+    "rlimits": set(),
 }
 
 HEAVY = ("litestar", "aiohttp", "uvicorn", "omegaconf", "hydra", "yaml")

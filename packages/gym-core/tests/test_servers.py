@@ -144,7 +144,7 @@ async def test_health_and_ready(serve):
         assert (status, body) == (200, {"status": "ok", "name": "alpha", "kind": "resources"})
         assert headers["Content-Type"].startswith("application/json")
         status, body, _ = await fetch("GET", url + "/ready")
-        assert (status, body) == (200, {"status": "ready", "name": "alpha"})
+        assert (status, body) == (200, {"status": "ready", "name": "alpha", "sessions": 0})
         assert server.events == ["startup"]
         server.is_ready = False
         status, body, _ = await fetch("GET", url + "/ready")
@@ -300,13 +300,20 @@ async def test_tools_share_session_state_and_verify_sees_it(serve):
                 async with http.post(url + path, json=body) as resp:
                     return resp.status, await resp.json()
 
+            async def sessions_held() -> int:  # what /ready reports of the session store
+                async with http.get(url + "/ready") as resp:
+                    return (await resp.json())["sessions"]
+
+            assert await sessions_held() == 0
             assert await post("/seed_session", {"start": 5, "unrelated_task_field": [1]}) == (200, {"count": 5})
+            assert await sessions_held() == 1
             assert await post("/add", {"amount": 2}) == (200, {"count": 7, "note": ""})
             assert await post("/add", {"amount": 3, "note": "why not"}) == (200, {"count": 10, "note": "why not"})
             assert await post("/read_value", {}) == (200, {"count": 10, "path": "/read_value"})
             verify_body = {"responses_create_params": {"input": "q"}, "response": {"output": []}, "expected": 10}
             assert await post("/verify", verify_body) == (200, {"reward": 1.0})
             assert await post("/close_session", {}) == (200, {"closed": True})
+            assert await sessions_held() == 0
             assert await post("/read_value", {}) == (200, {"count": None, "path": "/read_value"})
             assert await post("/verify", verify_body) == (200, {"reward": 0.0})
     assert len(server.sessions) == 0

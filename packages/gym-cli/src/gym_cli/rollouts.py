@@ -145,10 +145,13 @@ class CollectSummary:
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on uvloop when it is installed (faster sockets), else on asyncio's loop, with
-    the garbage collector tuned for thousands of requests in flight (:func:`gym_core.gctune.tune_gc`)."""
-    from gym_core.gctune import tune_gc  # a leaf: gym_core.serving would import the server stack
+    the garbage collector tuned for thousands of requests in flight (:func:`gym_core.gctune.tune_gc`)
+    and the open-files limit raised for their connections (:func:`gym_core.rlimits.raise_open_files_limit`)."""
+    from gym_core.gctune import tune_gc  # leaves: gym_core.serving would import the server stack
+    from gym_core.rlimits import raise_open_files_limit
 
     tune_gc()
+    raise_open_files_limit()
     try:
         import uvloop
     except ImportError:
@@ -761,18 +764,34 @@ def failure_fields(failure: GaveUp) -> dict[str, Any]:
     return fields
 
 
+# Workers started per event-loop turn. Each sends its first request as it starts: started all at once,
+# 20,000 made one turn of many seconds, and their connect timeouts fired before the loop got round to
+# the connections that had opened (16,100 rollouts failed "could not connect within 10 s", the agent idle).
+START_BATCH = 1_000
+
+
 async def run_parallel(items: Iterable[T], parallel: int, handle: Callable[[T], Awaitable[None]]) -> None:
     """Await ``handle(item)`` for each of ``items``, at most ``parallel`` at a time, taking them in
     order as workers free up; ``items`` is consumed lazily (a generator of millions costs nothing
-    held). The first exception a handler raises cancels the others and is raised."""
+    held). Workers start :data:`START_BATCH` per event-loop turn. The first exception a handler
+    raises cancels the others and is raised."""
     source = iter(items)
+    stopped = False  # a worker ended: the items ran out, or a handler failed
 
     async def worker() -> None:
-        for item in source:  # one event loop: workers take turns at the iterator, never at once
-            await handle(item)
+        nonlocal stopped
+        try:
+            for item in source:  # one event loop: workers take turns at the iterator, never at once
+                await handle(item)
+        finally:
+            stopped = True
 
-    workers = [asyncio.create_task(worker()) for _ in range(max(1, parallel))]
+    workers: list[asyncio.Task[None]] = []
     try:
+        while len(workers) < max(1, parallel) and not stopped:
+            workers.append(asyncio.create_task(worker()))
+            if len(workers) % START_BATCH == 0:
+                await asyncio.sleep(0)  # let the started ones send, and the loop see their answers
         await asyncio.gather(*workers)
     finally:
         for w in workers:

@@ -201,7 +201,8 @@ class GymServer:
         @get("/ready", sync_to_thread=False)
         def ready() -> Response:
             if self.is_ready:
-                return json_response({"status": "ready", "name": self.name})
+                # sessions: how many this server holds now, to watch its session store (behind the token).
+                return json_response({"status": "ready", "name": self.name, "sessions": len(self.sessions)})
             return error_response(f"{self.name} is starting", 503, "not_ready")
 
         return [health, ready]

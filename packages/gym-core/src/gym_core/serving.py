@@ -21,6 +21,7 @@ from gym_core.config import INSTANCE_ENV, GlobalConfig, validate_instance_option
 from gym_core.errors import GymError
 from gym_core.gctune import tune_gc
 from gym_core.plugins import PluginManager, get_plugin_manager
+from gym_core.rlimits import raise_open_files_limit
 from gym_core.servers import GymServer, StartupError
 
 __all__ = ["uvicorn_config", "BodyTimeout", "DEFAULT_BODY_TIMEOUT_S", "ServerThread", "build_server", "main", "tune_gc"]
@@ -211,6 +212,7 @@ def main() -> int:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
     tune_gc()
+    raise_open_files_limit()  # one descriptor per connection: thousands of callers and pooled connections
     try:
         uvicorn_server.run()
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it handled, after a graceful shutdown

@@ -17,7 +17,7 @@ from typing import Any
 from benchmarks._common import ROOT, load
 
 MEASUREMENTS = ("orchestration", "startup", "scale", "model_overhead", "worker_pool", "verify_throughput", "reliability",
-                "token_faithfulness", "sandbox", "collect_memory")
+                "token_faithfulness", "sandbox", "collect_memory", "local_llama_batch", "replicas")
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -43,10 +43,16 @@ def markdown(results: dict[str, Any]) -> str:
                   f"| --isolation none | {s['none_s']} |", ""]
     if "scale" in results:
         s = results["scale"]
-        lines += ["## Scale", "", f"{s['in_flight']} rollouts in flight: {s['completed']} completed, {s['written']} written, "
-                  f"{s['errors']} errors, {s['seconds']} s; the agent's open file descriptors peaked at "
-                  f"{s['agent_peak_open_fds']}", "", "| process | peak RSS MiB |", "| --- | --- |"]
-        lines += [f"| {name} | {mb} |" for name, mb in s["peak_rss_mb"].items()] + [""]
+        rss = s["counter_rss_mb"]
+        lines += ["## Scale", "", f"{s['in_flight']} rollouts started at once (at most {s['peak_in_flight']} seen in flight "
+                  f"together), {s['connections_to_agent']} of them in the agent at a time (its open file descriptors "
+                  f"peaked at {s['agent_peak_open_fds']}), the others waiting for a connection: {s['completed']} completed, "
+                  f"{s['written']} written, {s['errors']} errors, {s['retried']} retried, {s['seconds']} s "
+                  f"({s['rollouts_per_s']} rollouts/s). Sessions held by the counter: {s['sessions_before']['counter']} "
+                  f"before, at most {s['peak_counter_sessions']} during, {s['sessions_after']['counter']} after; its RSS "
+                  f"{rss['before']} MiB before, {rss['after']} MiB after (peak {rss['peak']}).", "",
+                  "| process | peak RSS MiB | CPU s |", "| --- | --- | --- |"]
+        lines += [f"| {name} | {mb} | {s['cpu_s'].get(name, '—')} |" for name, mb in s["peak_rss_mb"].items()] + [""]
     if "model_overhead" in results:
         m = results["model_overhead"]
         lines += ["## Model-server overhead (local_llama)", "", "| path | tokens/s |", "| --- | --- |",
@@ -113,6 +119,37 @@ def markdown(results: dict[str, Any]) -> str:
         r = c["resume"]
         lines += ["", f"resume over {r['done_rows']} done rows ({r['output_mb']} MiB of output, {r['tasks']} tasks): first new "
                   f"row after {r['first_new_row_s']} s, peak RSS {r['peak_rss_mb']} MiB", ""]
+    if "local_llama_batch" in results:
+        b = results["local_llama_batch"]
+        lines += ["## Batched decoding (local_llama)", "",
+                  f"Concurrent greedy requests of {b['max_tokens']} tokens (prompts in the prefix cache), in process, "
+                  f"{b['n_threads']} llama.cpp thread(s), median of {b['rounds']} round(s).", "",
+                  "| weights | concurrency | tokens/s | × single | CPU tokens/s | × single (CPU) | sequences per step |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for fmt, f in b["formats"].items():
+            for c, row in f["levels"].items():
+                lines.append(f"| {fmt} | {c} | {row['batched_tokens_per_s']} | {row['vs_single']} | {row['cpu_tokens_per_s']} "
+                             f"| {row['cpu_vs_single']} | {row['mean_sequences_per_step']} |")
+        lines += [""] + [f"{fmt} ({f['weights']}): unbatched engine at {b['top_level']} concurrent {f['unbatched_tokens_per_s']} "
+                         f"tokens/s; same tokens batched and unbatched: {'yes' if f['identical_tokens'] else 'NO'}."
+                         for fmt, f in b["formats"].items()] + [""]
+    if "replicas" in results:
+        r = results["replicas"]
+        where = "on a local Ray cluster, each replica in an actor reserving 1 CPU" if r["ray"] else "local processes, no Ray"
+        lines += [f"## Throughput with replicas (counter environment, {where})", "",
+                  f"Concurrency {r['concurrency']}, median of {r['rounds']} round(s); start-up of all levels {r['launch_s']} s. "
+                  "Session share: each replica's part of the open sessions sampled through the round.", "",
+                  "| replicas | rollouts/s | p50 ms | p99 ms | errors | session share per replica | CPU s per replica |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {row['replicas']} | {row['rollouts_per_s']} | {row['p50_ms']} | {row['p99_ms']} | {row['errors']} | "
+                  f"{' / '.join(map(str, row['session_share']))} | {' / '.join(map(str, row['replica_cpu_s']))} |"
+                  for row in r["levels"]]
+        lines += ["", f"Routing a rollout's call (`ServerClient.route`, rendezvous hash) vs one loopback round trip "
+                  f"(`GET /health`, {r['loopback_us']} µs):", "",
+                  "| replicas | µs per call | % of a round trip | fresh keys | least / most loaded replica vs even |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {n} | {row['route_us']} | {row['pct_of_round_trip']} | {row['keys']} | "
+                  f"{row['min_share_of_even']} / {row['max_share_of_even']} |" for n, row in r["routing"].items()] + [""]
     return "\n".join(lines)
 
 

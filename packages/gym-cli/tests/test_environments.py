@@ -214,3 +214,28 @@ def test_not_a_package(home: Path, core: Path, tmp_path: Path) -> None:
         manager(core).ensure(PluginSource("empty", path=tmp_path / "empty"))
     with pytest.raises(ValueError):
         PluginSource("both", path=tmp_path, requirement="x")
+
+
+def test_extras_are_installed_and_keyed(home: Path, core: Path, tmp_path: Path) -> None:
+    """On a Ray cluster gym installs a plugin's `ray` extra: the extra's dependencies land in the venv,
+    and the venv is a different one from the plain plugin's (both may be needed, by two runs)."""
+    from gym_cli.catalog import CatalogEntry
+    from gym_cli.sources import source_of_entry
+
+    extra_dep = make_package(tmp_path / "extra-dep", "fake-ray")
+    plugin = make_package(tmp_path / "with-extra", "demo-plugin", dependencies=["fake-gym-core"],
+                          extra=f'[project.optional-dependencies]\nray = ["fake-ray @ file://{extra_dep}"]\n'
+                                '[tool.hatch.metadata]\nallow-direct-references = true\n')
+    entry = CatalogEntry(name="demo", kind="resources", path=plugin)
+    plain, with_ray = source_of_entry(entry), source_of_entry(entry, ["ray", "gpu"])
+    assert plain.extras == () and with_ray.extras == ("ray",)  # gpu: not declared by the package, dropped
+    m = manager(core)
+    assert m.key_for(plain) != m.key_for(with_ray)
+    env = m.ensure(with_ray)
+    assert run_in(env.python, "import fake_ray, demo_plugin; print('ok')") == "ok"
+    bare = m.ensure(plain)
+    assert bare.path != env.path
+    assert subprocess.run([str(bare.python), "-c", "import fake_ray"], capture_output=True).returncode != 0
+    # A requirement's declaration is unknown before it is installed: every asked-for extra goes to uv.
+    published = source_of_entry(CatalogEntry(name="demo", kind="resources", requirement="demo-plugin>=0.1"), ["ray"])
+    assert published.install_requirement == "demo-plugin[ray]>=0.1"

@@ -12,6 +12,7 @@ import functools
 import os
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,9 @@ class PluginSource:
     e.g. ``gym-math>=0.2`` from PyPI). ``name`` is the server type it is looked up by. ``version`` pins a
     bare requirement name (``gym-math`` + ``0.2.1`` installs ``gym-math==0.2.1``) and is part of the
     venv key either way. A requirement is looked up on PyPI, or on ``index_url`` instead, and also in
-    ``find_links`` (directories or URLs of package files, as ``gym plugin build --out`` writes them)."""
+    ``find_links`` (directories or URLs of package files, as ``gym plugin build --out`` writes them).
+    ``extras``: the package's optional dependency groups installed with it (``ray`` when the run is
+    on a Ray cluster and the package declares it)."""
 
     name: str
     path: Path | None = None
@@ -95,6 +98,7 @@ class PluginSource:
     version: str | None = None
     find_links: tuple[str, ...] = ()
     index_url: str | None = None
+    extras: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.requirement is None):
@@ -102,6 +106,7 @@ class PluginSource:
         if self.path is not None and not isinstance(self.path, Path):
             object.__setattr__(self, "path", Path(self.path))
         object.__setattr__(self, "find_links", tuple(self.find_links))
+        object.__setattr__(self, "extras", tuple(sorted(set(self.extras))))
 
     def index_args(self) -> list[str]:
         """uv's arguments saying where the requirement and its dependencies are looked up."""
@@ -113,9 +118,16 @@ class PluginSource:
         """The requirement handed to uv (None for a path source)."""
         if self.requirement is None:
             return None
-        if self.version and _BARE_REQUIREMENT.fullmatch(self.requirement):
-            return f"{self.requirement.strip()}=={self.version}"
-        return self.requirement
+        requirement = self.requirement
+        if self.version and _BARE_REQUIREMENT.fullmatch(requirement):
+            requirement = f"{requirement.strip()}=={self.version}"
+        if self.extras:
+            from packaging.requirements import Requirement
+
+            parsed = Requirement(requirement)
+            parsed.extras |= set(self.extras)
+            requirement = str(parsed)
+        return requirement
 
     def describe(self) -> str:
         return str(self.path) if self.path is not None else str(self.install_requirement)
@@ -143,10 +155,14 @@ def source_of_directory(directory: Path) -> tuple[PluginSource, str]:
     return PluginSource(name=names[0], path=directory), distribution
 
 
-def source_of_entry(entry: CatalogEntry) -> PluginSource:
-    """The source of a catalog entry's venv."""
+def source_of_entry(entry: CatalogEntry, extras: Sequence[str] = ()) -> PluginSource:
+    """The source of a catalog entry's venv (with ``extras``, those of them its package declares: all
+    of them for a requirement, whose declaration is not known before it is installed)."""
+    if entry.path is not None and extras:
+        declared = (project_table(Path(entry.path)).get("optional-dependencies") or {}).keys()
+        extras = [extra for extra in extras if extra in declared]
     return PluginSource(name=entry.name, path=entry.path, requirement=entry.requirement,
-                        find_links=entry.find_links, index_url=entry.index_url)
+                        find_links=entry.find_links, index_url=entry.index_url, extras=tuple(extras))
 
 
 def looks_like_path(target: str) -> bool:

@@ -436,7 +436,9 @@ def _pythons(config: GlobalConfig, isolation: str, catalog: Catalog, console: Co
 
     missing = [name for name in used if name not in catalog.entries]
     result = {name: (sys.executable, "none (not in catalog)") for name in missing}
-    sources = [source_of_entry(catalog.entries[name]) for name in used if name in catalog.entries]
+    # On a Ray cluster a plugin's `ray` extra (code_gen's: its executions fan out as Ray tasks) comes too.
+    extras = ("ray",) if config.ray is not None else ()
+    sources = [source_of_entry(catalog.entries[name], extras) for name in used if name in catalog.entries]
     if sources:
         manager = VenvManager(core_path=catalog.core_path, console=lambda msg: console.print(msg, highlight=False))
         for source, venv in zip(sources, manager.ensure_many(sources)):

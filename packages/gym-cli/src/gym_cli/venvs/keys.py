@@ -153,6 +153,8 @@ def key_material(
         src = {"requirement": source.install_requirement, "version": source.version}
         if source.find_links or source.index_url:  # absent otherwise: existing venvs keep their keys
             src.update(find_links=list(source.find_links), index_url=source.index_url)
+    if source.extras:  # absent otherwise: existing venvs keep their keys
+        src["extras"] = list(source.extras)
     if core_path is not None:
         core: dict[str, Any] = {"path": str(core_path), "package": package_fingerprint(core_path)}
     else:

@@ -313,7 +313,7 @@ class VenvManager:
                 args += source.index_args()
                 args += self.core_install_args()
                 if plugin_dir is not None:
-                    args += ["-e", str(plugin_dir)]
+                    args += ["-e", f"{plugin_dir}[{','.join(source.extras)}]" if source.extras else str(plugin_dir)]
                 else:
                     args.append(str(source.install_requirement))
                 run_uv(source.name, args, cwd, log, log_path)

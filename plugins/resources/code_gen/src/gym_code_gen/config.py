@@ -48,6 +48,20 @@ class CodeGenConfig(ServerConfig, kw_only=True):
     output_limit_mb: Annotated[
         int, Meta(ge=1, description="most output kept of one test run, MiB; a program printing more is stopped (-3)")
     ] = 16
+    execution: Annotated[
+        Literal["auto", "local", "ray"],
+        Meta(description="where programs run: local (this server's sandbox), ray (each unit-test run one Ray task, "
+             "sandboxed on the node that runs it; needs Ray in this server's venv: gym-code-gen[ray]), auto: ray when "
+             "Ray is on (gym run with `ray:` sets RAY_ADDRESS, or ray_head_node_address is set) and installed, else local"),
+    ] = "auto"
+    ray_num_cpus: Annotated[
+        float, Meta(gt=0, description="CPUs each Ray task reserves (execution on Ray)")
+    ] = 1.0
+    ray_task_allowance_s: Annotated[
+        float,
+        Meta(gt=0, description="time a Ray task may take beyond the test's time limit (scheduling, a worker starting); "
+             "past it the run is an infrastructure failure (502 sandbox_failed, retried), never a reward"),
+    ] = 60.0
     reference_stdin: Annotated[
         bool,
         Meta(description="standard-input programs run as in the reference: statements wrapped in a function "

@@ -13,15 +13,21 @@ is made here, outside the sandbox, and the expected output never enters it: a pr
 subvert the comparison. Tests run in parallel (at most ``num_processes`` programs in this server);
 the ``result`` list stops at the first failure in test order, and the runs after it are cancelled.
 
-A failure of the sandbox itself raises :class:`~gym_core.sandbox.SandboxError` out of ``verify``:
+With ``execution`` on Ray (:mod:`gym_code_gen.fanout`), each run is one Ray task, sandboxed on the
+node that runs it; the verdict is still made here, from what the run returns.
+
+A failure of the sandbox itself (or of Ray) raises :class:`~gym_core.sandbox.SandboxError` out of ``verify``:
 gym answers ``502 sandbox_failed`` (the rollout fails and is retried, never scored).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import os
 import secrets
+import sys
 import time
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -30,7 +36,7 @@ from typing import Any
 import msgspec
 
 from gym_core import ResourcesServer, Session, ToolError
-from gym_core.sandbox import Sandbox, SandboxLimits, SandboxResult
+from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxResult, SandboxUnavailable
 from gym_core.schemas import VerifyRequest, VerifyResponse, output_text
 
 from gym_code_gen.config import CodeGenConfig
@@ -109,6 +115,34 @@ class _ActiveClock:
         return self.spent + (time.monotonic() - self.since if self.running else 0.0)
 
 
+class _ReportedClock(_ActiveClock):
+    """The same clock for runs on Ray, where holding a slot does not mean running (a task may wait
+    for a CPU on the cluster): it counts the union of the finished runs' own wall times, as each
+    node reports them, placed at their arrival. A run still in flight is bounded by its own limits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.intervals: list[tuple[float, float]] = []
+
+    def enter(self) -> None:
+        pass
+
+    def leave(self) -> None:
+        pass
+
+    def record(self, run_s: float) -> None:
+        end = time.monotonic()
+        self.intervals.append((end - run_s, end))
+
+    def elapsed(self) -> float:
+        total, reach = 0.0, float("-inf")
+        for start, end in sorted(self.intervals):
+            if end > reach:
+                total += end - max(start, reach)
+                reach = end
+        return total
+
+
 class CodeGenServer(ResourcesServer):
     config: CodeGenConfig
     reward_range = (-1.0, 1.0)  # reasoning_format_penalty may be negative
@@ -117,11 +151,52 @@ class CodeGenServer(ResourcesServer):
         self.sandbox = Sandbox(self.config.sandbox_mode, max_concurrency=self.config.num_processes,
                                bwrap=self.config.sandbox_bwrap)
         # The same bound as the sandbox's: a run holding a slot starts at once (the deadline's clock runs).
+        # On Ray it bounds the tasks in flight.
         self.slots = asyncio.Semaphore(self.config.num_processes)
+        self.executor: Any = None  # a RayExecutor when programs run on Ray
+        self.runner = files("gym_code_gen").joinpath("runner.py").read_text()
         if self.config.sandbox_mode == "unsandboxed":
             self.log.warning("sandbox_mode is unsandboxed: the model's programs run WITHOUT isolation")
+        if self._ray_wanted():
+            await self._start_ray()
+            return
         await self.sandbox.start()  # SandboxUnavailable: this host cannot sandbox, and start-up fails saying why
-        self.runner = files("gym_code_gen").joinpath("runner.py").read_text()
+
+    def _ray_wanted(self) -> bool:
+        """``execution``: ray, or auto with Ray on (RAY_ADDRESS, ray_head_node_address, or Ray already
+        joined in this process) and installed. Decided without importing Ray when it is off."""
+        if self.config.execution != "auto":
+            return self.config.execution == "ray"
+        address = self.global_config.ray_head_node_address if self.global_config is not None else None
+        joined = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+        if not (os.environ.get("RAY_ADDRESS") or address or joined):
+            return False
+        if importlib.util.find_spec("ray") is None:
+            self.log.warning("Ray is on but not installed in this server's venv (install gym-code-gen[ray]): "
+                             "programs run in this server's sandbox")
+            return False
+        return True
+
+    async def _start_ray(self) -> None:
+        from gym_code_gen.fanout import RayExecutor, join_ray
+
+        address = self.global_config.ray_head_node_address if self.global_config is not None else None
+        try:
+            ray = await asyncio.to_thread(join_ray, address)
+        except ImportError:
+            raise SandboxUnavailable(f"{self.name}: execution is ray but Ray is not installed in this server's venv "
+                                     "(install gym-code-gen[ray], the cluster's Ray version)") from None
+        except Exception as exc:
+            raise SandboxUnavailable(f"{self.name}: could not join the Ray cluster to run programs on: "
+                                     f"{type(exc).__name__}: {exc}") from None
+        self.executor = RayExecutor(ray, mode=self.config.sandbox_mode, bwrap=self.config.sandbox_bwrap,
+                                    num_cpus=self.config.ray_num_cpus, allowance_s=self.config.ray_task_allowance_s)
+        try:
+            await self.executor.probe(self.config.ray_task_allowance_s)
+        except SandboxError as exc:
+            raise SandboxUnavailable(f"{self.name}: programs cannot run on the Ray cluster: {exc}") from None
+        self.log.info("programs run as Ray tasks (%g CPU each, at most %d at once), sandboxed on their nodes",
+                      self.config.ray_num_cpus, self.config.num_processes)
 
     async def verify(self, session: Session, body: CodeGenVerifyRequest) -> CodeGenVerifyResponse:
         difficulty = body.verifier_metadata.difficulty
@@ -175,7 +250,7 @@ class CodeGenServer(ResourcesServer):
                 return [RUNTIME_ERROR], {"error_code": RUNTIME_ERROR,
                                          "error_message": "class Solution in a standard-input program"}
         started = time.monotonic()
-        clock = _ActiveClock()
+        clock = _ReportedClock() if self.executor is not None else _ActiveClock()
         deadline = self.deadline_s(count)
         tasks = [
             asyncio.ensure_future(self._run_test(code, tests.fn_name, tests.inputs[i], expected[i], clock))
@@ -243,10 +318,13 @@ class CodeGenServer(ResourcesServer):
         async with self.slots:
             clock.enter()
             try:
-                run = await self.sandbox.run_python(self.runner, args=args, stdin=stdin, files=files_,
-                                                    limits=self._limits(bool(fn_name)))
+                run = await (self.executor or self.sandbox).run_python(
+                    self.runner, args=args, stdin=stdin, files=files_, limits=self._limits(bool(fn_name)),
+                )
             finally:
                 clock.leave()
+        if isinstance(clock, _ReportedClock):
+            clock.record(run.wall_time_s)
         if fn_name:
             outcome = await asyncio.to_thread(_judge_call, run, nonce, expected)
         else:

@@ -16,8 +16,24 @@ from typing import Any
 
 import yaml
 
+from gym_core import ServerClient
+
 ROOT = Path(__file__).resolve().parents[1]
 COUNTER_TASKS = ROOT / "plugins/resources/counter/data/example.jsonl"
+
+
+class TimedClient(ServerClient):
+    """A ServerClient that records the latency of every ``/run``: one rollout each."""
+
+    latencies: list[float]
+
+    async def request(self, method: str, server: str, path: str, **kwargs: Any) -> bytes:
+        start = time.perf_counter()
+        try:
+            return await super().request(method, server, path, **kwargs)
+        finally:
+            if path == "/run":
+                self.latencies.append(time.perf_counter() - start)
 
 
 def free_port() -> int:

@@ -25,7 +25,7 @@ from gym_core import ClientConfig, ServerClient
 
 from gym_cli.rollouts import run_async
 
-from benchmarks._common import COUNTER_TASKS, cpu_seconds, free_port, gym_servers, percentile, spawn, wait_http
+from benchmarks._common import COUNTER_TASKS, TimedClient, cpu_seconds, free_port, gym_servers, percentile, spawn, wait_http
 
 SCRIPTED_HOPS = ["agent", "resources", "model", "resources", "model", "resources"]
 PROXY_HOPS = SCRIPTED_HOPS + ["stub", "stub"]
@@ -51,25 +51,11 @@ def gym_config(variant: str, stub_url: str | None) -> dict[str, Any]:
     }
 
 
-class _TimedClient(ServerClient):
-    """Records the latency of every /run: one rollout each."""
-
-    latencies: list[float]
-
-    async def request(self, method: str, server: str, path: str, **kwargs: Any) -> bytes:
-        start = time.perf_counter()
-        try:
-            return await super().request(method, server, path, **kwargs)
-        finally:
-            if path == "/run":
-                self.latencies.append(time.perf_counter() - start)
-
-
 def _pairs(tasks: list[Any], n: int) -> list[tuple[int, int]]:
     return [(i % len(tasks), i // len(tasks)) for i in range(n)]
 
 
-async def _gym_round(client: _TimedClient, tasks: list[Any], n: int, concurrency: int, pids: list[int]) -> dict[str, Any]:
+async def _gym_round(client: TimedClient, tasks: list[Any], n: int, concurrency: int, pids: list[int]) -> dict[str, Any]:
     from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts
 
     client.latencies = []
@@ -120,7 +106,7 @@ async def _measure(head_url: str, floor_urls: dict[str, str], hops: list[str], n
     base = await ServerClient.from_head(head_url)
     from gym_core.auth import token_for_head
 
-    client = _TimedClient(base.global_config, config=ClientConfig(timeout_s=600, max_attempts=1),
+    client = TimedClient(base.global_config, config=ClientConfig(timeout_s=600, max_attempts=1),
                           auth_token=token_for_head(head_url))
     await base.close()
     connector = aiohttp.TCPConnector(limit=100_000, limit_per_host=1_000)

@@ -13,7 +13,6 @@ collapsed-stack viewer, e.g. speedscope).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import contextlib
 import os

@@ -34,7 +34,7 @@ from gym_core.routing import ROLLOUT_COOKIE, new_rollout_key
 
 from gym_cli.rollouts import run_async
 
-from benchmarks._common import COUNTER_TASKS, cpu_seconds, gym_servers, percentile
+from benchmarks._common import COUNTER_TASKS, TimedClient, cpu_seconds, gym_servers, percentile
 
 TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]
 ROUTE_REPLICAS = (1, 2, 4, 16)
@@ -77,27 +77,13 @@ def servers_config(size: Size) -> dict[str, Any]:
     return config
 
 
-class _TimedClient(ServerClient):
-    """Records the latency of every ``/run``: one rollout each."""
-
-    latencies: list[float]
-
-    async def request(self, method: str, server: str, path: str, **kwargs: Any) -> bytes:
-        start = time.perf_counter()
-        try:
-            return await super().request(method, server, path, **kwargs)
-        finally:
-            if path == "/run":
-                self.latencies.append(time.perf_counter() - start)
-
-
 def _replica_pids(pids: dict[str, int], instance: str) -> list[int]:
     """The pids of ``instance``'s processes in replica order (``counter2#0``, ``counter2#1``...)."""
     named = {name: pid for name, pid in pids.items() if name == instance or name.startswith(instance + "#")}
     return [named[name] for name in sorted(named, key=lambda name: int(name.partition("#")[2] or 0))]
 
 
-async def _round(client: _TimedClient, tasks: list[Any], n: int, size: Size, pids: list[int]) -> dict[str, Any]:
+async def _round(client: TimedClient, tasks: list[Any], n: int, size: Size, pids: list[int]) -> dict[str, Any]:
     """``size.rollouts`` rollouts through ``agent{n}`` at ``size.concurrency``, with each replica's
     sampled open sessions and CPU seconds."""
     from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts
@@ -168,7 +154,7 @@ async def _measure(head_url: str, size: Size, pids: dict[str, int]) -> dict[str,
     tasks = read_tasks(COUNTER_TASKS)
     base = await ServerClient.from_head(head_url)
     await base.close()
-    client = _TimedClient(base.global_config, config=ClientConfig(timeout_s=600, max_attempts=1),
+    client = TimedClient(base.global_config, config=ClientConfig(timeout_s=600, max_attempts=1),
                           auth_token=token_for_head(head_url))
     try:
         where = {n: _replica_pids(pids, f"counter{n}") for n in size.levels}

@@ -124,3 +124,42 @@ def report_runs(tmp_path_factory) -> dict[str, Path]:
             assert result.exit_code == (1 if name == "before" else 0), result.output
             outputs[name] = output
     return outputs
+
+
+class CounterCollection:
+    """``gym collect`` of the counter's example tasks against a running head (as a user runs it), and
+    the checks the replica tests share: every (task, rollout) scored once, on its own seeded state."""
+
+    TASKS = Path(__file__).resolve().parents[3] / "plugins/resources/counter/data/example.jsonl"
+
+    def __init__(self, repeats: int, parallel: int):
+        self.repeats, self.parallel = repeats, parallel
+        self.n_tasks = len(self.TASKS.read_text().splitlines())
+
+    def start(self, head: str, out: Path, *extra: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-m", "gym_cli", "collect", "--input", str(self.TASKS), "--output", str(out),
+             "--agent", "agent", "--head", head, "--repeats", str(self.repeats), "--parallel", str(self.parallel),
+             "--no-profile", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+
+    @staticmethod
+    def rows(path: Path) -> list[dict]:
+        import json
+
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+    def assert_scored_once(self, out: Path) -> None:
+        collected = self.rows(out)
+        keys = [(r["task_index"], r["rollout_index"]) for r in collected]
+        assert len(keys) == len(set(keys)) == self.n_tasks * self.repeats
+        for row in collected:  # each row scored on its own seeded state: +3 from the scripted tool call
+            assert row["final_count"] == row["initial_count"] + 3
+            assert row["reward"] == float(row["expected_count"] == row["initial_count"] + 3)
+
+
+@pytest.fixture
+def counter_collection() -> type[CounterCollection]:
+    """:class:`CounterCollection`, for a module's own ``collection`` fixture (its repeats and parallel)."""
+    return CounterCollection

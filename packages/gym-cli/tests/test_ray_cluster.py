@@ -35,8 +35,6 @@ from gym_core.options import ClientConfig
 from gym_core.routing import ROLLOUT_COOKIE, choose_replica
 
 ROOT = Path(__file__).resolve().parents[3]
-COUNTER_TASKS = ROOT / "plugins/resources/counter/data/example.jsonl"
-N_TASKS = len(COUNTER_TASKS.read_text().splitlines())
 TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]
 
 
@@ -296,37 +294,22 @@ def test_each_server_runs_in_an_actor_on_the_node_asked_for(run: Run, cluster: N
     assert "Ray node" in "".join(run.lines)  # the table at start says where each one runs
 
 
-def collect(run: Run, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gym_cli", "collect", "--input", str(COUNTER_TASKS), "--output", str(out),
-         "--agent", "agent", "--head", run.head, "--repeats", "6", "--parallel", "6", "--no-profile", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
+@pytest.fixture
+def collection(counter_collection):
+    """``gym collect`` of the counter's tasks, 6 rollouts each, 6 at a time (conftest.CounterCollection)."""
+    return counter_collection(repeats=6, parallel=6)
 
 
-def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
-def assert_scored_once(out: Path) -> None:
-    collected = rows(out)
-    keys = [(r["task_index"], r["rollout_index"]) for r in collected]
-    assert len(keys) == len(set(keys)) == N_TASKS * 6
-    for row in collected:  # each row scored on its own seeded state: +3 from the scripted tool call
-        assert row["final_count"] == row["initial_count"] + 3
-        assert row["reward"] == float(row["expected_count"] == row["initial_count"] + 3)
-
-
-def test_rollouts_keep_to_one_replica_across_nodes(run: Run, tmp_path: Path):
+def test_rollouts_keep_to_one_replica_across_nodes(run: Run, tmp_path: Path, collection):
     """No retry allowed: a call of a rollout that reached another replica than its session's would be
     refused there (each replica signs its own cookies) and fail it. Then, asked directly, each probe
     session lives on exactly the replica its key hashes to, and every replica holds some."""
     out = tmp_path / "out.jsonl"
-    proc = collect(run, out, "--retries", "0")
+    proc = collection.start(run.head, out, "--retries", "0")
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    assert_scored_once(out)
-    assert rows(tmp_path / "out.failures.jsonl") == []
+    collection.assert_scored_once(out)
+    assert collection.rows(tmp_path / "out.failures.jsonl") == []
 
     replicas = run.row("counter")["replicas"]
     names, urls = [r["name"] for r in replicas], [r["url"] for r in replicas]
@@ -354,13 +337,13 @@ def test_rollouts_keep_to_one_replica_across_nodes(run: Run, tmp_path: Path):
     assert set(asyncio.run(owners())) == {0, 1, 2}
 
 
-def test_a_replica_killed_mid_collection_is_restarted_in_its_actor_and_nothing_is_lost(run: Run, tmp_path: Path):
+def test_a_replica_killed_mid_collection_is_restarted_in_its_actor_and_nothing_is_lost(run: Run, tmp_path: Path, collection):
     victim = run.row("counter")["replicas"][1]
     out = tmp_path / "out.jsonl"
-    proc = collect(run, out, "--retries", "6", "--retry-backoff", "0.5")
+    proc = collection.start(run.head, out, "--retries", "6", "--retry-backoff", "0.5")
     try:
         deadline = time.monotonic() + 120
-        while len(rows(out)) < 6:
+        while len(collection.rows(out)) < 6:
             assert proc.poll() is None and time.monotonic() < deadline, "no rows came"
             time.sleep(0.05)
         os.kill(victim["pid"], signal.SIGKILL)  # the server process, on its node; its actor lives on
@@ -370,8 +353,8 @@ def test_a_replica_killed_mid_collection_is_restarted_in_its_actor_and_nothing_i
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
-    assert_scored_once(out)
-    assert rows(tmp_path / "out.failures.jsonl") == []
+    collection.assert_scored_once(out)
+    assert collection.rows(tmp_path / "out.failures.jsonl") == []
     deadline = time.monotonic() + 60
     while (back := run.row("counter")["replicas"][1])["state"] != "running":
         assert time.monotonic() < deadline, back

@@ -26,8 +26,6 @@ from gym_core.options import ClientConfig
 from gym_core.routing import ROLLOUT_COOKIE, choose_replica
 
 ROOT = Path(__file__).resolve().parents[3]
-COUNTER_TASKS = ROOT / "plugins/resources/counter/data/example.jsonl"
-N_TASKS = len(COUNTER_TASKS.read_text().splitlines())
 TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]
 CONFIG = {
     "counter": {"plugin": "counter", "replicas": 3},
@@ -90,25 +88,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             proc.wait()
 
 
-def collect(run: Run, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gym_cli", "collect", "--input", str(COUNTER_TASKS), "--output", str(out),
-         "--agent", "agent", "--head", run.head, "--repeats", "10", "--parallel", "8", "--no-profile", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-
-
-def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-
-
-def assert_scored_once(out: Path) -> None:
-    collected = rows(out)
-    keys = [(r["task_index"], r["rollout_index"]) for r in collected]
-    assert len(keys) == len(set(keys)) == N_TASKS * 10
-    for row in collected:  # each row scored on its own seeded state: +3 from the scripted tool call
-        assert row["final_count"] == row["initial_count"] + 3
-        assert row["reward"] == float(row["expected_count"] == row["initial_count"] + 3)
+@pytest.fixture
+def collection(counter_collection):
+    """``gym collect`` of the counter's tasks, 10 rollouts each, 8 at a time (conftest.CounterCollection)."""
+    return counter_collection(repeats=10, parallel=8)
 
 
 def test_three_processes_behind_one_name_published_and_shown_by_status(run: Run):
@@ -129,16 +112,16 @@ def test_three_processes_behind_one_name_published_and_shown_by_status(run: Run)
     assert all(shown[r["name"]]["health"] == "ok" and shown[r["name"]]["instance"] == "counter" for r in replicas)
 
 
-def test_collected_rollouts_each_keep_to_one_replica(run: Run, tmp_path: Path):
+def test_collected_rollouts_each_keep_to_one_replica(run: Run, tmp_path: Path, collection):
     """60 rollouts and no retry allowed: a call that reached another replica than its session's would
     be refused there (each replica signs its cookies with its own key) and fail the rollout. Then,
     asked directly, each rollout's session lives on exactly the replica its key hashes to."""
     out = tmp_path / "out.jsonl"
-    proc = collect(run, out, "--retries", "0")
+    proc = collection.start(run.head, out, "--retries", "0")
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
-    assert_scored_once(out)
-    assert rows(tmp_path / "out.failures.jsonl") == []
+    collection.assert_scored_once(out)
+    assert collection.rows(tmp_path / "out.failures.jsonl") == []
 
     names = [r["name"] for r in run.counter()["replicas"]]
     urls = [r["url"] for r in run.counter()["replicas"]]
@@ -168,16 +151,16 @@ def test_collected_rollouts_each_keep_to_one_replica(run: Run, tmp_path: Path):
     assert set(found) == {0, 1, 2}  # every replica holds some sessions
 
 
-def test_a_replica_killed_mid_collection_loses_no_rollout(run: Run, tmp_path: Path):
+def test_a_replica_killed_mid_collection_loses_no_rollout(run: Run, tmp_path: Path, collection):
     """counter#1 is killed with -9 while rollouts are in flight: the supervisor restarts it on its port,
     the rollouts it held fail typed and are retried (with a new key, so maybe elsewhere), and the run
     ends with every (task, rollout) exactly once, scored right, and no failure."""
     victim = run.counter()["replicas"][1]
     out = tmp_path / "out.jsonl"
-    proc = collect(run, out, "--retries", "6", "--retry-backoff", "0.5")
+    proc = collection.start(run.head, out, "--retries", "6", "--retry-backoff", "0.5")
     try:
         deadline = time.monotonic() + 120
-        while len(rows(out)) < 8:
+        while len(collection.rows(out)) < 8:
             assert proc.poll() is None and time.monotonic() < deadline, "no rows came"
             time.sleep(0.05)
         os.kill(victim["pid"], signal.SIGKILL)
@@ -187,8 +170,8 @@ def test_a_replica_killed_mid_collection_loses_no_rollout(run: Run, tmp_path: Pa
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
-    assert_scored_once(out)
-    assert rows(tmp_path / "out.failures.jsonl") == []
+    collection.assert_scored_once(out)
+    assert collection.rows(tmp_path / "out.failures.jsonl") == []
     assert "were retried" in err
     deadline = time.monotonic() + 60
     while (back := run.counter()["replicas"][1])["state"] != "running":

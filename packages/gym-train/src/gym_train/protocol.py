@@ -28,15 +28,19 @@ puts samples, from its own storage by id or sent inline by the master, into the 
 ``batch``); the interface adds its own by name through :meth:`ModelInterface.hooks`, typically
 ``evaluate``, ``offload`` and ``checkpoint`` (post). A hook's result is returned with the reply.
 
-The transport is :mod:`multiprocessing` pipes on one host; Ray actors would replace the process and
-the pipe, not the messages.
+The transport is the worker's only part that changes with the ``backend``: ``"process"`` (the
+default), a spawned process and a :mod:`multiprocessing` pipe on this host; ``"ray"``, a Ray actor on
+any node of a cluster (:mod:`gym_train.ray_workers`), which runs the same worker loop in a thread and
+passes the same msgpack messages through two of its methods. Ray is imported only for ``"ray"``.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import itertools
 import multiprocessing
+import os
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -64,6 +68,7 @@ __all__ = [
     "WorkerCrashedError",
     "ReplyTimeoutError",
     "WorkerHandle",
+    "ProcessWorkerHandle",
     "Pending",
     "Master",
 ]
@@ -148,11 +153,13 @@ class WorkerRequestError(ProtocolError):
 
 
 class WorkerCrashedError(ProtocolError):
-    """The worker process died (or closed its pipe) while the master waited on it."""
+    """The worker process (or Ray actor) died, or closed its pipe, while the master waited on it;
+    ``cause`` says how, where the exit code does not (a Ray actor's)."""
 
-    def __init__(self, worker: int, waiting_for: str, exitcode: int | None):
+    def __init__(self, worker: int, waiting_for: str, exitcode: int | None, cause: str | None = None):
         self.worker, self.exitcode = worker, exitcode
-        super().__init__(f"model worker {worker} died (exit code {exitcode}) while the master waited for {waiting_for}")
+        how = cause or f"exit code {exitcode}"
+        super().__init__(f"model worker {worker} died ({how}) while the master waited for {waiting_for}")
 
 
 class ReplyTimeoutError(ProtocolError):
@@ -348,22 +355,56 @@ class Pending:
         return self.worker.wait(self, timeout_s).result
 
 
-class WorkerHandle:
-    """The master's end of one model worker: send requests, flush, wait for replies by id."""
+class _WorkerGone(Exception):
+    """The transport's word for "the worker is gone and left nothing more to read"."""
 
-    def __init__(self, index: int, process: multiprocessing.process.BaseProcess, conn: Connection, reply_timeout_s: float):
+
+class WorkerHandle:
+    """The master's end of one model worker: send requests, flush, wait for replies by id.
+
+    The protocol lives here; a subclass is the transport (:class:`ProcessWorkerHandle`, or
+    :class:`~gym_train.ray_workers.RayWorkerHandle`): how bytes go to the worker and come back, and how
+    it is stopped."""
+
+    def __init__(self, index: int, reply_timeout_s: float):
         self.index = index
-        self.process = process
-        self.conn = conn
         self.reply_timeout_s = reply_timeout_s
         self._ids = itertools.count(1)
         self._replies: dict[int, Reply | ErrorReply] = {}
         self._kinds: dict[int, str] = {}
         self._failed: ProtocolError | None = None
 
+    # --- the transport, by subclass
+
+    def _post(self, data: bytes) -> None:
+        """Send one message; OSError when the worker is gone."""
+        raise NotImplementedError
+
+    def _next_message(self, timeout_s: float) -> bytes | None:
+        """The worker's next message, None when none came within ``timeout_s``; :class:`_WorkerGone`
+        once the worker has ended and everything it sent was read."""
+        raise NotImplementedError
+
+    def _running(self) -> bool:
+        raise NotImplementedError
+
+    def _buffered(self) -> bool:
+        """Whether a message is ready to read (a worker that died may have left its last replies)."""
+        raise NotImplementedError
+
+    def _death(self) -> tuple[int | None, str | None]:
+        """How the worker ended: its exit code, else a cause in words."""
+        raise NotImplementedError
+
+    def stop(self, timeout_s: float = 5.0, polite: bool = True) -> None:
+        """Stop the worker, bounded: ask it to exit (``polite``), then end it by force."""
+        raise NotImplementedError
+
+    # --- the protocol
+
     @property
     def alive(self) -> bool:
-        return self._failed is None and self.process.is_alive()
+        return self._failed is None and self._running()
 
     def send(self, kind: str, payload: Any = None, *, pre_hooks: Iterable[HookCall] = (),
              post_hooks: Iterable[HookCall] = (), timeout_s: float | None = None) -> Pending:
@@ -372,8 +413,8 @@ class WorkerHandle:
         self._kinds[request.id] = kind
         self._check_usable(f"{kind} request {request.id}")
         try:
-            self.conn.send_bytes(_encoder.encode(request))
-        except (BrokenPipeError, OSError):
+            self._post(_encoder.encode(request))
+        except OSError:  # BrokenPipeError included
             self._raise_crashed(f"{kind} request {request.id}")
         self._receive_until(lambda m: m.id == request.id and isinstance(m, (Ack, ErrorReply)),
                             f"the acknowledgement of {kind} request {request.id}", timeout_s)
@@ -421,33 +462,65 @@ class WorkerHandle:
         limit = self.reply_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + limit
         while True:
-            left = deadline - time.monotonic()
-            ready = wait([self.conn, self.process.sentinel], timeout=max(0.0, left)) if left > 0 else []
-            if self.conn in ready:
-                try:
-                    message = _decoder.decode(self.conn.recv_bytes())
-                except (EOFError, OSError):
-                    self._raise_crashed(what)
-                self._replies[message.id] = message
-                if done(message):
-                    return
-            elif ready:  # only the sentinel: the process ended, and its pipe holds nothing more
+            try:
+                data = self._next_message(max(0.0, deadline - time.monotonic()))
+            except _WorkerGone:
                 self._raise_crashed(what)
-            else:
+            if data is None:
                 self.stop(polite=False)  # it may be stuck in a compute: asking it to exit would go unheard
                 self._failed = ReplyTimeoutError(self.index, what, limit)
                 raise self._failed
+            message = _decoder.decode(data)
+            self._replies[message.id] = message
+            if done(message):
+                return
 
     def _check_usable(self, what: str) -> None:
         if self._failed is not None:
             raise self._failed
-        if not self.process.is_alive() and not self.conn.poll():
+        if not self._running() and not self._buffered():
             self._raise_crashed(what)
 
     def _raise_crashed(self, what: str) -> None:
-        self.process.join(timeout=5)
-        self._failed = WorkerCrashedError(self.index, what, self.process.exitcode)
+        self._failed = WorkerCrashedError(self.index, what, *self._death())
         raise self._failed
+
+    def _mark_stopped(self) -> None:
+        if self._failed is None:
+            self._failed = ProtocolError(f"model worker {self.index} was stopped")
+
+
+class ProcessWorkerHandle(WorkerHandle):
+    """A model worker in a spawned process on this host, reached through a pipe."""
+
+    def __init__(self, index: int, process: multiprocessing.process.BaseProcess, conn: Connection, reply_timeout_s: float):
+        super().__init__(index, reply_timeout_s)
+        self.process = process
+        self.conn = conn
+
+    def _post(self, data: bytes) -> None:
+        self.conn.send_bytes(data)
+
+    def _next_message(self, timeout_s: float) -> bytes | None:
+        ready = wait([self.conn, self.process.sentinel], timeout=timeout_s) if timeout_s > 0 else []
+        if self.conn in ready:
+            try:
+                return self.conn.recv_bytes()
+            except (EOFError, OSError):
+                raise _WorkerGone from None
+        if ready:  # only the sentinel: the process ended, and its pipe holds nothing more
+            raise _WorkerGone
+        return None
+
+    def _running(self) -> bool:
+        return self.process.is_alive()
+
+    def _buffered(self) -> bool:
+        return self.conn.poll()
+
+    def _death(self) -> tuple[int | None, str | None]:
+        self.process.join(timeout=5)
+        return self.process.exitcode, None
 
     def stop(self, timeout_s: float = 5.0, polite: bool = True) -> None:
         """Stop the worker: ask it to exit (``polite``), then terminate and kill it if it does not in time."""
@@ -464,41 +537,62 @@ class WorkerHandle:
             self.process.kill()
             self.process.join(timeout_s)
         self.conn.close()
-        if self._failed is None:
-            self._failed = ProtocolError(f"model worker {self.index} was stopped")
+        self._mark_stopped()
+
+
+BACKENDS = ("process", "ray")
+RAY_RESOURCE_OPTIONS = frozenset({"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "scheduling_strategy"})
+"""The Ray actor options ``ray_resources`` may set for each worker's actor."""
 
 
 class Master:
-    """The master: starts ``n_workers`` model worker processes, each running ``factory`` (a
-    ``"module:attr"`` path to a :class:`ModelInterface` factory, called with the worker's index, the
-    number of workers and ``config``), and talks to them. Use it as a context manager; every wait is
-    bounded by ``reply_timeout_s`` unless a call says otherwise. The workers inherit ``sys.path`` and
-    import ``factory`` by name, so its module must be importable (installed, or on ``sys.path``).
+    """The master: starts ``n_workers`` model workers, each running ``factory`` (a ``"module:attr"``
+    path to a :class:`ModelInterface` factory, called with the worker's index, the number of workers
+    and ``config``), and talks to them. Use it as a context manager; every wait is bounded by
+    ``reply_timeout_s`` unless a call says otherwise. The workers inherit ``sys.path`` and import
+    ``factory`` by name, so its module must be importable (installed, or on ``sys.path``).
+
+    ``backend="process"`` (the default) spawns a process per worker on this host. ``backend="ray"``
+    hosts each worker in a Ray actor with the same protocol: it uses the Ray this process already
+    joined, else joins the cluster at ``ray_address``, else ``$RAY_ADDRESS`` (which ``gym run`` gives
+    its servers), else starts a local one (stopped by :meth:`close`); ``ray_resources`` are each
+    actor's Ray options (``num_cpus``, ``num_gpus``, ``memory``, ``resources``, ...; Ray's defaults
+    otherwise). Ray must be installed for it (``pip install 'gym-train[ray]'``), and on a cluster of
+    several machines every node needs gym-train (and ``factory``'s module) in its workers' Python.
     """
 
     def __init__(self, factory: str, n_workers: int = 1, *, config: Mapping[str, Any] | None = None,
-                 reply_timeout_s: float = 60.0, start_timeout_s: float = 120.0):
+                 reply_timeout_s: float = 60.0, start_timeout_s: float = 120.0, backend: str = "process",
+                 ray_address: str | None = None, ray_resources: Mapping[str, Any] | None = None):
         if n_workers < 1:
             raise ValueError(f"n_workers must be at least 1, not {n_workers}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, not {backend!r}")
+        if backend != "ray" and (ray_address is not None or ray_resources):
+            raise ValueError("ray_address and ray_resources are for backend='ray'")
+        unknown = sorted(set(ray_resources or {}) - RAY_RESOURCE_OPTIONS)
+        if unknown:
+            raise ValueError(f"ray_resources: unknown option {unknown[0]!r}; known: {', '.join(sorted(RAY_RESOURCE_OPTIONS))}")
+        if backend == "ray" and importlib.util.find_spec("ray") is None:
+            raise GymError("Master(backend='ray') needs Ray, which is not installed: pip install 'gym-train[ray]'")
         self.factory = factory
         self.n_workers = n_workers
         self.config = dict(config or {})
         self.reply_timeout_s = reply_timeout_s
         self.start_timeout_s = start_timeout_s
+        self.backend = backend
+        self.ray_address = ray_address
+        self.ray_resources = dict(ray_resources or {})
         self.workers: list[WorkerHandle] = []
+        self._ray_cluster: Any = None  # gym_cli's RayCluster, when backend="ray"
 
     def start(self) -> Master:
         """Start the workers and wait until each has built its interface."""
-        # spawn, not fork: a forked copy of a process that already ran torch threads can deadlock.
-        context = multiprocessing.get_context("spawn")
         try:
-            for index in range(self.n_workers):
-                ours, theirs = context.Pipe()
-                process = context.Process(target=_worker_main, name=f"gym-train-worker-{index}", daemon=True,
-                                          args=(theirs, self.factory, index, self.n_workers, self.config))
-                process.start()
-                theirs.close()
-                self.workers.append(WorkerHandle(index, process, ours, self.reply_timeout_s))
+            if self.backend == "ray":
+                self._start_ray_workers()
+            else:
+                self._start_processes()
             for worker in self.workers:
                 worker.wait_started(self.start_timeout_s)
         except BaseException:
@@ -506,10 +600,37 @@ class Master:
             raise
         return self
 
+    def _start_processes(self) -> None:
+        # spawn, not fork: a forked copy of a process that already ran torch threads can deadlock.
+        context = multiprocessing.get_context("spawn")
+        for index in range(self.n_workers):
+            ours, theirs = context.Pipe()
+            process = context.Process(target=_worker_main, name=f"gym-train-worker-{index}", daemon=True,
+                                      args=(theirs, self.factory, index, self.n_workers, self.config))
+            process.start()
+            theirs.close()
+            self.workers.append(ProcessWorkerHandle(index, process, ours, self.reply_timeout_s))
+
+    def _start_ray_workers(self) -> None:
+        from gym_cli.launch.ray_placement import RAY_ADDRESS_ENV, connect
+        from gym_core.config import RayConfig
+
+        address = self.ray_address or os.environ.get(RAY_ADDRESS_ENV) or None
+        self._ray_cluster = connect(RayConfig(address=address), "Master(backend='ray')", lambda _: None)
+        from gym_train.ray_workers import start_actor  # imports ray: only now
+
+        for index in range(self.n_workers):
+            self.workers.append(start_actor(index, self.factory, self.n_workers, self.config, self.ray_resources,
+                                            self.reply_timeout_s))
+
     def close(self) -> None:
-        """Stop every worker (bounded: exit, terminate, kill)."""
+        """Stop every worker (bounded: exit, then terminate and kill the process, or kill the actor);
+        leave a Ray cluster this master joined (stopping one it started)."""
         for worker in self.workers:
             worker.stop()
+        if self._ray_cluster is not None:
+            self._ray_cluster.disconnect()
+            self._ray_cluster = None
 
     def __enter__(self) -> Master:
         return self.start()

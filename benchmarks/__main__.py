@@ -9,6 +9,7 @@ import argparse
 import importlib
 import json
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
@@ -154,6 +155,10 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Measurements stop gym collect with SIGINT (Ctrl+C): a shell's background job starts with SIGINT
+    # ignored, which every child would inherit. Children start with the default instead.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=("tiny", "small", "full"), default="full")
     parser.add_argument("--only", nargs="+", choices=MEASUREMENTS, default=list(MEASUREMENTS))

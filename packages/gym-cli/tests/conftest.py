@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -163,3 +164,42 @@ class CounterCollection:
 def counter_collection() -> type[CounterCollection]:
     """:class:`CounterCollection`, for a module's own ``collection`` fixture (its repeats and parallel)."""
     return CounterCollection
+
+
+@contextlib.contextmanager
+def _gym_run_process(config: Path, ready_timeout_s: float, stop_timeout_s: float) -> Iterator[tuple[subprocess.Popen, str, list[str]]]:
+    """``gym run CONFIG --isolation none`` in a session of its own, kept for a whole module: its
+    process, head URL and every line it printed (read on, so the servers never block on a full pipe)
+    once all servers are ready; stopped with Ctrl+C, then killed, at the end."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym_cli", "run", str(config), "--isolation", "none", f"head_server.port={port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    deadline = time.monotonic() + ready_timeout_s
+    while not any("All servers ready" in line for line in lines):
+        line = proc.stdout.readline()
+        if not line or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("gym run did not get ready:\n" + "".join(lines))
+        lines.append(line)
+    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
+    try:
+        yield proc, f"http://127.0.0.1:{port}", lines
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture(scope="session")
+def gym_run_process():
+    """:func:`_gym_run_process`, for module-scoped fixtures that keep one `gym run` for their tests."""
+    return _gym_run_process

@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -224,7 +223,7 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(cluster: Nodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+def run(cluster: Nodes, tmp_path_factory: pytest.TempPathFactory, gym_run_process) -> Iterator[Run]:
     config = tmp_path_factory.mktemp("ray") / "servers.yaml"
     config.write_text(json.dumps({
         "ray": {"address": cluster.address, "placement_timeout_s": 180},
@@ -236,34 +235,8 @@ def run(cluster: Nodes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
                   "resources": {"node": cluster.head[:16]}},
         "server_restarts": {"attempts": 3, "window_s": 60, "backoff_s": 0.5},
     }))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_cli", "run", str(config), "--isolation", "none", f"head_server.port={port}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    lines: list[str] = []
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 240
-    while not any("All servers ready" in line for line in lines):
-        line = proc.stdout.readline()
-        if not line or time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail("gym run did not get ready:\n" + "".join(lines))
-        lines.append(line)
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
-    try:
-        yield Run(proc, f"http://127.0.0.1:{port}", lines)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with gym_run_process(config, ready_timeout_s=240, stop_timeout_s=60) as (proc, head, lines):
+        yield Run(proc, head, lines)
 
 
 def parent_of(pid: int) -> int:

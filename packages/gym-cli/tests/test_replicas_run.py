@@ -9,10 +9,8 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,37 +53,11 @@ class Run:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+def run(tmp_path_factory: pytest.TempPathFactory, gym_run_process) -> Iterator[Run]:
     config = tmp_path_factory.mktemp("replicas") / "servers.yaml"
     config.write_text(json.dumps(CONFIG))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_cli", "run", str(config), "--isolation", "none", f"head_server.port={port}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    lines: list[str] = []
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 120
-    while not any("All servers ready" in line for line in lines):
-        line = proc.stdout.readline()
-        if not line or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("gym run did not get ready:\n" + "".join(lines))
-        lines.append(line)
-    # Keep reading (the servers must never block on a full pipe), keeping the lines for the asserts.
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
-    try:
-        yield Run(proc, f"http://127.0.0.1:{port}", lines)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    with gym_run_process(config, ready_timeout_s=120, stop_timeout_s=30) as (proc, head, lines):
+        yield Run(proc, head, lines)
 
 
 @pytest.fixture

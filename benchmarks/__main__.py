@@ -27,15 +27,19 @@ def markdown(results: dict[str, Any]) -> str:
     orch = results.get("orchestration")
     if orch:
         lines += ["## Orchestration overhead vs the HTTP floor", "",
-                  "| variant | round trips | concurrency | gym rollouts/s | floor rollouts/s | ratio | gym p50 ms | gym p99 ms "
+                  "Floor: bare round trips by an aiohttp client; floor (gym transport): the same by "
+                  "`gym_core.http1`, the client gym's servers use.", "",
+                  "| variant | round trips | concurrency | gym rollouts/s | floor rollouts/s | ratio "
+                  "| floor (gym transport) rollouts/s | ratio | gym p50 ms | gym p99 ms "
                   "| gym CPU ms/rollout | floor CPU ms/rollout | errors |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for variant, rows in orch["variants"].items():
             for row in rows:
-                g, f = row["gym"], row["floor"]
+                g, f, lean = row["gym"], row["floor"], row["floor_gym_transport"]
                 lines.append(f"| {variant} | {orch['round_trips'][variant]} | {row['concurrency']} | {g['rollouts_per_s']} | "
-                             f"{f['rollouts_per_s']} | {row['ratio']} | {g['p50_ms']} | {g['p99_ms']} | "
-                             f"{g['cpu_ms_per_rollout']} | {f['cpu_ms_per_rollout']} | {g['errors'] + f['errors']} |")
+                             f"{f['rollouts_per_s']} | {row['ratio']} | {lean['rollouts_per_s']} | {row['ratio_gym_transport']} | "
+                             f"{g['p50_ms']} | {g['p99_ms']} | {g['cpu_ms_per_rollout']} | {f['cpu_ms_per_rollout']} | "
+                             f"{g['errors'] + f['errors'] + lean['errors']} |")
         lines.append("")
     if "startup" in results:
         s = results["startup"]

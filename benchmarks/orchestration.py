@@ -6,8 +6,10 @@ gym path (scripted variant), 6 round trips per rollout:
 Proxy variant: the model is ``openai_model`` in front of an instant OpenAI-compatible stub, which adds
 model → stub /v1/chat/completions twice: 8 round trips.
 
-Floor: a bare aiohttp client (in the driver) makes the same number of sequential round trips per
-rollout against bare ASGI apps on uvicorn (one process per role, as in the gym layout).
+Floor: a bare client (in the driver) makes the same number of sequential round trips per rollout
+against bare ASGI apps on uvicorn (one process per role, as in the gym layout). Two floors, measured
+in the same alternating rounds: the aiohttp client (the floor since the first harness) and gym's own
+transport (``gym_core.http1``, what gym's servers call each other with), the stricter of the two.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from gym_core import ClientConfig, ServerClient
+from gym_core.http1 import Pool, origin_of
 
 from gym_cli.rollouts import run_async
 
@@ -68,20 +71,26 @@ async def _gym_round(client: TimedClient, tasks: list[Any], n: int, concurrency:
     return _figures(n, elapsed, cpu, client.latencies, summary.failed)
 
 
-async def _floor_round(session: aiohttp.ClientSession, urls: dict[str, str], hops: list[str], n: int,
+async def _floor_round(client: aiohttp.ClientSession | Pool, urls: dict[str, str], hops: list[str], n: int,
                        concurrency: int, pids: list[int]) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
     body = b'{"task": 1}'
     headers = {"content-type": "application/json"}
+    origins = {role: origin_of(url) for role, url in urls.items()}
 
     async def rollout() -> None:
         nonlocal errors
         start = time.perf_counter()
         for role in hops:
-            async with session.post(urls[role] + "/x", data=body, headers=headers) as resp:
-                await resp.read()
+            if isinstance(client, Pool):
+                resp = await client.request("POST", origins[role], "/x", headers, body, 10)
                 if resp.status != 200:
+                    errors += 1
+                continue
+            async with client.post(urls[role] + "/x", data=body, headers=headers) as aio_resp:
+                await aio_resp.read()
+                if aio_resp.status != 200:
                     errors += 1
         latencies.append(time.perf_counter() - start)
 
@@ -110,17 +119,22 @@ async def _measure(head_url: str, floor_urls: dict[str, str], hops: list[str], n
                           auth_token=token_for_head(head_url))
     await base.close()
     connector = aiohttp.TCPConnector(limit=100_000, limit_per_host=1_000)
-    gym_rounds, floor_rounds = [], []
+    pool = Pool(limit=100_000, limit_per_host=1_000)
+    gym_rounds, floor_rounds, lean_rounds = [], [], []
     async with aiohttp.ClientSession(connector=connector) as session:
         await _gym_round(client, tasks, concurrency, concurrency, gym_pids)
         await _floor_round(session, floor_urls, hops, concurrency, concurrency, floor_pids)
+        await _floor_round(pool, floor_urls, hops, concurrency, concurrency, floor_pids)
         for _ in range(rounds):
             gym_rounds.append(await _gym_round(client, tasks, n, concurrency, gym_pids))
             floor_rounds.append(await _floor_round(session, floor_urls, hops, n, concurrency, floor_pids))
+            lean_rounds.append(await _floor_round(pool, floor_urls, hops, n, concurrency, floor_pids))
+    await pool.close()
     await client.close()
-    gym, floor = _median(gym_rounds), _median(floor_rounds)
-    return {"concurrency": concurrency, "gym": gym, "floor": floor,
-            "ratio": round(gym["rollouts_per_s"] / floor["rollouts_per_s"], 3)}
+    gym, floor, lean = _median(gym_rounds), _median(floor_rounds), _median(lean_rounds)
+    return {"concurrency": concurrency, "gym": gym, "floor": floor, "floor_gym_transport": lean,
+            "ratio": round(gym["rollouts_per_s"] / floor["rollouts_per_s"], 3),
+            "ratio_gym_transport": round(gym["rollouts_per_s"] / lean["rollouts_per_s"], 3)}
 
 
 def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:

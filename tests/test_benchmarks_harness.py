@@ -26,10 +26,10 @@ def test_harness_runs_tiny(tmp_path):
         rows = results["orchestration"]["variants"][variant]
         assert [row["concurrency"] for row in rows] == [1, 8]
         for row in rows:
-            for side in ("gym", "floor"):
+            for side in ("gym", "floor", "floor_gym_transport"):
                 assert set(row[side]) >= {"rollouts", "rollouts_per_s", "p50_ms", "p99_ms", "cpu_ms_per_rollout", "errors"}
                 assert row[side]["errors"] == 0
-            assert row["ratio"] > 0
+            assert row["ratio"] > 0 and row["ratio_gym_transport"] > 0
     assert results["orchestration"]["round_trips"] == {"scripted": 6, "proxy": 8}
     assert set(results["startup"]) >= {"uv_cold_s", "uv_warm_s", "none_s"}
     assert isinstance(results["startup"]["none_s"], float)  # measured; the tiny size builds no venvs

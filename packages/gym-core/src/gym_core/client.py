@@ -1,6 +1,6 @@
 """ServerClient: how gym servers (and the collector) call each other.
 
-One pooled ``aiohttp.ClientSession`` per client, server names resolved to URLs through the global
+One pool of keep-alive connections per client (:mod:`gym_core.http1`), server names resolved to URLs through the global
 config (the head server's), cookies carried explicitly per rollout, and retries that are always
 bounded: connection failures and 429/502/503/504 answers (``retry_statuses``) are retried with
 exponential backoff and jitter, up to ``max_attempts`` and within ``deadline_s``, unless the answer
@@ -31,10 +31,10 @@ import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import msgspec
 
 from gym_core.errors import ServerCallError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError, did_you_mean
+from gym_core.http1 import ConnectionFailed, ConnectTimeout, Pool, Response, origin_of
 from gym_core.options import ClientConfig
 from gym_core.routing import ROLLOUT_COOKIE, Replicas, new_rollout_key, replica_name
 
@@ -84,13 +84,7 @@ class ServerClient:
         if token and global_config is not None:
             self._authorized_urls |= {url for i in global_config.instances.values() for url in i.replica_urls}
             self._authorized_urls |= {global_config.head_url}
-        self._session: aiohttp.ClientSession | None = None
-        self._default_timeout = self._timeout(self.config.timeout_s)
-
-    def _timeout(self, total: float) -> aiohttp.ClientTimeout:
-        # sock_connect, not connect: waiting for a free pooled connection under heavy load is not a
-        # connection failure; the total still bounds it.
-        return aiohttp.ClientTimeout(total=total, sock_connect=min(self.config.connect_timeout_s, total))
+        self._pool: Pool | None = None
 
     @classmethod
     async def from_head(
@@ -154,23 +148,16 @@ class ServerClient:
             index = replicas.choose(key)
         return urls[index], replicas.names[index]
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self.config.pool_limit, limit_per_host=self.config.pool_limit_per_host, ttl_dns_cache=300
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=self._default_timeout,
-                json_serialize=lambda o: _encoder.encode(o).decode(),
-            )
-        return self._session
+    def _get_pool(self) -> Pool:
+        pool = self._pool
+        if pool is None or pool.closed or pool.loop is not asyncio.get_running_loop():
+            pool = self._pool = Pool(limit=self.config.pool_limit, limit_per_host=self.config.pool_limit_per_host)
+        return pool
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
 
     async def __aenter__(self) -> ServerClient:
         return self
@@ -204,53 +191,59 @@ class ServerClient:
         data = body if body is None or isinstance(body, bytes) else _encoder.encode(body)
         if data is not None:
             headers = {"content-type": "application/json", **(headers or {})}
-        # An explicit timeout on every attempt: aiohttp reads timeout=None as "no timeout at all".
+        # Every attempt has a time limit: None means the client's default, never "no limit".
         limit = timeout_s if timeout_s is not None else cfg.timeout_s
         deadline = time.monotonic() + cfg.deadline_s
         why = f"the overall deadline of {cfg.deadline_s:g} s"
         caller_deadline = REQUEST_DEADLINE.get()
         if caller_deadline is not None and caller_deadline < deadline:
             deadline, why = caller_deadline, "the deadline of the request it serves"
-        session = self._get_session()
+        try:
+            origin = origin_of(base)
+        except ValueError as exc:
+            raise ServerCallError(name, path, str(exc)) from None
+        pool = self._get_pool()
         attempt = 0
         while True:
             attempt += 1
             attempt_limit = min(limit, max(deadline - time.monotonic(), 0.001))  # the deadline bounds it too
-            timeout = self._default_timeout if attempt_limit == cfg.timeout_s else self._timeout(attempt_limit)
             try:
                 attempt_headers = {**(headers or {}), TIMEOUT_HEADER: f"{attempt_limit:.3f}"}
-                async with session.request(
-                    method, base + path, data=data, headers=_with_cookies(attempt_headers, cookies), timeout=timeout
-                ) as resp:
-                    payload = await resp.read()
-                    if cookies is not None:
-                        _store_cookies(resp, cookies)
-                    if resp.status < 400:
-                        return payload
-                    message, error_type = _error_fields(payload)
-                    error: ServerCallError = ServerHTTPError(
-                        name, path, message, status=resp.status, attempts=attempt, error_type=error_type
-                    )
-                    retryable = resp.status in self.retry_statuses and FINAL_HEADER not in resp.headers
-            except aiohttp.ConnectionTimeoutError:
+                if cookies:
+                    attempt_headers["cookie"] = "; ".join(f"{name}={value}" for name, value in cookies.items())
+                # The whole attempt is bounded, the wait for a pooled connection included; the
+                # connect timeout bounds only opening one (waiting for a free one is not a failure).
+                async with asyncio.timeout(attempt_limit):
+                    resp = await pool.request(method, origin, path, attempt_headers, data,
+                                              min(cfg.connect_timeout_s, attempt_limit))
+                payload = resp.body
+                if cookies is not None:
+                    _store_cookies(resp, cookies)
+                if resp.status < 400:
+                    return payload
+                message, error_type = _error_fields(payload)
+                error: ServerCallError = ServerHTTPError(
+                    name, path, message, status=resp.status, attempts=attempt, error_type=error_type
+                )
+                retryable = resp.status in self.retry_statuses and resp.header(FINAL_HEADER) is None
+            except ConnectTimeout:
                 error = ServerUnavailableError(
                     name, path, f"could not connect within {cfg.connect_timeout_s:g} s", attempts=attempt
                 )
                 retryable = True
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if attempt_limit < limit:
                     error = ServerTimeoutError(name, path, f"no answer before {why}", attempts=attempt)
                     retryable = False
                 else:
                     error = ServerTimeoutError(name, path, f"no answer within {limit:g} s", attempts=attempt)
                     retryable = cfg.retry_timeouts
-            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-                # A payload error is a connection that broke mid-answer (the server died): transient.
-                error = ServerUnavailableError(name, path, f"{type(exc).__name__}: {exc}", attempts=attempt)
+            except ConnectionFailed as exc:
+                # Refused, reset, or closed mid-answer (the server died): transient.
+                error = ServerUnavailableError(name, path, str(exc), attempts=attempt)
                 retryable = True
-            except aiohttp.ClientError as exc:
-                error = ServerCallError(name, path, f"{type(exc).__name__}: {exc}", attempts=attempt)
-                retryable = False
+            except ValueError as exc:  # a header with a line break: the request itself is wrong
+                raise ServerCallError(name, path, str(exc), attempts=attempt) from None
             if not retryable or attempt >= cfg.max_attempts:
                 raise error
             delay = min(cfg.backoff_max_s, cfg.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random())
@@ -281,9 +274,8 @@ class ServerClient:
         return msgspec.json.decode(payload, type=type)
 
 
-# Cookies are handled here rather than by aiohttp's ``cookies=``: that builds a cookie jar per
-# request, a measurable share of a rollout's client-side cost. gym servers set plain name=value
-# session cookies, so the Cookie header is the pairs joined and a Set-Cookie keeps its first pair.
+# Cookies are per rollout, not a jar: gym servers set plain name=value session cookies, so the
+# Cookie header is the pairs joined and a Set-Cookie keeps its first pair.
 
 
 def _replica_table(server: str, urls: list[str]) -> tuple[tuple[str, ...], Replicas]:
@@ -299,14 +291,8 @@ def _origin(url: str) -> str:
     return "/".join(url.split("/", 3)[:3])
 
 
-def _with_cookies(headers: dict[str, str] | None, cookies: dict[str, str] | None) -> dict[str, str] | None:
-    if not cookies:
-        return headers
-    return {**(headers or {}), "cookie": "; ".join(f"{name}={value}" for name, value in cookies.items())}
-
-
-def _store_cookies(resp: aiohttp.ClientResponse, cookies: dict[str, str]) -> None:
-    for header in resp.headers.getall("set-cookie", ()):
+def _store_cookies(resp: Response, cookies: dict[str, str]) -> None:
+    for header in resp.getall("set-cookie"):
         name, sep, value = header.partition(";")[0].partition("=")
         if sep:
             cookies[name.strip()] = value.strip()

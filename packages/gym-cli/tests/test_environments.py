@@ -10,6 +10,7 @@ import pytest
 
 from gym_cli.sources import PluginSource
 from gym_cli.venvs import MARKER, UvNotFoundError, VenvBuildError, VenvManager, find_uv
+from gym_cli.venvs.layout import site_packages
 
 pytestmark = pytest.mark.skipif(find_uv() is None, reason="uv is not installed")
 
@@ -86,6 +87,9 @@ def test_build_then_reuse_without_uv(home: Path, core: Path, plugin: Path, tmp_p
     assert messages[0] == "building venv for demo…" and messages[1].startswith("built venv for demo in ")
     built_with = uv_calls(calls)
     assert [call.split()[:2] for call in built_with] == [["venv", "--no-project"], ["pip", "install"]]
+    # Installed with bytecode compiled: servers import without compiling, even where bytecode is
+    # never written at import time.
+    assert "--compile-bytecode" in built_with[1].split()
 
     # Reuse: uv is not called at all.
     messages.clear()
@@ -232,6 +236,10 @@ def test_extras_are_installed_and_keyed(home: Path, core: Path, tmp_path: Path) 
     m = manager(core)
     assert m.key_for(plain) != m.key_for(with_ray)
     env = m.ensure(with_ray)
+    # A dependency installed into site-packages comes with its bytecode (`--compile-bytecode`),
+    # before anything imported it.
+    installed = [site / "fake_ray" for site in site_packages(env.path) if (site / "fake_ray").is_dir()]
+    assert installed and list((installed[0] / "__pycache__").glob("__init__.*.pyc"))
     assert run_in(env.python, "import fake_ray, demo_plugin; print('ok')") == "ok"
     bare = m.ensure(plain)
     assert bare.path != env.path

@@ -226,20 +226,30 @@ async def test_idle_connections_expire():
     assert server.connections == 2
 
 
-async def test_a_timed_out_exchange_closes_its_connection_and_frees_its_slot():
-    async def never_then_ok(request: bytes) -> bytes | None:
+async def test_a_call_ended_by_its_caller_or_its_deadline_frees_its_connection_slot():
+    def silent_on_hang(request: bytes) -> bytes | None:
         return None if b"/hang" in request else ok()
 
-    server = RawServer(never_then_ok)
+    server = RawServer(silent_on_hang)
     async with server as url:
         pool = Pool(limit_per_host=1)
+        loop = asyncio.get_running_loop()
+        # The caller gives up (asyncio.timeout cancels it) mid-exchange: the connection is closed.
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.1):
                 await pool.request("GET", origin_of(url), "/hang", None, None, 5)
-        # The only slot is free again, on a new connection (the old one may still carry the answer).
         assert (await pool.request("GET", origin_of(url), "/x", None, None, 5)).status == 200
+        # The deadline ends a hung answer, and the wait of a call queued for the only connection.
+        hung = asyncio.ensure_future(pool.request("GET", origin_of(url), "/hang", None, None, 5, loop.time() + 0.3))
+        await asyncio.sleep(0.05)
+        with pytest.raises(TimeoutError):
+            await pool.request("GET", origin_of(url), "/x", None, None, 5, loop.time() + 0.1)
+        with pytest.raises(TimeoutError):
+            await hung
+        assert (await pool.request("GET", origin_of(url), "/x", None, None, 5, loop.time() + 5)).status == 200
+        assert pool.open == 1
         await pool.close()
-    assert server.connections == 2
+    assert server.connections == 3  # a new connection after each interrupted exchange
 
 
 async def test_callers_cancelled_while_waiting_for_a_connection_leak_nothing():

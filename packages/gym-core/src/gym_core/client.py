@@ -213,9 +213,8 @@ class ServerClient:
                     attempt_headers["cookie"] = "; ".join(f"{name}={value}" for name, value in cookies.items())
                 # The whole attempt is bounded, the wait for a pooled connection included; the
                 # connect timeout bounds only opening one (waiting for a free one is not a failure).
-                async with asyncio.timeout(attempt_limit):
-                    resp = await pool.request(method, origin, path, attempt_headers, data,
-                                              min(cfg.connect_timeout_s, attempt_limit))
+                resp = await pool.request(method, origin, path, attempt_headers, data,
+                                          min(cfg.connect_timeout_s, attempt_limit), pool.loop.time() + attempt_limit)
                 payload = resp.body
                 if cookies is not None:
                     _store_cookies(resp, cookies)

@@ -293,6 +293,9 @@ class GymServer:
         return error_response(f"internal error in {self.name} (error id {error_id}: see its log)", 500, "internal_error")
 
 
+_BUDGET_GRACE_S = 0.05
+
+
 def _caller_budget(scope: dict[str, Any]) -> float | None:
     """The seconds the caller waits for this answer (its TIMEOUT_HEADER), if it said and it makes sense."""
     for name, value in scope["headers"]:
@@ -353,11 +356,13 @@ class _JSONRoutes:
             if budget is None:
                 result = await fn(request)
             else:
-                # The caller stops waiting after `budget` s: so does this handler, and the calls it
-                # makes are bounded to end a little earlier, so that their typed error gets back in time.
+                # The caller stops waiting after `budget` s: so does this handler (a moment later, so
+                # that a caller whose own time runs out sees its own timeout, not a race with this
+                # answer), and the calls it makes are bounded to end a little earlier, so that their
+                # typed error gets back in time.
                 REQUEST_DEADLINE.set(time.monotonic() + budget - min(1.0, budget / 10))
                 try:
-                    async with asyncio.timeout(budget) as limit:
+                    async with asyncio.timeout(budget + _BUDGET_GRACE_S) as limit:
                         result = await fn(request)
                 except TimeoutError:
                     if not limit.expired():

@@ -50,6 +50,10 @@ class BodyTimeout:
         body_done = False
         started = False
         dropped = False
+        # uvicorn's cycle sets this event when a chunk (or the body's end) is in: receive() will
+        # not wait, so there is no wait to bound (a small body arrives with its headers). Elsewhere
+        # every receive is bounded.
+        ready = getattr(getattr(receive, "__self__", None), "message_event", None)
 
         async def timed_receive() -> dict[str, Any]:
             nonlocal body_done, dropped
@@ -58,8 +62,11 @@ class BodyTimeout:
             if body_done:
                 return await receive()
             try:
-                async with asyncio.timeout(self.timeout_s):
+                if ready is not None and ready.is_set():
                     message = await receive()
+                else:
+                    async with asyncio.timeout(self.timeout_s):
+                        message = await receive()
             except TimeoutError:
                 dropped = True
                 if not started:

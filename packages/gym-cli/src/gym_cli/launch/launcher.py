@@ -192,11 +192,9 @@ def launch(
     names them. A GymError when the config has no instance of those kinds."""
     from gym_core.auth import new_token, token_file, write_token
     from gym_core.config import CONFIG_ENV, INSTANCE_ENV
-    from gym_core.head import build_head_app
 
     from gym_cli.venvs.layout import default_home
     from gym_core.plugins import get_plugin_manager
-    from gym_core.serving import ServerThread
 
     if isolation not in ISOLATION_MODES:
         raise GymError(f"--isolation must be one of {', '.join(ISOLATION_MODES)}, not {isolation!r}")
@@ -270,7 +268,6 @@ def launch(
         config.data["auth_token"] = token
         token_path = token_file(default_home(), config.head_host, config.head_port)
         write_token(token_path, token)
-        state.head = ServerThread(build_head_app(config, state.describe), config.head_host, config.head_port).start()
         supervisor = Supervisor(
             restart=policy,
             notice=lambda message: console.print(message, markup=False, highlight=False),
@@ -302,6 +299,12 @@ def launch(
                         start=placement.starter(name) if placement is not None else None,
                     )
                 )
+        # The head after the servers: they get their config from the environment, not from it, so
+        # importing its web stack here overlaps their start-up instead of delaying it.
+        from gym_core.head import build_head_app
+        from gym_core.serving import ServerThread
+
+        state.head = ServerThread(build_head_app(config, state.describe), config.head_host, config.head_port).start()
         supervisor.wait_ready(ready_timeout_s)
         state.ready_after_s = time.monotonic() - state.started_at
         yield state

@@ -303,7 +303,10 @@ class VenvManager:
             with open(log_path, "w", encoding="utf-8") as log:
                 log.write(f"# gym venv build of {source.name} ({plugin_dir or source.describe()}) key {key}\n")
                 run_uv(source.name, [uv, "venv", "--no-project", "--python", python_request, str(path)], cwd, log, log_path)
-                args = [uv, "pip", "install", "--python", str(venv_python(path))]
+                # Bytecode compiled once here: servers start without compiling their imports, even
+                # where bytecode is never written at import time (PYTHONDONTWRITEBYTECODE, read-only
+                # venvs); without it that was about a second of every warm `gym run`.
+                args = [uv, "pip", "install", "--compile-bytecode", "--python", str(venv_python(path))]
                 if needs_config:
                     config = path / "gym-uv.toml"
                     config.write_text(_toml_config(variables))

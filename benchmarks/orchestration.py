@@ -132,9 +132,16 @@ async def _measure(head_url: str, floor_urls: dict[str, str], hops: list[str], n
     await pool.close()
     await client.close()
     gym, floor, lean = _median(gym_rounds), _median(floor_rounds), _median(lean_rounds)
+    # The ratio is the median of each round's ratio, gym's round over the floor rounds beside it:
+    # the machine's drift (it is shared) moves both sides of a round together, not the separate medians.
     return {"concurrency": concurrency, "gym": gym, "floor": floor, "floor_gym_transport": lean,
-            "ratio": round(gym["rollouts_per_s"] / floor["rollouts_per_s"], 3),
-            "ratio_gym_transport": round(gym["rollouts_per_s"] / lean["rollouts_per_s"], 3)}
+            "ratio": _median_ratio(gym_rounds, floor_rounds),
+            "ratio_gym_transport": _median_ratio(gym_rounds, lean_rounds)}
+
+
+def _median_ratio(gym_rounds: list[dict[str, Any]], floor_rounds: list[dict[str, Any]]) -> float:
+    ratios = sorted(g["rollouts_per_s"] / f["rollouts_per_s"] for g, f in zip(gym_rounds, floor_rounds))
+    return round(ratios[len(ratios) // 2], 3)
 
 
 def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:

@@ -66,7 +66,8 @@ class TestLocalLlama(ModelServerTests):
     server_type = "local_llama"
     # One thread: llama.cpp's threads spin-wait on each other, so on a busy machine (parallel test
     # runs) more threads than free cores make a 135M model many times slower, not faster.
-    options = {"max_tokens": 16, "n_ctx": 2048, "n_threads": 1}
+    # Batched decoding (opt-in) on, so that the kit's tests cover the batched path.
+    options = {"max_tokens": 16, "n_ctx": 2048, "n_threads": 1, "batch_size": 8}
     plugins = [gym_local_llama.plugin]
     deterministic = True  # the kit asks for temperature 0: greedy decoding
 
@@ -186,7 +187,7 @@ class TestLocalLlama(ModelServerTests):
 
 
     async def test_concurrent_requests_are_decoded_together_with_unchanged_results(self, client, gym_servers):
-        """Requests that arrive together share decode steps (batch_size 8 by default), and each gets
+        """Requests that arrive together share decode steps (batch_size 8 here), and each gets
         what it gets alone: greedy decoding is unchanged by its neighbours."""
         prompts = ["Say hello.", "Name a color.", "Count to five.", "What is the sea?"]
 

@@ -153,9 +153,17 @@ class RayWorkerHandle(WorkerHandle):
             except _WorkerGone:
                 pass
         ray.kill(self.actor, no_restart=True)
+        deadline = time.monotonic() + timeout_s
         if self._collecting is not None:  # fails once the actor is gone
             ray.wait([self._collecting], timeout=timeout_s)
             self._collecting = None
+        # ray.kill only asks: a call made just after it may still be answered. Gone means a call fails.
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self.actor.pid.remote(), timeout=max(0.1, deadline - time.monotonic()))
+            except ray.exceptions.RayError:
+                break
+            time.sleep(0.05)
         self._gone = self._gone or "it was stopped"
         self._mark_stopped()
 

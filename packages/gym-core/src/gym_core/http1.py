@@ -47,6 +47,13 @@ class ConnectTimeout(ConnectionFailed):
     """No connection within the connect timeout."""
 
 
+def _first(headers: list[tuple[str, str]], name: str) -> str | None:
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
 class Response:
     __slots__ = ("status", "headers", "body")
 
@@ -56,10 +63,7 @@ class Response:
         self.body = body
 
     def header(self, name: str) -> str | None:
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
+        return _first(self.headers, name)
 
     def getall(self, name: str) -> list[str]:
         return [value for key, value in self.headers if key == name]
@@ -139,8 +143,8 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         waiter = self.waiter
         if waiter is not None and not waiter.done():
-            if self._headers_done and self.header_value("content-length") is None and \
-                    self.header_value("transfer-encoding") is None:
+            if self._headers_done and _first(self._headers, "content-length") is None and \
+                    _first(self._headers, "transfer-encoding") is None:
                 # An answer without a length ends when the connection does (HTTP/1.0 style).
                 self._keep_alive = False
                 waiter.set_result(Response(self.parser.get_status_code(), self._headers, b"".join(self._chunks)))
@@ -178,12 +182,6 @@ class _Connection(asyncio.Protocol):
             return
         body = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
         waiter.set_result(Response(status, self._headers, body))
-
-    def header_value(self, name: str) -> str | None:
-        for key, value in self._headers:
-            if key == name:
-                return value
-        return None
 
     def _fail(self, exc: Exception) -> None:
         if self.waiter is not None and not self.waiter.done():

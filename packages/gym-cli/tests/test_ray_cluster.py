@@ -355,6 +355,18 @@ def test_resources_no_node_has_are_a_config_error_before_anything_starts(cluster
     assert "Traceback" not in output and "placing" not in output  # nothing was placed or started
 
 
+def test_gym_status_says_which_node_each_server_runs_on(run: Run, cluster: Nodes):
+    shown = subprocess.run([sys.executable, "-m", "gym_cli", "status", "--head", run.head],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "Ray node" in shown.stdout
+    rows = {line.split("│")[1].strip(): line for line in shown.stdout.splitlines() if line.count("│") > 5}
+    for name in ("counter#0", "counter#1", "counter#2"):
+        assert cluster.worker[:12] in rows[name] and cluster.head[:12] not in rows[name]
+    for name in ("policy", "agent"):
+        assert cluster.head[:12] in rows[name] and cluster.worker[:12] not in rows[name]
+
+
 def test_gym_stop_leaves_no_server_and_no_actor(run: Run):
     servers = [r["pid"] for r in run.row("counter")["replicas"]] + [run.row(n)["pid"] for n in ("policy", "agent")]
     actors = {parent_of(pid) for pid in servers}

@@ -70,6 +70,12 @@ def _each_replica(instances: list[dict]) -> list[dict]:
     return rows
 
 
+def _node_label(node: dict | None) -> str:
+    """The start of the Ray node id, as `gym run`'s table shows it (``resources: {node:}`` takes it as a
+    prefix; the URL has the node's IP), or ``-`` for a server Ray did not place."""
+    return str(node.get("id", "?"))[:12] if node else "-"
+
+
 @click.command()
 @click.option("--head", default=None, metavar="URL",
               help="URL of the head server of `gym run`.  [default: the only running run's, else "
@@ -101,11 +107,14 @@ def status(head: str | None, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
     else:
         table = Table(title=f"gym servers ({head})")
-        for column in ("instance", "kind", "server type", "url", "health", "restarts"):
+        on_ray = any(row.get("node") for row in rows)  # placed on a Ray cluster: say where each one runs
+        for column in ("instance", "kind", "server type", "url", *(("Ray node",) if on_ray else ()), "health",
+                       "restarts"):
             table.add_column(column)
         for row in rows:
             style = "green" if row["health"] == "ok" else "red"
-            table.add_row(row["name"], row.get("kind", "?"), row.get("plugin", "?"), row["url"],
+            node = (_node_label(row.get("node")),) if on_ray else ()
+            table.add_row(row["name"], row.get("kind", "?"), row.get("plugin", "?"), row["url"], *node,
                           f"[{style}]{escape(row['health'])}[/]", str(row.get("restarts", "-")))
         Console().print(table)
     down = [row["name"] for row in rows if row["health"] != "ok"]

@@ -166,11 +166,36 @@ def counter_collection() -> type[CounterCollection]:
     return CounterCollection
 
 
+class GymRun:
+    """A `gym run` process: its head URL and every line it printed."""
+
+    def __init__(self, proc: subprocess.Popen, head: str, lines: list[str]):
+        self.proc, self.head, self.lines = proc, head, lines
+
+    def instances(self) -> list[dict]:
+        """The head server's ``/server_instances``."""
+        import asyncio
+
+        from gym_core.client import ServerClient
+
+        async def ask() -> list[dict]:
+            client = await ServerClient.from_head(self.head)
+            async with client:
+                return await client.get(self.head, "/server_instances")
+
+        return asyncio.run(ask())
+
+    def row(self, name: str) -> dict:
+        """The ``/server_instances`` row of instance ``name``."""
+        [row] = [row for row in self.instances() if row["name"] == name]
+        return row
+
+
 @contextlib.contextmanager
-def _gym_run_process(config: Path, ready_timeout_s: float, stop_timeout_s: float) -> Iterator[tuple[subprocess.Popen, str, list[str]]]:
-    """``gym run CONFIG --isolation none`` in a session of its own, kept for a whole module: its
-    process, head URL and every line it printed (read on, so the servers never block on a full pipe)
-    once all servers are ready; stopped with Ctrl+C, then killed, at the end."""
+def _gym_run_process(config: Path, ready_timeout_s: float, stop_timeout_s: float) -> Iterator[GymRun]:
+    """``gym run CONFIG --isolation none`` in a session of its own, kept for a whole module, once all
+    servers are ready (its output read on, so the servers never block on a full pipe); stopped with
+    Ctrl+C, then killed, at the end."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "gym_cli", "run", str(config), "--isolation", "none", f"head_server.port={port}"],
@@ -188,7 +213,7 @@ def _gym_run_process(config: Path, ready_timeout_s: float, stop_timeout_s: float
         lines.append(line)
     threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
     try:
-        yield proc, f"http://127.0.0.1:{port}", lines
+        yield GymRun(proc, f"http://127.0.0.1:{port}", lines)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)

@@ -203,27 +203,8 @@ def _kill_processes_naming(temp: str) -> None:
                 pass
 
 
-class Run:
-    """A `gym run` process on the cluster: its head URL and every line it printed."""
-
-    def __init__(self, proc: subprocess.Popen, head: str, lines: list[str]):
-        self.proc, self.head, self.lines = proc, head, lines
-
-    def instances(self) -> list[dict]:
-        async def ask() -> list[dict]:
-            client = await ServerClient.from_head(self.head)
-            async with client:
-                return await client.get(self.head, "/server_instances")
-
-        return asyncio.run(ask())
-
-    def row(self, name: str) -> dict:
-        [row] = [row for row in self.instances() if row["name"] == name]
-        return row
-
-
 @pytest.fixture(scope="module")
-def run(cluster: Nodes, tmp_path_factory: pytest.TempPathFactory, gym_run_process) -> Iterator[Run]:
+def run(cluster: Nodes, tmp_path_factory: pytest.TempPathFactory, gym_run_process):
     config = tmp_path_factory.mktemp("ray") / "servers.yaml"
     config.write_text(json.dumps({
         "ray": {"address": cluster.address, "placement_timeout_s": 180},
@@ -235,8 +216,8 @@ def run(cluster: Nodes, tmp_path_factory: pytest.TempPathFactory, gym_run_proces
                   "resources": {"node": cluster.head[:16]}},
         "server_restarts": {"attempts": 3, "window_s": 60, "backoff_s": 0.5},
     }))
-    with gym_run_process(config, ready_timeout_s=240, stop_timeout_s=60) as (proc, head, lines):
-        yield Run(proc, head, lines)
+    with gym_run_process(config, ready_timeout_s=240, stop_timeout_s=60) as run:
+        yield run
 
 
 def parent_of(pid: int) -> int:
@@ -249,7 +230,7 @@ def environment_of(pid: int) -> dict[str, str]:
     return dict(pair.decode().split("=", 1) for pair in pairs if b"=" in pair)
 
 
-def test_each_server_runs_in_an_actor_on_the_node_asked_for(run: Run, cluster: Nodes):
+def test_each_server_runs_in_an_actor_on_the_node_asked_for(run, cluster: Nodes):
     counter = run.row("counter")
     replicas = counter["replicas"]
     assert [r["name"] for r in replicas] == ["counter#0", "counter#1", "counter#2"]
@@ -273,7 +254,7 @@ def collection(counter_collection):
     return counter_collection(repeats=6, parallel=6)
 
 
-def test_rollouts_keep_to_one_replica_across_nodes(run: Run, tmp_path: Path, collection):
+def test_rollouts_keep_to_one_replica_across_nodes(run, tmp_path: Path, collection):
     """No retry allowed: a call of a rollout that reached another replica than its session's would be
     refused there (each replica signs its own cookies) and fail it. Then, asked directly, each probe
     session lives on exactly the replica its key hashes to, and every replica holds some."""
@@ -310,7 +291,7 @@ def test_rollouts_keep_to_one_replica_across_nodes(run: Run, tmp_path: Path, col
     assert set(asyncio.run(owners())) == {0, 1, 2}
 
 
-def test_a_replica_killed_mid_collection_is_restarted_in_its_actor_and_nothing_is_lost(run: Run, tmp_path: Path, collection):
+def test_a_replica_killed_mid_collection_is_restarted_in_its_actor_and_nothing_is_lost(run, tmp_path: Path, collection):
     victim = run.row("counter")["replicas"][1]
     out = tmp_path / "out.jsonl"
     proc = collection.start(run.head, out, "--retries", "6", "--retry-backoff", "0.5")
@@ -355,7 +336,7 @@ def test_resources_no_node_has_are_a_config_error_before_anything_starts(cluster
     assert "Traceback" not in output and "placing" not in output  # nothing was placed or started
 
 
-def test_gym_status_says_which_node_each_server_runs_on(run: Run, cluster: Nodes):
+def test_gym_status_says_which_node_each_server_runs_on(run, cluster: Nodes):
     shown = subprocess.run([sys.executable, "-m", "gym_cli", "status", "--head", run.head],
                            capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
     assert shown.returncode == 0, shown.stdout + shown.stderr
@@ -367,7 +348,7 @@ def test_gym_status_says_which_node_each_server_runs_on(run: Run, cluster: Nodes
         assert cluster.head[:12] in rows[name] and cluster.worker[:12] not in rows[name]
 
 
-def test_gym_stop_leaves_no_server_and_no_actor(run: Run):
+def test_gym_stop_leaves_no_server_and_no_actor(run):
     servers = [r["pid"] for r in run.row("counter")["replicas"]] + [run.row(n)["pid"] for n in ("policy", "agent")]
     actors = {parent_of(pid) for pid in servers}
     done = subprocess.run([sys.executable, "-m", "gym_cli", "stop", "--head", run.head, "--timeout", "60"],

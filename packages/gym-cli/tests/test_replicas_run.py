@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,31 +32,12 @@ CONFIG = {
 }
 
 
-class Run:
-    """A `gym run` process: its head URL and every line it printed."""
-
-    def __init__(self, proc: subprocess.Popen, head: str, lines: list[str]):
-        self.proc, self.head, self.lines = proc, head, lines
-
-    def instances(self) -> list[dict]:
-        async def ask() -> list[dict]:
-            client = await ServerClient.from_head(self.head)
-            async with client:
-                return await client.get(self.head, "/server_instances")
-
-        return asyncio.run(ask())
-
-    def counter(self) -> dict:
-        [row] = [row for row in self.instances() if row["name"] == "counter"]
-        return row
-
-
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory, gym_run_process) -> Iterator[Run]:
+def run(tmp_path_factory: pytest.TempPathFactory, gym_run_process):
     config = tmp_path_factory.mktemp("replicas") / "servers.yaml"
     config.write_text(json.dumps(CONFIG))
-    with gym_run_process(config, ready_timeout_s=120, stop_timeout_s=30) as (proc, head, lines):
-        yield Run(proc, head, lines)
+    with gym_run_process(config, ready_timeout_s=120, stop_timeout_s=30) as run:
+        yield run
 
 
 @pytest.fixture
@@ -66,8 +46,8 @@ def collection(counter_collection):
     return counter_collection(repeats=10, parallel=8)
 
 
-def test_three_processes_behind_one_name_published_and_shown_by_status(run: Run):
-    row = run.counter()
+def test_three_processes_behind_one_name_published_and_shown_by_status(run):
+    row = run.row("counter")
     replicas = row["replicas"]
     assert [r["name"] for r in replicas] == ["counter#0", "counter#1", "counter#2"]
     assert len({r["pid"] for r in replicas}) == 3 and len({r["url"] for r in replicas}) == 3
@@ -84,7 +64,7 @@ def test_three_processes_behind_one_name_published_and_shown_by_status(run: Run)
     assert all(shown[r["name"]]["health"] == "ok" and shown[r["name"]]["instance"] == "counter" for r in replicas)
 
 
-def test_collected_rollouts_each_keep_to_one_replica(run: Run, tmp_path: Path, collection):
+def test_collected_rollouts_each_keep_to_one_replica(run, tmp_path: Path, collection):
     """60 rollouts and no retry allowed: a call that reached another replica than its session's would
     be refused there (each replica signs its cookies with its own key) and fail the rollout. Then,
     asked directly, each rollout's session lives on exactly the replica its key hashes to."""
@@ -95,8 +75,8 @@ def test_collected_rollouts_each_keep_to_one_replica(run: Run, tmp_path: Path, c
     collection.assert_scored_once(out)
     assert collection.rows(tmp_path / "out.failures.jsonl") == []
 
-    names = [r["name"] for r in run.counter()["replicas"]]
-    urls = [r["url"] for r in run.counter()["replicas"]]
+    names = [r["name"] for r in run.row("counter")["replicas"]]
+    urls = [r["url"] for r in run.row("counter")["replicas"]]
 
     async def owners() -> list[int]:
         found = []
@@ -123,11 +103,11 @@ def test_collected_rollouts_each_keep_to_one_replica(run: Run, tmp_path: Path, c
     assert set(found) == {0, 1, 2}  # every replica holds some sessions
 
 
-def test_a_replica_killed_mid_collection_loses_no_rollout(run: Run, tmp_path: Path, collection):
+def test_a_replica_killed_mid_collection_loses_no_rollout(run, tmp_path: Path, collection):
     """counter#1 is killed with -9 while rollouts are in flight: the supervisor restarts it on its port,
     the rollouts it held fail typed and are retried (with a new key, so maybe elsewhere), and the run
     ends with every (task, rollout) exactly once, scored right, and no failure."""
-    victim = run.counter()["replicas"][1]
+    victim = run.row("counter")["replicas"][1]
     out = tmp_path / "out.jsonl"
     proc = collection.start(run.head, out, "--retries", "6", "--retry-backoff", "0.5")
     try:
@@ -146,9 +126,9 @@ def test_a_replica_killed_mid_collection_loses_no_rollout(run: Run, tmp_path: Pa
     assert collection.rows(tmp_path / "out.failures.jsonl") == []
     assert "were retried" in err
     deadline = time.monotonic() + 60
-    while (back := run.counter()["replicas"][1])["state"] != "running":
+    while (back := run.row("counter")["replicas"][1])["state"] != "running":
         assert time.monotonic() < deadline, back
         time.sleep(0.1)
     assert back["url"] == victim["url"] and back["pid"] != victim["pid"] and back["restarts"] == 1
-    assert [r["restarts"] for r in run.counter()["replicas"]] == [0, 1, 0]  # only the victim
+    assert [r["restarts"] for r in run.row("counter")["replicas"]] == [0, 1, 0]  # only the victim
     assert any("server 'counter#1'" in line and "restarting it" in line for line in run.lines)

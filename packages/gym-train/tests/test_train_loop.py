@@ -24,14 +24,27 @@ from gym_train.model import default_gguf_path
 pytestmark = pytest.mark.timeout(900)
 
 
+def _gym_train(out: Path, *args: str, timeout_s: float = 840) -> subprocess.CompletedProcess:
+    """``gym train --output OUT ARGS...`` to its end; the result's ``pid`` is the command's process."""
+    env = {k: v for k, v in os.environ.items() if k not in ("GYM_PLUGINS", "GYM_DISABLE_PLUGINS")}
+    with subprocess.Popen([sys.executable, "-m", "gym_cli", "train", "--output", str(out), *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, env=env) as popen:
+        try:
+            stdout, stderr = popen.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            stdout, stderr = popen.communicate()
+            pytest.fail(f"gym train ran past {timeout_s} s:\n{stderr[-6000:]}")
+    proc = subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
+    proc.pid = popen.pid  # type: ignore[attr-defined]
+    return proc
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("train") / "run"
-    env = {k: v for k, v in os.environ.items() if k not in ("GYM_PLUGINS", "GYM_DISABLE_PLUGINS")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "gym_cli", "train", "--output", str(out), "--steps", "2", "--repeats", "4", "--limit", "4",
-         "--max-output-tokens", "12", "--learning-rate", "1e-4", "--mode", "async", "--max-staleness", "1"],
-        capture_output=True, text=True, timeout=840, stdin=subprocess.DEVNULL, env=env)
+    proc = _gym_train(out, "--steps", "2", "--repeats", "4", "--limit", "4", "--max-output-tokens", "12",
+                      "--learning-rate", "1e-4", "--mode", "async", "--max-staleness", "1")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return out, proc
 
@@ -94,6 +107,45 @@ def test_the_summary_reports_before_after_and_throughput(run):
     assert isinstance(summary["rollouts_per_s"], float) and summary["train_tokens"] > 0
     assert (out / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "reward" in proc.stderr and "rollouts/s" in proc.stderr
+    # The default backend: the model worker is a process of its own, not the command's.
+    assert summary["trainer"]["backend"] == "process" and summary["trainer"]["ray_node"] is None
+    assert summary["trainer"]["pid"] not in (proc.pid, None)
+    assert f"in process {summary['trainer']['pid']}" in proc.stderr
+
+
+def test_sync_mode_with_the_trainer_in_a_ray_actor(tmp_path):
+    """--backend ray: the same loop with the model worker hosted by a Ray actor (a local Ray started
+    for the run and stopped after it), here in sync mode: collect, step, serve, collect."""
+    out = tmp_path / "run"
+    proc = _gym_train(out, "--steps", "1", "--repeats", "2", "--limit", "2", "--max-output-tokens", "8",
+                      "--mode", "sync", "--backend", "ray", "--trainer-resources", '{"num_cpus": 1}')
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    summary = json.loads((out / "summary.json").read_text())
+    trainer = summary["trainer"]
+    assert trainer["backend"] == "ray" and len(trainer["ray_node"]) == 56  # a Ray node id: 28 bytes in hex
+    assert trainer["pid"] not in (proc.pid, None)
+    assert f"a Ray actor on node {trainer['ray_node'][:12]}" in proc.stderr
+    rows = _rows(out / "rollouts.jsonl")
+    # Sync: round 1 (the evaluation round) waited for step 1's policy and was collected on it.
+    assert sorted((r["train_round"], r["policy_version"], r["model"]) for r in rows) == (
+        [(0, 0, "SmolLM2-135M-Instruct")] * 4 + [(1, 1, "policy-v1")] * 4)
+    [step] = _rows(out / "steps.jsonl")
+    assert (step["step"], step["round"], step["staleness"], step["num_rollouts"]) == (1, 0, 0, 4)
+    assert Path(step["gguf"]).is_file()  # written by the actor, on this (its) node
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--trainer-resources", '{"num_gpus": 1}'], "are for --backend ray"),
+    (["--ray-address", "127.0.0.1:6379"], "are for --backend ray"),
+    (["--backend", "ray", "--trainer-resources", "[1]"], "a JSON object is wanted"),
+    (["--backend", "ray", "--trainer-resources", "{gpus"], "not JSON"),
+    (["--backend", "ray", "--trainer-resources", '{"gpus": 1}'], "unknown option 'gpus'"),
+])
+def test_ray_options_are_checked_before_anything_starts(tmp_path, args, says):
+    proc = _gym_train(tmp_path / "run", "--steps", "1", *args, timeout_s=120)
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "rollouts.jsonl").exists()
 
 
 def test_a_row_without_token_ids_is_refused():

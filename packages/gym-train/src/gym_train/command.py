@@ -55,9 +55,17 @@ EXAMPLE_DIR = Path(__file__).resolve().parent / "examples"
               help="Seconds a GRPO step (with writing its GGUF) may take; also bounds loading the model.")
 @click.option("--server-timeout", type=click.FloatRange(min=0, min_open=True), default=180.0, show_default=True,
               help="Seconds a server (or the trainer's worker) may take to start.")
+@click.option("--backend", type=click.Choice(["process", "ray"]), default="process", show_default=True,
+              help="Where the trainer's model worker runs: a process on this machine, or a Ray actor (on the cluster at "
+                   "--ray-address, else $RAY_ADDRESS, else a local Ray started for the run). With Ray, the worker writes "
+                   "each GGUF on its node: on several machines OUTPUT must be a path every node shares.")
+@click.option("--ray-address", metavar="HOST:PORT", help="--backend ray: the Ray cluster to join.")
+@click.option("--trainer-resources", metavar="JSON", callback=lambda ctx, param, value: _json_object(param, value),
+              help='--backend ray: Ray options of the worker\'s actor, e.g. \'{"num_gpus": 1}\' or '
+                   '\'{"resources": {"trainer": 1}}\' (num_cpus, num_gpus, memory, resources, accelerator_type).')
 def train(config_paths, input_path, output_dir, steps, repeats, limit, mode, max_staleness, temperature,
           max_output_tokens, learning_rate, micro_batch_size, trainer_threads, seed, policy_model, agent, parallel, overrides,
-          round_timeout, step_timeout, server_timeout) -> None:
+          round_timeout, step_timeout, server_timeout, backend, ray_address, trainer_resources) -> None:
     """Train the served policy with GRPO on an environment, closing the loop offline.
 
     Each step: collect a round (every task REPEATS times, through the config's agent, on the policy
@@ -75,6 +83,9 @@ def train(config_paths, input_path, output_dir, steps, repeats, limit, mode, max
 
     from gym_core.errors import GymError
 
+    if backend != "ray" and (ray_address or trainer_resources):
+        raise click.UsageError("--ray-address and --trainer-resources are for --backend ray")
+
     for module, package in (("torch", "torch"), ("transformers", "transformers"), ("gguf", "gguf")):
         if importlib.util.find_spec(module) is None:
             raise GymError(f"gym train needs {package}, which this Python ({_python()}) does not have: run it in "
@@ -87,8 +98,24 @@ def train(config_paths, input_path, output_dir, steps, repeats, limit, mode, max
                            learning_rate=learning_rate, micro_batch_size=micro_batch_size,
                            trainer_threads=trainer_threads or None, seed=seed,
                            policy_model=policy_model, agent=agent, parallel=parallel, round_timeout_s=round_timeout,
-                           step_timeout_s=step_timeout, server_timeout_s=server_timeout)
+                           step_timeout_s=step_timeout, server_timeout_s=server_timeout, backend=backend,
+                           ray_address=ray_address, trainer_resources=trainer_resources)
     run_loop(options, log=lambda line: click.echo(line, err=True))
+
+
+def _json_object(param: click.Parameter, value: str | None) -> dict | None:
+    """A JSON object given on the command line, or a usage error saying what was wrong with it."""
+    import json
+
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param=param) from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f"a JSON object is wanted, not {type(parsed).__name__}", param=param)
+    return parsed
 
 
 def _python() -> str:

@@ -105,6 +105,9 @@ class TrainOptions:
     round_timeout_s: float = 900.0
     step_timeout_s: float = 900.0
     server_timeout_s: float = 180.0
+    backend: Literal["process", "ray"] = "process"  # where the trainer's model worker runs
+    ray_address: str | None = None  # backend "ray": the cluster (else $RAY_ADDRESS, else a local one)
+    trainer_resources: Mapping[str, Any] | None = None  # backend "ray": the worker actor's Ray options
 
     @property
     def staleness(self) -> int:
@@ -147,6 +150,7 @@ class TrainResult:
     tokens_per_s: float = 0.0
     stream_counts: dict[str, Any] = field(default_factory=dict)
     final_policy: str = ""
+    trainer: dict[str, Any] = field(default_factory=dict)  # backend, pid, ray_node: where the steps ran
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -392,6 +396,12 @@ def run_loop(options: TrainOptions, log: Any = print) -> TrainResult:
     if not tasks:
         raise TrainError(f"{options.input_path}: no tasks")
     config, policy_instance = _load(options)
+    try:  # checks its options now; starts the worker in the `with` below
+        master = Master(WORKER_FACTORY, 1, reply_timeout_s=options.step_timeout_s, start_timeout_s=options.server_timeout_s,
+                        backend=options.backend, ray_address=options.ray_address,
+                        ray_resources=options.trainer_resources)
+    except ValueError as exc:  # an unknown Ray option, Ray options without backend "ray"
+        raise TrainError(f"the trainer's worker (--backend, --ray-address, --trainer-resources): {exc}") from None
     out = options.output_dir
     rollouts = out / "rollouts.jsonl"
     if rollouts.exists():
@@ -405,13 +415,15 @@ def run_loop(options: TrainOptions, log: Any = print) -> TrainResult:
     steps_log = (out / "steps.jsonl").open("w")
     log(f"gym train ({options.mode}, max staleness {options.staleness}): {len(tasks)} tasks x {options.repeats} repeats, "
         f"{options.steps} steps; policy served by {policy_instance!r}; output in {out}")
-    with Master(WORKER_FACTORY, 1, reply_timeout_s=options.step_timeout_s, start_timeout_s=options.server_timeout_s) as master, \
-            ServedConfig(config, policy_instance, options.server_timeout_s) as served, steps_log:
+    with master, ServedConfig(config, policy_instance, options.server_timeout_s) as served, steps_log:
         try:
             info = master.call("initialize", [{"gguf": base, "grpo": grpo, "threads": options.trainer_threads}])[0]
         except WorkerRequestError as exc:  # no model, a bad GGUF, a bad hyper-parameter: nothing ran yet
             raise TrainError(f"the trainer could not load the policy: {exc}") from None
-        log(f"trainer: {info['parameters']:,} parameters from {info['gguf']}")
+        result.trainer = {"backend": options.backend, "pid": info.get("pid"), "ray_node": info.get("ray_node")}
+        where = (f"a Ray actor on node {info['ray_node'][:12]}" if info.get("ray_node")
+                 else f"process {info.get('pid')}")
+        log(f"trainer: {info['parameters']:,} parameters from {info['gguf']}, in {where}")
         started = time.monotonic()
         collector = threading.Thread(target=_collector, name="gym-train-collector", daemon=True,
                                      args=(shared, served, tasks, options, rollouts, started))

@@ -5,7 +5,10 @@ own process (so that training overlaps the collection running in the master's pr
 Requests it answers:
 
 - ``initialize`` (blocking): ``{"gguf": path or None, "grpo": {GRPOConfig fields}, "threads": n or
-  None}``: sets torch's thread count (None: torch's default), loads the policy (:func:`gym_train.model.load_policy`) and builds the trainer; returns the parameter count;
+  None}``: sets torch's thread count (None: torch's default), loads the policy
+  (:func:`gym_train.model.load_policy`) and builds the trainer; returns the parameter count, the
+  GGUF, and where the worker runs (``pid``, and ``ray_node``: the Ray node id when a Ray actor hosts
+  it, else None);
 - ``train_step`` (blocking): one GRPO step on ``payload["batch"]`` (rows of
   :class:`~gym_train.grpo.RolloutSample`, put there by the ``data_transfer`` pre-hook); returns the
   step's :class:`~gym_train.grpo.StepStats` as a dict;
@@ -17,6 +20,8 @@ Its hook: ``checkpoint`` (post), ``{"path": ...}``: writes the current weights t
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,15 @@ import msgspec
 from gym_train.protocol import ModelInterface
 
 __all__ = ["GRPOPolicyWorker"]
+
+
+def _ray_node() -> str | None:
+    """The Ray node this worker runs on when a Ray actor hosts it (Master(backend="ray")), else None."""
+    if "ray" not in sys.modules:  # a process worker never imported Ray: do not start importing it here
+        return None
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
 
 
 class GRPOPolicyWorker(ModelInterface):
@@ -57,7 +71,7 @@ class GRPOPolicyWorker(ModelInterface):
         self.policy = load_policy(payload.get("gguf"))
         self.trainer = GRPOTrainer(self.policy.model, config, pad_token_id=self.policy.pad_token_id)
         return {"parameters": sum(p.numel() for p in self.policy.model.parameters()),
-                "gguf": str(self.policy.gguf_path)}
+                "gguf": str(self.policy.gguf_path), "pid": os.getpid(), "ray_node": _ray_node()}
 
     def model_config(self, payload: Any) -> Any:
         trainer = self._trainer()

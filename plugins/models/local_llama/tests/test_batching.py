@@ -103,6 +103,25 @@ async def test_seeded_sampling_repeats_per_request_and_matches_the_unbatched_eng
     assert [fields(g) for g in got] == [fields(g) for g in expected] == [fields(g) for g in reversed_got[::-1]]
 
 
+async def test_repeats_of_a_prompt_arriving_together_read_it_once_with_the_same_results(reference, batched):
+    """The repeats of one task (``gym collect --repeats``, a GRPO group) arrive at once: the first to
+    read the prompt reads it for all of them (its cells copied into their streams), and each result
+    is still the unbatched engine's for its seed."""
+    messages = [{"role": "user", "content": "List the planets of the solar system with one fact about each. " * 3}]
+    kw = {"temperature": 1.0, "top_p": 0.9, "max_tokens": 10, "return_token_ids": True, "return_logprobs": True}
+    expected = [reference.generate(messages, seed=7 + i, **kw) for i in range(3)]
+    stats = batched.batch_stats
+    shared_before = stats.shared_prompt_tokens
+    got = await asyncio.gather(*(batched.agenerate(messages, seed=7 + i, **kw) for i in range(3)))
+    assert [fields(g) for g in got] == [fields(g) for g in expected]
+    prompt_tokens = got[0].prompt_tokens
+    assert prompt_tokens > 2 * OPTIONS["n_batch"]  # read in several chunks by the first
+    # The two others took all but the last two prompt tokens from the first one's cells.
+    assert [g.cached_prompt_tokens for g in got[1:]] == [prompt_tokens - 2] * 2
+    assert got[0].cached_prompt_tokens < prompt_tokens - 2
+    assert stats.shared_prompt_tokens - shared_before >= 2 * (prompt_tokens - 2 - OPTIONS["n_batch"])
+
+
 def test_generate_from_threads_is_decoded_in_batches(reference, batched):
     """The blocking ``generate`` goes through the same scheduler (thread-safe, same results)."""
     kw = {"temperature": 0, "max_tokens": 8, "return_token_ids": True}

@@ -117,7 +117,11 @@ cancelled ones, decodes one prompt chunk of the oldest request still reading its
 prompt (alone), then one token for every request that has one in a single
 ``llama_decode``, and samples each sequence with its own sampler state.  A
 finished request leaves at once; its generated KV cells are removed, its
-prompt's kept for the prefix cache (same rules as above).
+prompt's kept for the prefix cache (same rules as above).  Before a request
+decodes a prompt chunk, a longer prefix of its prompt held by another slot
+(busy or free) is copied into its stream instead (at least 16 tokens more than
+its own slot holds): the repeats of one task arrive together, and the first to
+read the prompt reads it for all of them.
 
 Results are identical to the unbatched engine, bit for bit (tokens, text,
 log-probs; seeded sampling too): with one stream per sequence each sequence's
@@ -810,6 +814,7 @@ class BatchStats:
     tokens: int = 0  # tokens decoded by those steps
     max_sequences: int = 0  # the most sequences one step decoded
     prompt_chunks: int = 0  # prompt chunks decoded (one per step boundary at most)
+    shared_prompt_tokens: int = 0  # prompt tokens copied from another slot's cells instead of decoded
     busy_slots: int = 0  # slots holding a request now
     queued: int = 0  # requests waiting for a slot now
 
@@ -833,6 +838,9 @@ class _Slot:
 
 
 _IDLE_WAIT_S = 1.0  # how long the idle scheduler sleeps between checks that it is not closing
+# Fewest prompt tokens worth copying another slot's KV stream for (a copy moves the whole stream:
+# ~24 MB at 1,024 tokens for SmolLM2-135M, a few ms; decoding a token of prompt costs about 1 ms here).
+_SHARE_MIN_TOKENS = 16
 
 
 def _resolve(future: Future, result: Any = None, error: BaseException | None = None) -> None:
@@ -1005,6 +1013,8 @@ class _BatchScheduler:
             return
         slot = min(waiting, key=lambda s: s.job.number)
         job = slot.job
+        if self._engine.prefix_cache:
+            self._share_prefix(slot)
         chunk = job.chunks.pop(0)
         last = not job.chunks
         self._fill(chunk, range(job.pos, job.pos + len(chunk)), [slot.seq_id] * len(chunk),
@@ -1018,6 +1028,32 @@ class _BatchScheduler:
         slot.prompt_ids = job.decoding.prompt_ids[: job.pos]
         if last:
             self._advance(slot, self._logits(len(chunk) - 1))
+
+    def _share_prefix(self, slot: _Slot) -> None:
+        """Start ``slot``'s prompt from another slot's cells when they hold a longer prefix of it than
+        its own: the repeats of a task (``gym collect --repeats``, a GRPO group) arrive together, and
+        each would otherwise decode the same prompt in a stream of its own.
+
+        llama.cpp copies a sequence across streams whole (cells and buffers, at the next decode);
+        the cells past the shared prefix (the other request's own prompt or generated tokens) are
+        removed at once. The copied cells are prompt cells decoded in chunks, as the slot's own
+        would be, so results do not change."""
+        job = slot.job
+        prompt = job.decoding.prompt_ids
+        best, donor = job.pos, None
+        for other in self._slots:
+            if other is not slot and other.prompt_ids:
+                common = _reusable_prefix(other.prompt_ids, prompt)
+                if common > best:
+                    best, donor = common, other
+        if donor is None or best - job.pos < _SHARE_MIN_TOKENS:
+            return
+        llama_cpp.llama_memory_seq_cp(self._memory, donor.seq_id, slot.seq_id, -1, -1)
+        llama_cpp.llama_memory_seq_rm(self._memory, slot.seq_id, best, -1)
+        self.stats.shared_prompt_tokens += best - job.pos
+        job.pos = job.decoding.cached = best
+        job.chunks = _prompt_chunks(prompt[best:], self._chunk)
+        slot.prompt_ids = prompt[:best]
 
     def _decode_step(self) -> None:
         """One token for every request that has one, in one ``llama_decode``."""

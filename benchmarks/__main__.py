@@ -138,6 +138,14 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [""] + [f"{fmt} ({f['weights']}): unbatched engine at {b['top_level']} concurrent {f['unbatched_tokens_per_s']} "
                          f"tokens/s; same tokens batched and unbatched: {'yes' if f['identical_tokens'] else 'NO'}."
                          for fmt, f in b["formats"].items()] + [""]
+        r = b.get("repeats")
+        if r:
+            lines += [f"Repeats (the shape of `gym collect --repeats {r['repeats']}`): {r['prompts']} fresh prompt(s) a round, "
+                      f"each sent {r['repeats']} times at once, temperature 0.7, {r['max_tokens']} tokens, "
+                      f"{r['n_threads']} llama.cpp thread(s), median of "
+                      f"{r['rounds']} round(s): batched {r['batched_requests_per_s']} requests/s, unbatched "
+                      f"{r['unbatched_requests_per_s']} (× {r['ratio']}); the batched engine copied "
+                      f"{r['shared_prompt_tokens']} of {r['prompt_tokens']} prompt tokens from another slot.", ""]
     if "replicas" in results:
         r = results["replicas"]
         where = "on a local Ray cluster, each replica in an actor reserving 1 CPU" if r["ray"] else "local processes, no Ray"

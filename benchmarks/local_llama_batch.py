@@ -10,6 +10,13 @@ engine's docstring). tokens/s is all generated tokens over the wall time of the 
 rounds; ``cpu_tokens_per_s`` divides by the process's CPU time instead (on a shared machine the wall
 time also measures the other load). The unbatched engine (``batch_size`` 1) runs the top level too:
 its tokens/s, and whether every request got the same tokens from both engines (it must).
+
+``repeats`` (Q4_1 file only): the shape of ``gym collect --repeats 4`` and of a GRPO group. Fresh
+prompts (new each round, so no cache helps across rounds), each sent four times at once, sampled at
+temperature 0.7 with a seed per request, on as many llama.cpp threads as local_llama serves with by
+default; requests/s of the batched engine (whose slots share a prompt's cells: the first repeat
+reads it for the others) against the unbatched one (whose prefix cache serves repeats 2-4 as they
+queue), and the prompt tokens the batched engine copied instead of decoding.
 """
 
 from __future__ import annotations
@@ -21,6 +28,11 @@ from typing import Any
 
 # concurrency levels, generated tokens per request, rounds
 SIZES = {"tiny": ((1, 2), 8, 1), "small": ((1, 4, 8), 64, 1), "full": ((1, 4, 8, 16), 128, 3)}
+# repeats scenario: prompts per round (each sent REPEATS times at once), generated tokens per request, rounds
+REPEAT_SIZES = {"tiny": (1, 8, 1), "small": (2, 24, 3), "full": (4, 24, 5)}
+REPEATS = 4
+INSTRUCTION = ("You are a careful math tutor. Read the problem, reason step by step in a few short sentences, "
+               "check your arithmetic, and give the final answer alone on the last line as \\boxed{answer}.")
 FORMATS = ("file", "q4_0")
 # One llama.cpp thread: its threads spin-wait on each other, so on a shared machine two threads make a
 # single request many times slower while a batch hides it: the ratio would measure the load, not batching.
@@ -45,6 +57,48 @@ async def _level(engine: Any, concurrency: int, max_tokens: int) -> tuple[float,
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     tokens = sum(g.completion_tokens for g in generations)
     return tokens / wall, tokens / cpu, [g.generation_token_ids for g in generations]
+
+
+def _problem(round_: int, index: int) -> list[dict[str, str]]:
+    a, b = 17 + 31 * round_ + 7 * index, 23 + 13 * index
+    return [{"role": "system", "content": INSTRUCTION},
+            {"role": "user", "content": f"A shop sells {a} boxes with {b} pencils in each box. How many pencils "
+                                        f"is that, and how many are left if {a + b} are given away?"}]
+
+
+def _repeats(size: str) -> dict[str, Any]:
+    from gym_local_llama.engine import LlamaEngine
+
+    prompts, max_tokens, rounds = REPEAT_SIZES[size]
+    n = prompts * REPEATS
+    # llama.cpp's own thread count, as local_llama serves by default (and the quickstart runs): with
+    # two threads a lone sequence pays their per-layer synchronisation, which a batch shares.
+    options = {"n_ctx": 512}
+    with LlamaEngine(**options, batch_size=n) as batched, LlamaEngine(**options) as unbatched:
+
+        async def one_round(engine: Any, round_: int) -> tuple[float, int]:
+            started = time.perf_counter()
+            generations = await asyncio.gather(*(
+                engine.agenerate(_problem(round_, p), temperature=0.7, seed=1000 * round_ + i, max_tokens=max_tokens)
+                for p in range(prompts) for i in range(REPEATS)))
+            return n / (time.perf_counter() - started), sum(g.prompt_tokens for g in generations)
+
+        async def measure() -> dict[str, Any]:
+            rates: dict[str, list[float]] = {"batched": [], "unbatched": []}
+            shared_before, prompt_tokens = batched.batch_stats.shared_prompt_tokens, 0
+            for round_ in range(rounds):  # alternating engines, fresh prompts for each engine and round
+                rate, tokens = await one_round(batched, 2 * round_)
+                rates["batched"].append(rate)
+                prompt_tokens += tokens
+                rates["unbatched"].append((await one_round(unbatched, 2 * round_ + 1))[0])
+            batched_rate, unbatched_rate = statistics.median(rates["batched"]), statistics.median(rates["unbatched"])
+            return {"prompts": prompts, "repeats": REPEATS, "max_tokens": max_tokens, "rounds": rounds,
+                    "n_threads": batched.n_threads,
+                    "batched_requests_per_s": round(batched_rate, 2), "unbatched_requests_per_s": round(unbatched_rate, 2),
+                    "ratio": round(batched_rate / unbatched_rate, 2), "prompt_tokens": prompt_tokens,
+                    "shared_prompt_tokens": batched.batch_stats.shared_prompt_tokens - shared_before}
+
+        return asyncio.run(measure())
 
 
 def _measure(weight_format: str, levels: tuple[int, ...], max_tokens: int, rounds: int) -> dict[str, Any]:
@@ -87,4 +141,4 @@ def _measure(weight_format: str, levels: tuple[int, ...], max_tokens: int, round
 def run(size: str) -> dict[str, Any]:
     levels, max_tokens, rounds = SIZES[size]
     return {"max_tokens": max_tokens, "rounds": rounds, "n_threads": N_THREADS, "top_level": levels[-1],
-            "formats": {fmt: _measure(fmt, levels, max_tokens, rounds) for fmt in FORMATS}}
+            "formats": {fmt: _measure(fmt, levels, max_tokens, rounds) for fmt in FORMATS}, "repeats": _repeats(size)}

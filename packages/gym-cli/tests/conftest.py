@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -14,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from gym_core.client import ServerClient
 
 
 def _free_port() -> int:
@@ -174,9 +177,6 @@ class GymRun:
 
     def instances(self) -> list[dict]:
         """The head server's ``/server_instances``."""
-        import asyncio
-
-        from gym_core.client import ServerClient
 
         async def ask() -> list[dict]:
             client = await ServerClient.from_head(self.head)

@@ -12,6 +12,13 @@ if TYPE_CHECKING:
 __all__ = ["default_head", "head_token", "connect", "server_instances", "instance_kinds", "agent_instances"]
 
 
+def node_label(node: Mapping[str, Any] | None) -> str:
+    """How ``gym run``'s table and ``gym status`` show a server's Ray node (a ``/server_instances``
+    row's ``node``): the start of its id, which ``resources: {node: ...}`` takes as a prefix (the URL
+    has the node's IP); ``-`` for a server Ray did not place."""
+    return str(node.get("id", "?"))[:12] if node else "-"
+
+
 def default_head() -> str:
     """The URL of ``gym run``'s head server with the default ``head_server`` settings."""
     from gym_core.options import DEFAULT_HEAD_PORT, DEFAULT_HOST

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gym_cli.exits import CommandFailed
-from gym_cli.head import default_head
+from gym_cli.head import default_head, node_label
 
 if TYPE_CHECKING:
     from gym_cli.launch.runstate import RecordedRun
@@ -70,12 +70,6 @@ def _each_replica(instances: list[dict]) -> list[dict]:
     return rows
 
 
-def _node_label(node: dict | None) -> str:
-    """The start of the Ray node id, as `gym run`'s table shows it (``resources: {node:}`` takes it as a
-    prefix; the URL has the node's IP), or ``-`` for a server Ray did not place."""
-    return str(node.get("id", "?"))[:12] if node else "-"
-
-
 @click.command()
 @click.option("--head", default=None, metavar="URL",
               help="URL of the head server of `gym run`.  [default: the only running run's, else "
@@ -113,7 +107,7 @@ def status(head: str | None, as_json: bool) -> None:
             table.add_column(column)
         for row in rows:
             style = "green" if row["health"] == "ok" else "red"
-            node = (_node_label(row.get("node")),) if on_ray else ()
+            node = (node_label(row.get("node")),) if on_ray else ()
             table.add_row(row["name"], row.get("kind", "?"), row.get("plugin", "?"), row["url"], *node,
                           f"[{style}]{escape(row['health'])}[/]", str(row.get("restarts", "-")))
         Console().print(table)

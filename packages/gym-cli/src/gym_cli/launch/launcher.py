@@ -44,6 +44,7 @@ from rich.table import Table
 from gym_core.errors import GymError
 
 from gym_cli.catalog import Catalog, find_catalog
+from gym_cli.head import node_label
 from gym_cli.cli_options import ISOLATION_MODES, serve_options  # defined in a leaf, for `gym --help`
 from gym_cli.launch.runstate import RunStateFile, clean_stale_runs, runs_dir
 from gym_cli.launch.supervisor import ChildSpec, RestartPolicy, Supervisor
@@ -113,7 +114,7 @@ class Launch:
         table.add_row("head", "head", "-", self.config.head_url, "this process", *(["-"] if placed else []))
         for row in self.rows:
             for replica in row.get("replicas") or [row]:
-                node = [replica["node"]["id"][:12]] if placed else []
+                node = [node_label(replica.get("node"))] if placed else []
                 table.add_row(replica["name"], row["kind"], row["plugin"], replica["url"], row["venv"], *node)
         return table
 

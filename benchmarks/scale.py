@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gym_core import ClientConfig, ServerCallError, ServerClient
-from gym_core.rlimits import raise_open_files_limit
+from gym_core.process_tuning import raise_open_files_limit
 
 from gym_cli.rollouts import run_async
 

@@ -602,7 +602,7 @@ def test_defining_the_commands_imports_none_of_what_running_them_needs():
 
 
 def test_the_collector_tunes_its_gc_without_the_server_stack():
-    """`run_async` tunes the garbage collector from the leaf gym_core.gctune, not gym_core.serving."""
+    """`run_async` tunes the garbage collector from the leaf gym_core.process_tuning, not gym_core.serving."""
     code = ("import sys\nfrom gym_cli.rollouts import run_async\n"
             "async def nothing(): return 7\n"
             "assert run_async(nothing()) == 7\n"
@@ -613,7 +613,7 @@ def test_the_collector_tunes_its_gc_without_the_server_stack():
 
 def test_the_collector_raises_its_open_files_limit():
     """One connection per rollout in flight: run_async, which runs `gym collect`, lifts the soft limit
-    on open files to the hard one (gym_core.rlimits)."""
+    on open files to the hard one (gym_core.process_tuning)."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

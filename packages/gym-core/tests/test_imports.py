@@ -22,8 +22,7 @@ LEAVES = {
     "options": {"errors"},
     "registry": {"errors", "options"},
     "hookspecs": set(),
-    "gctune": set(),
-    "rlimits": set(),
+    "process_tuning": set(),
 }
 
 HEAVY = ("litestar", "aiohttp", "uvicorn", "omegaconf", "hydra", "yaml")
@@ -146,12 +145,12 @@ def test_listing_plugins_imports_no_server_module():
 
 def test_tuning_the_collector_imports_no_server_framework():
     """`gym collect` tunes its garbage collector before its loop starts: that must not cost it the
-    server stack. Fix: keep :func:`tune_gc` in the leaf ``gctune`` (``serving`` re-exports it)."""
-    loaded = _modules_after("from gym_core.gctune import tune_gc\ntune_gc()")
+    server stack. Fix: keep :func:`tune_gc` in the leaf ``process_tuning`` (``serving`` re-exports it)."""
+    loaded = _modules_after("from gym_core.process_tuning import tune_gc\ntune_gc()")
     assert [m for m in loaded if m.split(".")[0] in HEAVY] == []
-    from gym_core import gctune, serving
+    from gym_core import process_tuning, serving
 
-    assert serving.tune_gc is gctune.tune_gc
+    assert serving.tune_gc is process_tuning.tune_gc
 
 
 def test_lazy_names_resolve_to_their_defining_module():

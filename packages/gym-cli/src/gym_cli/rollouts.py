@@ -145,10 +145,9 @@ class CollectSummary:
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on uvloop when it is installed (faster sockets), else on asyncio's loop, with
-    the garbage collector tuned for thousands of requests in flight (:func:`gym_core.gctune.tune_gc`)
-    and the open-files limit raised for their connections (:func:`gym_core.rlimits.raise_open_files_limit`)."""
-    from gym_core.gctune import tune_gc  # leaves: gym_core.serving would import the server stack
-    from gym_core.rlimits import raise_open_files_limit
+    the garbage collector tuned for thousands of requests in flight (:func:`gym_core.process_tuning.tune_gc`)
+    and the open-files limit raised for their connections (:func:`gym_core.process_tuning.raise_open_files_limit`)."""
+    from gym_core.process_tuning import raise_open_files_limit, tune_gc  # a leaf: gym_core.serving would import the server stack
 
     tune_gc()
     raise_open_files_limit()

@@ -19,9 +19,8 @@ import uvicorn
 
 from gym_core.config import INSTANCE_ENV, GlobalConfig, validate_instance_options
 from gym_core.errors import GymError
-from gym_core.gctune import tune_gc
 from gym_core.plugins import PluginManager, get_plugin_manager
-from gym_core.rlimits import raise_open_files_limit
+from gym_core.process_tuning import raise_open_files_limit, tune_gc
 from gym_core.servers import GymServer, StartupError
 
 __all__ = ["uvicorn_config", "BodyTimeout", "DEFAULT_BODY_TIMEOUT_S", "ServerThread", "build_server", "main", "tune_gc"]

@@ -1,16 +1,34 @@
-"""The open-files limit of processes with many connections (servers, the collector). A leaf module
-(it imports only :mod:`resource`), so that the collector can raise its limit without importing a
-server framework."""
+"""Process-wide settings for a process with many requests in flight (a server, the collector): the
+garbage collector's thresholds and the open-files limit. A leaf module (it imports only :mod:`gc`
+and :mod:`resource`) so that the collector can tune its process without importing a server
+framework; :mod:`gym_core.serving` re-exports :func:`tune_gc`."""
 
 from __future__ import annotations
 
+import gc
 import resource
 
-__all__ = ["raise_open_files_limit"]
+__all__ = ["raise_open_files_limit", "tune_gc"]
 
 # Where the hard limit is "unlimited" (macOS reports that), the kernel still refuses more than its own
 # per-process maximum: ask for this much instead.
 _UNLIMITED_TARGET = 1 << 20
+
+
+def tune_gc(young_threshold: int = 50_000) -> None:
+    """Garbage-collector settings for a process with many requests in flight (a server, the collector).
+
+    What is alive now (modules, the app) is frozen out of later collections, and the youngest
+    generation is collected after ``young_threshold`` net allocations instead of CPython's 700. With
+    hundreds of rollouts in flight most young objects are still in use at a collection, so the default
+    rescanned the same in-flight objects over and over: at 1,024 rollouts in flight the agent spent
+    about 40 % of the time in collections (docs/performance.md). Reference cycles are still
+    collected, a little later.
+    """
+    gc.collect()
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(young_threshold, older, oldest)
 
 
 def raise_open_files_limit() -> int:

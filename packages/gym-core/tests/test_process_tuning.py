@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import resource
 
-from gym_core.rlimits import raise_open_files_limit
+from gym_core.process_tuning import raise_open_files_limit
 
 
 def test_soft_limit_is_raised_to_the_hard_limit():

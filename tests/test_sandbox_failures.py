@@ -13,8 +13,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gym_core.sandbox import _bwrap_path
-from gym_core.testing import _start
+from gym_core.sandbox import bwrap_path
+from gym_core.testing import start_servers
 from gym_cli.main import cli
 
 TASK = {
@@ -26,7 +26,7 @@ PROGRAM = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 
 def bwrap_copy(directory: Path) -> Path:
     """The wheel's bwrap, copied with its libraries in the wheel's layout (RPATH $ORIGIN/../../<pkg>.libs)."""
-    wheel = Path(os.path.realpath(_bwrap_path()))
+    wheel = Path(os.path.realpath(bwrap_path()))
     copy = directory / "pkg" / "_bin" / "bwrap"
     copy.parent.mkdir(parents=True)
     shutil.copy2(wheel, copy)
@@ -49,7 +49,7 @@ def test_a_broken_sandbox_fails_the_rollouts_and_a_rerun_collects_them(tmp_path)
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps(TASK) + "\n")
     out, failures = tmp_path / "out.jsonl", tmp_path / "out.failures.jsonl"
-    with _start(config, None) as (global_config, servers):
+    with start_servers(config, None) as (global_config, servers):
         args = ["collect", "--head", global_config.head_url, "--input", str(tasks), "--output", str(out),
                 "--repeats", "2", "--retries", "1", "--retry-backoff", "0.01", "--no-profile"]
         used = Path(servers["code_gen"].sandbox.bwrap)  # the copy, or its shared copy when gym runs as root

@@ -22,7 +22,7 @@ import re
 import secrets
 import time
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
@@ -33,7 +33,7 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 
 from gym_core.auth import BearerAuth
-from gym_core.client import FINAL_HEADER, REQUEST_DEADLINE, RETRY_STATUSES, ServerClient
+from gym_core.client import REQUEST_DEADLINE, ServerClient
 from gym_core.convert import (
     chat_completion_to_response,
     chat_to_create_params,
@@ -50,6 +50,15 @@ from gym_core.errors import (
     SessionError,
     ToolError,
 )
+from gym_core.failures import (
+    DECODE_ERROR,
+    FINAL_HEADER,
+    INTERNAL_ERROR,
+    TOOL_ERROR,
+    VALIDATION_ERROR,
+    ends_rollout,
+    relayed_status,
+)
 from gym_core.options import ClientConfig, ServerConfig, ref_of
 from gym_core.schemas import (
     ChatCompletion,
@@ -61,7 +70,6 @@ from gym_core.schemas import (
     Message,
     Response as ResponsesResponse,
     ResponseCreateParams,
-    RolloutRecord,
     RunRequest,
     SeedSessionRequest,
     VerifyRequest,
@@ -69,6 +77,8 @@ from gym_core.schemas import (
     decode_create_params,
     decode_response,
 )
+from gym_core.rollout import Rollout
+from gym_core.rows import with_environment
 from gym_core.sessions import SCOPE_KEY, Session, SessionMiddleware, SessionSigner, SessionStore, cookie_name_for
 
 if typing.TYPE_CHECKING:
@@ -82,7 +92,6 @@ __all__ = [
     "tool",
     "ToolSpec",
     "RESERVED_TOOL_NAMES",
-    "offered_tool_names",
 ]
 
 _encoder = msgspec.json.Encoder()
@@ -252,17 +261,21 @@ class GymServer:
         if isinstance(exc, msgspec.ValidationError):
             # Names the server (the environment) and the field: "math: invalid request body for /verify:
             # Object missing required field `expected_answer`".
-            return error_response(f"{self.name}: invalid request body for {request.url.path}: {exc}", 422, "validation_error")
+            return error_response(f"{self.name}: invalid request body for {request.url.path}: {exc}",
+                                  VALIDATION_ERROR.status, VALIDATION_ERROR.type)
         if isinstance(exc, UnicodeError):
             # msgspec leaves some invalid UTF-8 (in object keys) for a later encode to find.
-            return error_response(f"request body of {request.url.path} is not valid UTF-8", 400, "decode_error")
+            return error_response(f"request body of {request.url.path} is not valid UTF-8", DECODE_ERROR.status,
+                                  DECODE_ERROR.type)
         if isinstance(exc, RecursionError):
             # msgspec refuses JSON nested deeper than the interpreter's recursion limit.
-            return error_response(f"request body of {request.url.path} is nested too deeply", 400, "decode_error")
+            return error_response(f"request body of {request.url.path} is nested too deeply", DECODE_ERROR.status,
+                                  DECODE_ERROR.type)
         if isinstance(exc, msgspec.DecodeError):
-            return error_response(f"request body of {request.url.path} is not valid JSON: {exc}", 400, "decode_error")
+            return error_response(f"request body of {request.url.path} is not valid JSON: {exc}", DECODE_ERROR.status,
+                                  DECODE_ERROR.type)
         if isinstance(exc, ToolError):
-            return error_response(str(exc), exc.status, "tool_error")
+            return error_response(str(exc), exc.status, TOOL_ERROR.type)
         if isinstance(exc, SessionError):
             return error_response(str(exc), exc.status, exc.kind)
         if isinstance(exc, InfrastructureError):
@@ -271,15 +284,11 @@ class GymServer:
             body = {"error": {"message": str(exc), "type": exc.kind, "status": exc.status}}
             return json_response(body, exc.status, headers={FINAL_HEADER: "1"})
         if isinstance(exc, ServerCallError):
-            # Transient upstream trouble stays retryable for our caller (502/504); a definite
-            # upstream refusal becomes 424 so that nobody retries it.
+            # Transient upstream trouble stays retryable for our caller's caller (502/504); a
+            # definite upstream refusal becomes 424 so that nobody retries it (the failure table).
             self.log.warning("upstream call failed: %s", exc)
-            if isinstance(exc, ServerTimeoutError):
-                status = 504
-            elif isinstance(exc, ServerUnavailableError) or exc.status in RETRY_STATUSES or (exc.status or 0) >= 500:
-                status = 502
-            else:
-                status = 424
+            status = relayed_status(exc.status, timed_out=isinstance(exc, ServerTimeoutError),
+                                    unreachable=isinstance(exc, ServerUnavailableError))
             # This server's client already spent its bounded retries on the upstream: the answer is
             # final, so that retries do not multiply layer by layer (the collector retries rollouts).
             body = {"error": {"message": str(exc), "type": exc.reason, "status": status}}
@@ -290,7 +299,8 @@ class GymServer:
         # found by the id the caller gets.
         error_id = secrets.token_hex(4)
         self.log.exception("unhandled error %s in %s %s", error_id, request.method, request.url.path)
-        return error_response(f"internal error in {self.name} (error id {error_id}: see its log)", 500, "internal_error")
+        return error_response(f"internal error in {self.name} (error id {error_id}: see its log)", INTERNAL_ERROR.status,
+                              INTERNAL_ERROR.type)
 
 
 _BUDGET_GRACE_S = 0.05
@@ -640,18 +650,18 @@ class ModelServer(GymServer):
 # --- agent servers ------------------------------------------------------------------------------
 
 _tools_decoder = msgspec.json.Decoder(list[FunctionTool])
-# Error types of a resources server that end a rollout rather than inform the model.
-_ROLLOUT_FAILURES = frozenset({"invalid_session", "session_expired", "unauthorized"})
-
-
-def offered_tool_names(tools: Collection[Any] | None) -> frozenset[str]:
-    """The names of the function tools offered in a request's ``tools`` (the only ones an agent calls)."""
-    return frozenset(t.name for t in tools or () if isinstance(t, FunctionTool))
 
 
 
 class AgentServer(GymServer):
     """Orchestrates rollouts. Implement :meth:`run`; :meth:`responses` is optional.
+
+    A rollout's contract with its environment belongs to this class, not to each agent: ``run()``
+    does its work inside ``async with self.rollout(task) as rollout:``, which seeds the session,
+    offers only the tools of the request, counts model and tool calls, verifies, and closes the
+    session whether the rollout failed or not (:class:`gym_core.rollout.Rollout`); it returns
+    ``rollout.result(verdict, response)``. The conformance kit (``AgentServerTests``) checks these
+    invariants for every agent.
 
     ``POST /run`` decodes the task row into a :class:`~gym_core.schemas.RunRequest` (its
     ``responses_create_params`` typed) and keeps the row as sent in ``task``, to pass on to the
@@ -666,12 +676,11 @@ class AgentServer(GymServer):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._run_decoder = LenientDecoder(RunRequest)
-        refs = [
-            name
-            for name, hint in typing.get_type_hints(type(self.config), include_extras=True).items()
-            if (ref := ref_of(hint)) is not None and ref.kind == "resources"
-        ]
+        hints = typing.get_type_hints(type(self.config), include_extras=True)
+        refs = [name for name, hint in hints.items() if (ref := ref_of(hint)) is not None and ref.kind == "resources"]
         self._resources_option = refs[0] if len(refs) == 1 else None
+        models = [name for name, hint in hints.items() if (ref := ref_of(hint)) is not None and ref.kind == "model"]
+        self._model_option = models[0] if len(models) == 1 else None
         self._tools_of: dict[str, list[FunctionTool]] = {}
 
     async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
@@ -687,6 +696,32 @@ class AgentServer(GymServer):
         """``POST /v1/responses``: the agent's multi-step interaction without verification."""
         raise HTTPException(status_code=501, detail=f"{type(self).__name__} does not serve /v1/responses")
 
+    def rollout(
+        self,
+        task: Mapping[str, Any],
+        *,
+        resources_server: str | None = None,
+        model_server: str | None = None,
+        seed_path: str | None = "/seed_session",
+    ) -> Rollout:
+        """One rollout of ``task`` on ``resources_server``, as an async context manager that seeds the
+        session on entry (``POST seed_path`` with the task; ``None``: no seed) and closes it on exit,
+        whether the rollout failed or not. Use its ``call_model``, ``call_tool`` and ``verify``; return
+        its ``result()``. See :class:`gym_core.rollout.Rollout`.
+
+        ``resources_server`` and ``model_server`` default to the agent's options of those kinds
+        (when its config has exactly one of each kind).
+        """
+        resources = resources_server or self._option_of_kind(self._resources_option, "resources")
+        model = model_server if model_server is not None else (
+            getattr(self.config, self._model_option) if self._model_option else None)
+        return Rollout(self, task, resources_server=resources, model_server=model, seed_path=seed_path)
+
+    def _option_of_kind(self, option: str | None, kind: str) -> str:
+        if option is None:
+            raise TypeError(f"{type(self).__name__}: its config has no single {kind} server option; pass {kind}_server")
+        return getattr(self.config, option)
+
     async def call_tool(
         self, resources_server: str, call: FunctionCall, offered: Collection[str], cookies: dict[str, str]
     ) -> FunctionCallOutput:
@@ -700,8 +735,9 @@ class AgentServer(GymServer):
         - An infrastructure failure (5xx, timeout, unreachable server, lost or forged session) is
           raised: the rollout fails with that typed reason and is retried, never scored.
         """
-        if call.name not in offered:
-            names = ", ".join(sorted(offered)) or "none"
+        if call.name not in offered or call.name in RESERVED_TOOL_NAMES:
+            # A task naming a control route among its tools does not make it one.
+            names = ", ".join(sorted(set(offered) - RESERVED_TOOL_NAMES)) or "none"
             message = f"unknown tool {call.name!r}: the tools offered are {names}"
             return FunctionCallOutput(call_id=call.call_id, output=_encoder.encode({"error": message}).decode())
         try:
@@ -710,21 +746,10 @@ class AgentServer(GymServer):
             )
             text = raw.decode()
         except ServerHTTPError as exc:
-            if exc.status is None or exc.status >= 500 or exc.error_type in _ROLLOUT_FAILURES:
+            if ends_rollout(exc.status, exc.error_type):  # the failure table: not the model's to see
                 raise
             text = _encoder.encode({"error": exc.detail}).decode()
         return FunctionCallOutput(call_id=call.call_id, output=text)
-
-    async def close_session(self, resources_server: str, cookies: dict[str, str]) -> None:
-        """End the rollout's session on the resources server (best effort, bounded): its state is
-        freed now rather than after ``session_ttl_s``. Call it once the rollout is over, failed too."""
-        if not cookies:
-            return
-        try:
-            await self.client.request("POST", resources_server, "/close_session", body=b"{}", cookies=cookies,
-                                      timeout_s=min(10.0, self.client.config.timeout_s))
-        except ServerCallError as exc:
-            self.log.info("could not close a session on %s: %s", resources_server, exc)
 
     async def resources_tools(self, resources_server: str) -> list[FunctionTool]:
         """The tools ``resources_server`` serves (``GET /tools``), fetched once: what an agent offers
@@ -754,12 +779,6 @@ class AgentServer(GymServer):
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise ServerCallError(model_server, "/v1/responses", f"invalid response from the model server: {exc}") from None
 
-    def rollout_record(self, model_server: str | None) -> RolloutRecord:
-        """A fresh :class:`~gym_core.schemas.RolloutRecord` for one rollout of this agent calling
-        ``model_server``: feed it each model response and tool call, and return its
-        ``fields()`` with the result (the verdict's own fields win where they share a name)."""
-        return RolloutRecord(agent=self.name, model_server=model_server)
-
     def environment_of_rollout(self) -> dict[str, str]:
         """``resources_server`` and ``environment`` fields for the rollouts of this agent, if known."""
         if self._resources_option is None:
@@ -778,10 +797,7 @@ class AgentServer(GymServer):
                 raise HTTPException(status_code=422, detail="POST /run needs a JSON object with 'responses_create_params'")
             body = self._run_decoder.convert(task)
             result = await self.run(body, task)
-            if isinstance(result, dict):
-                for key, value in self.environment_of_rollout().items():
-                    result.setdefault(key, value)
-            return result
+            return with_environment(result, self.environment_of_rollout()) if isinstance(result, dict) else result
 
         async def responses(request: Request) -> Any:
             return await self.responses(decode_create_params(await request.body()))

@@ -37,13 +37,13 @@ from typing import Any
 import msgspec
 
 from gym_core import AgentServer, ServerCallError
+from gym_core.rollout import Rollout
 from gym_core.schemas import (
     FunctionCallOutput,
     Message,
     Response,
     ResponseCreateParams,
     RunRequest,
-    decode_response,
 )
 
 from gym_gymnasium.config import GymnasiumConfig
@@ -83,56 +83,66 @@ class GymnasiumAgent(AgentServer):
 
     async def responses(self, params: ResponseCreateParams) -> Response:
         """``POST /v1/responses``: the model's answer to ``params`` (no environment involved)."""
-        return decode_response(await self.client.request("POST", self.config.model_server, "/v1/responses", body=params))
+        return await self.call_model(self.config.model_server, params)
 
     async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
         cfg = self.config
-        env_cookies: dict[str, str] = {}
-        raw = await self.client.request("POST", cfg.resources_server, "/reset", body=task, cookies=env_cookies)
-        # From here on the environment holds a session: it is closed whatever happens.
-        explicit_close = False
-        try:
-            # Read the close flag leniently first, so that a malformed reset answer is still closed.
+        # /reset seeds the episode; the session is closed on exit whatever happens.
+        async with self.rollout(task, seed_path="/reset") as rollout:
+            raw = rollout.seed_answer or b"{}"
+            # Read the close flag leniently first, so that a malformed reset answer is still closed the right way.
             try:
-                explicit_close = _flag(msgspec.json.decode(raw).get("info"), "supports_explicit_close")
+                if _flag(msgspec.json.decode(raw).get("info"), "supports_explicit_close"):
+                    rollout.close_path = "/close"
             except (msgspec.DecodeError, AttributeError):
                 pass
             try:
                 reset = _reset_decoder.decode(raw)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 raise ServerCallError(cfg.resources_server, "/reset", f"unexpected answer: {exc}") from exc
-            result = await self._episode(body.responses_create_params, task, reset, env_cookies)
-        except BaseException:
-            await self._close(env_cookies, explicit_close, None)
-            raise
-        await self._close(env_cookies, explicit_close, result["info"])
-        return result
+            params, response, last, steps, total_reward = await self._episode(body.responses_create_params, task, reset, rollout)
+        info = dict(last.info)
+        if rollout.cleanup_error is not None and rollout.close_path == "/close":
+            error = rollout.cleanup_error
+            info["cleanup_warning"] = {"operation": "close", "error_type": type(error).__name__, "message": str(error)}
+        verdict = {
+            "reward": total_reward,
+            "terminated": last.terminated,
+            "truncated": last.truncated or not last.terminated,
+            "info": info,
+        }
+        return rollout.result(
+            verdict,
+            response,
+            responses_create_params=params,
+            env_steps=steps,
+            model_calls=rollout.record.num_model_calls,  # the earlier name, still read by environments' tests
+        )
 
     async def _episode(self, params: ResponseCreateParams, task: dict[str, Any], reset: ResetAnswer,
-                       env_cookies: dict[str, str]) -> dict[str, Any]:
+                       rollout: Rollout) -> tuple[ResponseCreateParams, Response, StepAnswer, int, float]:
+        """Model ⇄ ``/step`` until the episode ends or ``max_steps``: the params (with the reset
+        observation), the last response (its output the whole transcript), the last step's answer,
+        the steps played and the sum of the step rewards."""
         cfg = self.config
         base: list[Any] = [Message(role="user", content=params.input)] if isinstance(params.input, str) else list(params.input)
         if reset.observation:
             base.append(Message(role="user", content=reset.observation))
         params = msgspec.structs.replace(params, input=base)  # the caller's params stay as they were
         idempotent = _flag(reset.info, "supports_step_idempotency")
-        model_cookies: dict[str, str] = {}  # this rollout's session on the model server
         outputs: list[Any] = []
-        record = self.rollout_record(cfg.model_server)
         total_reward = 0.0
         steps = 0
         last: StepAnswer | None = None
         response: Response | None = None
         for _ in range(cfg.max_steps):
             request = msgspec.structs.replace(params, input=[*base, *outputs])
-            raw = await self.client.request("POST", cfg.model_server, "/v1/responses", body=request, cookies=model_cookies)
-            response = decode_response(raw)
-            record.add_model_response(response)
+            response = await rollout.call_model(request)
             outputs.extend(response.output)
             step_body = {**task, "response": response}
             if idempotent:
                 step_body["_ng_step_request_id"] = uuid.uuid4().hex
-            raw = await self.client.request("POST", cfg.resources_server, "/step", body=step_body, cookies=env_cookies)
+            raw = await rollout.post("/step", step_body)
             try:
                 last = _step_decoder.decode(raw)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -148,35 +158,10 @@ class GymnasiumAgent(AgentServer):
             for item in tool_outputs:
                 output = item.output if isinstance(item.output, str) else msgspec.json.encode(item.output).decode()
                 outputs.append(FunctionCallOutput(call_id=item.call_id, output=output))
-                record.add_tool_calls()
+                rollout.record.add_tool_calls()  # the environment executes the model's calls in /step
             if last.observation:
                 outputs.append(Message(role="user", content=last.observation))
         assert response is not None and last is not None  # max_steps >= 1
-        truncated = last.truncated or not last.terminated
         response.output = outputs
-        response.usage = record.usage
-        return {
-            **record.fields(),
-            "responses_create_params": params,
-            "response": response,
-            "reward": total_reward,
-            "terminated": last.terminated,
-            "truncated": truncated,
-            "info": dict(last.info),
-            "env_steps": steps,
-            "model_calls": record.num_model_calls,  # the earlier name, still read by environments' tests
-        }
-
-    async def _close(self, env_cookies: dict[str, str], explicit: bool, info: dict[str, Any] | None) -> None:
-        """End the episode's session; ``info`` is the successful result's, where a failure is noted."""
-        env = self.config.resources_server
-        if not explicit:
-            await self.close_session(env, env_cookies)
-            return
-        try:
-            await self.client.request("POST", env, "/close", body=b"{}", cookies=env_cookies,
-                                      timeout_s=min(10.0, self.client.config.timeout_s))
-        except Exception as exc:  # never hides the rollout's own result or error
-            self.log.info("could not close an episode on %s: %s", env, exc)
-            if info is not None:
-                info["cleanup_warning"] = {"operation": "close", "error_type": type(exc).__name__, "message": str(exc)}
+        response.usage = rollout.record.usage
+        return params, response, last, steps, total_reward

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from gym_core import AgentServer
 from gym_core.schemas import Response, ResponseCreateParams, RunRequest, function_calls
 
@@ -46,25 +44,11 @@ class NonExecutingAgent(AgentServer):
         """``POST /v1/responses``: the model's response, unchanged (no session, no verification)."""
         return await self.ask_model(params, {})
 
-    def rollout_facts(self, response: Response) -> dict[str, Any]:
-        """What produced the rollout and what it cost (:class:`~gym_core.schemas.RolloutRecord`):
-        one model call, whose tool calls are counted though none is executed."""
-        record = self.rollout_record(self.config.model_server)
-        record.add_model_response(response)
-        record.add_tool_calls(len(function_calls(response)))
-        return record.fields()
-
     async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
-        cfg = self.config
-        cookies: dict[str, str] = {}  # this rollout's session on the resources server
-        try:
-            await self.client.request("POST", cfg.resources_server, "/seed_session", body=task, cookies=cookies)
+        async with self.rollout(task) as rollout:
             params = body.responses_create_params
-            response = await self.ask_model(params, {})  # a fresh model-side cookie dict per rollout
-            verify_body = {**task, "responses_create_params": params, "response": response}
-            raw = await self.client.request("POST", cfg.resources_server, "/verify", body=verify_body, cookies=cookies)
-        finally:
-            await self.close_session(cfg.resources_server, cookies)
-        verdict = msgspec.json.decode(raw)
-        # The verdict's own fields win over the facts recorded here (an environment may report its own counts).
-        return {**self.rollout_facts(response), **verdict, "response": response}
+            response = await rollout.call_model(params)
+            # One model call, whose tool calls are counted though none is executed.
+            rollout.record.add_tool_calls(len(function_calls(response)))
+            verdict = await rollout.verify(params, response)
+        return rollout.result(verdict, response)

@@ -92,20 +92,17 @@ class ProofRefinementAgent(AgentServer):
     async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
         cfg = self.config
         original = body.responses_create_params
-        cookies: dict[str, str] = {}  # this rollout's session on the resources server
-        model_cookies: dict[str, str] = {}  # this rollout's session on the model server, kept across attempts
         attempts: list[dict[str, Any]] = []
         responses: list[Response] = []
         params = original
         history = as_items(original)  # correction_input "conversation": the conversation so far
-        try:
-            await self.client.request("POST", cfg.resources_server, "/seed_session", body=task, cookies=cookies)
+        async with self.rollout(task) as rollout:  # its model cookies are kept across attempts
             for turn_index in range(cfg.max_correction_turns + 1):
-                response = await self.ask_model(params, model_cookies)
+                response = await rollout.call_model(params)
+                # The tool calls the model made are counted; none is run.
+                rollout.record.add_tool_calls(len(function_calls(response)))
                 responses.append(response)
-                verify_body = {**task, "responses_create_params": original, "response": response, "turn_index": turn_index}
-                raw = await self.client.request("POST", cfg.resources_server, "/verify", body=verify_body, cookies=cookies)
-                verdict = msgspec.json.decode(raw)
+                verdict = await rollout.verify(original, response, turn_index=turn_index)
                 prompt = verdict.get("correction_prompt")
                 attempts.append({
                     "turn_index": turn_index,
@@ -129,22 +126,10 @@ class ProofRefinementAgent(AgentServer):
                 else:
                     history = [*history, *response.output, Message(role="user", content=prompt)]
                     params = msgspec.structs.replace(original, input=history)
-        finally:
-            await self.close_session(cfg.resources_server, cookies)
-        return {
-            **self.rollout_facts(responses),
-            **verdict,  # the verdict's own fields win over the facts recorded here
-            "response": responses[-1],
-            "total_turns": len(attempts),
-            "attempt_rewards": [attempt["reward"] for attempt in attempts],
-            "all_attempts": attempts if cfg.include_all_attempts else None,
-        }
-
-    def rollout_facts(self, responses: list[Response]) -> dict[str, Any]:
-        """What produced the rollout and what it cost (one model call per attempt; the tool calls
-        the model made are counted, none is run)."""
-        record = self.rollout_record(self.config.model_server)
-        for response in responses:
-            record.add_model_response(response)
-            record.add_tool_calls(len(function_calls(response)))
-        return record.fields()
+        return rollout.result(
+            verdict,
+            responses[-1],
+            total_turns=len(attempts),
+            attempt_rewards=[attempt["reward"] for attempt in attempts],
+            all_attempts=attempts if cfg.include_all_attempts else None,
+        )

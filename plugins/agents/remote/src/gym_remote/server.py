@@ -37,6 +37,7 @@ import msgspec
 from gym_core import AgentServer
 from gym_core.client import REQUEST_DEADLINE
 from gym_core.errors import ServerHTTPError, ServerTimeoutError, ServerUnavailableError
+from gym_core.rollout import Rollout
 from gym_core.schemas import (
     FunctionCall,
     FunctionCallOutput,
@@ -46,7 +47,6 @@ from gym_core.schemas import (
     RunRequest,
     decode_response,
 )
-from gym_core.servers import offered_tool_names
 
 from gym_remote.config import RemoteConfig
 
@@ -257,26 +257,26 @@ class RemoteAgent(AgentServer):
 
     # --- the loop ---
 
-    async def _execute(self, call: FunctionCall, offered: frozenset[str], cookies: dict[str, str]) -> FunctionCallOutput:
+    async def _execute(self, call: FunctionCall, rollout: Rollout) -> FunctionCallOutput:
         try:
             json.loads(call.arguments)
         except ValueError as exc:
             # As the reference: malformed arguments are the model's mistake, told to it; nothing is called.
             message = f"Invalid tool call arguments: {exc!r}"
+            rollout.record.add_tool_calls()
             return FunctionCallOutput(call_id=call.call_id, output=_encoder.encode({"error": message}).decode())
-        return await self.call_tool(self.config.resources_server, call, offered, cookies)
+        return await rollout.call_tool(call)
 
-    async def _loop(self, params: ResponseCreateParams, cookies: dict[str, str], record: Any) -> Response:
+    async def _loop(self, params: ResponseCreateParams, rollout: Rollout) -> Response:
         """Service ⇄ gym's tools until the service is done; the Response holds every output item."""
         cfg = self.config
-        if params.tools is None and cfg.offer_resources_tools:  # absent or null: the task names no tools
-            params.tools = await self.resources_tools(cfg.resources_server) or None
+        record = rollout.record
+        await rollout.offer(params, resources_tools=cfg.offer_resources_tools)
         if params.model is None and cfg.model is not None:
             params.model = cfg.model
         conversation: list[Any] = (
             [Message(role="user", content=params.input)] if isinstance(params.input, str) else list(params.input)
         )
-        offered = offered_tool_names(params.tools)
         service_cookies: dict[str, str] = {}  # this rollout's session with the service, kept from everyone else
         outputs: list[Any] = []
         response: Response | None = None
@@ -295,8 +295,7 @@ class RemoteAgent(AgentServer):
             if not calls and said:
                 break
             for call in calls:
-                item = await self._execute(call, offered, cookies)
-                record.add_tool_calls()
+                item = await self._execute(call, rollout)
                 outputs.append(item)
                 conversation.append(item)
             if cfg.max_steps and step >= cfg.max_steps:
@@ -308,14 +307,8 @@ class RemoteAgent(AgentServer):
     async def responses(self, params: ResponseCreateParams) -> Response:
         """``POST /v1/responses``: the service ⇄ tools in a fresh session (seeded with the request
         alone), without verification; the session is closed at the end."""
-        cookies: dict[str, str] = {}
-        record = self.rollout_record(model_server=self.service_origin)
-        try:
-            await self.client.request("POST", self.config.resources_server, "/seed_session",
-                                      body={"responses_create_params": params}, cookies=cookies)
-            return await self._loop(params, cookies, record)
-        finally:
-            await self.close_session(self.config.resources_server, cookies)
+        async with self.rollout({"responses_create_params": params}, model_server=self.service_origin) as rollout:
+            return await self._loop(params, rollout)
 
     async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
         assert self._slots is not None, "the server has not started"
@@ -331,20 +324,12 @@ class RemoteAgent(AgentServer):
                                          f"({self.config.run_timeout_secs:g} s)", reason="run_timeout") from None
 
     async def _rollout(self, body: RunRequest, row: dict[str, Any]) -> dict[str, Any]:
-        cfg = self.config
         if row.get("skills_ref") and self._skills():
             self.log.warning("%s: skills_ref cannot be staged into a remote service; running without it", self.name)
-        cookies: dict[str, str] = {}  # this rollout's session on the resources server
-        record = self.rollout_record(model_server=self.service_origin)
-        try:
-            await self.client.request("POST", cfg.resources_server, "/seed_session", body=row, cookies=cookies)
+        async with self.rollout(row, model_server=self.service_origin) as rollout:
             params = body.responses_create_params
-            response = await self._loop(params, cookies, record)
+            response = await self._loop(params, rollout)
             if response.usage is None and self._no_usage():
                 self.log.warning("%s: the remote service reports no usage: tokens per rollout will be unknown", self.name)
-            verify_body = {**row, "responses_create_params": params, "response": response}
-            raw = await self.client.request("POST", cfg.resources_server, "/verify", body=verify_body, cookies=cookies)
-        finally:
-            await self.close_session(cfg.resources_server, cookies)
-        verdict = msgspec.json.decode(raw)
-        return {**record.fields(), **verdict, "response": response}
+            verdict = await rollout.verify(params, response)
+        return rollout.result(verdict, response)

@@ -35,8 +35,8 @@ from typing import Any
 import msgspec
 
 from gym_core import AgentServer, ServerCallError
+from gym_core.rollout import Rollout
 from gym_core.schemas import Message, Response, ResponseCreateParams, RunRequest, function_calls
-from gym_core.servers import offered_tool_names
 
 from gym_token_preserving.config import TokenPreservingConfig
 
@@ -69,38 +69,28 @@ class TokenPreservingAgent(AgentServer):
     async def responses(self, params: ResponseCreateParams) -> Response:
         """``POST /v1/responses``: model ⇄ tools in a fresh session (seeded with the request alone),
         without verification; the response holds every output item with its token fields."""
-        cookies: dict[str, str] = {}
-        try:
-            await self.client.request("POST", self.config.resources_server, "/seed_session",
-                                      body={"responses_create_params": params}, cookies=cookies)
-            response, _ = await self._loop(params, cookies)
+        async with self.rollout({"responses_create_params": params}) as rollout:
+            response, _ = await self._loop(params, rollout)
             return response
-        finally:
-            await self.close_session(self.config.resources_server, cookies)
 
     def _fail(self, message: str) -> None:
         raise ServerCallError(self.config.model_server, "/v1/responses", message)
 
-    async def _loop(self, params: ResponseCreateParams, cookies: dict[str, str]) -> tuple[Response, dict[str, Any]]:
-        """Model ⇄ tools until the model stops calling tools; the response and the rollout's facts."""
+    async def _loop(self, params: ResponseCreateParams, rollout: Rollout) -> tuple[Response, dict[str, Any]]:
+        """Model ⇄ tools until the model stops calling tools; the response and the agent's own facts."""
         cfg = self.config
-        if params.tools is None and cfg.offer_resources_tools:  # absent or null: the task names no tools
-            params.tools = await self.resources_tools(cfg.resources_server) or None
+        await rollout.offer(params, resources_tools=cfg.offer_resources_tools)
         conversation: list[Any] = (
             [Message(role="user", content=params.input)] if isinstance(params.input, str) else list(params.input)
         )
-        offered = offered_tool_names(params.tools)
         # The caller's params stay as they were; every call asks for token ids.
         request = msgspec.structs.replace(params, input=conversation, return_token_ids=True)
-        model_cookies: dict[str, str] = {}  # this rollout's own, never another rollout's
         outputs: list[Any] = []
-        record = self.rollout_record(cfg.model_server)
         turns: list[dict[str, Any]] = []
         history: list[int] | None = None  # the previous call's prompt + generated ids
         response: Response | None = None
         for step in range(cfg.max_steps):
-            response = await self.call_model(cfg.model_server, request, model_cookies)
-            record.add_model_response(response)
+            response = await rollout.call_model(request)
             tokens = token_fields(response)
             turn: dict[str, Any] = {"prompt_tokens": None, "generation_tokens": None, "drifted_tokens": 0}
             if tokens is None:
@@ -125,27 +115,17 @@ class TokenPreservingAgent(AgentServer):
             if not calls:
                 break
             for call in calls:
-                item = await self.call_tool(cfg.resources_server, call, offered, cookies)
-                record.add_tool_calls()
+                item = await rollout.call_tool(call)
                 outputs.append(item)
                 conversation.append(item)
         assert response is not None
         response.output = outputs
-        response.usage = record.usage
-        facts = {**record.fields(), "turns": turns, "token_drift": sum(t["drifted_tokens"] for t in turns)}
-        return response, facts
+        response.usage = rollout.record.usage
+        return response, {"turns": turns, "token_drift": sum(t["drifted_tokens"] for t in turns)}
 
     async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
-        cfg = self.config
-        cookies: dict[str, str] = {}  # this rollout's session on the resources server
-        try:
-            await self.client.request("POST", cfg.resources_server, "/seed_session", body=task, cookies=cookies)
+        async with self.rollout(task) as rollout:
             params = body.responses_create_params
-            response, facts = await self._loop(params, cookies)
-            verify_body = {**task, "responses_create_params": params, "response": response}
-            raw = await self.client.request("POST", cfg.resources_server, "/verify", body=verify_body, cookies=cookies)
-        finally:
-            await self.close_session(cfg.resources_server, cookies)
-        verdict = msgspec.json.decode(raw)
-        # The verdict's own fields win over the facts recorded here (an environment may report its own counts).
-        return {**facts, **verdict, "response": response}
+            response, facts = await self._loop(params, rollout)
+            verdict = await rollout.verify(params, response)
+        return rollout.result(verdict, response, **facts)

@@ -23,8 +23,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from gym_core import AgentServer
 from gym_core.schemas import Response, ResponseCreateParams, RunRequest, function_calls
 
@@ -44,27 +42,16 @@ class ToolSimulationAgent(AgentServer):
         """``POST /v1/responses``: the model's response, unchanged."""
         return await self.ask_model(params)
 
-    def rollout_facts(self, response: Response) -> dict[str, Any]:
-        """What produced the rollout and what it cost (:class:`~gym_core.schemas.RolloutRecord`):
-        one model call, whose tool calls are counted though none is executed."""
-        record = self.rollout_record(self.config.model_server)
-        record.add_model_response(response)
-        record.add_tool_calls(len(function_calls(response)))
-        return record.fields()
-
     async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
         cfg = self.config
         params = body.responses_create_params
-        response = await self.ask_model(params)
-        facts = self.rollout_facts(response)
-        if cfg.skip_verification:
-            return {**facts, "reward": cfg.skip_verification_reward, "verification_skipped": True, "response": response}
-        cookies: dict[str, str] = {}  # empty: no session is sent; one /verify may open is closed below
-        try:
-            verify_body = {**task, "responses_create_params": params, "response": response}
-            raw = await self.client.request("POST", cfg.resources_server, "/verify", body=verify_body, cookies=cookies)
-        finally:
-            await self.close_session(cfg.resources_server, cookies)
-        verdict = msgspec.json.decode(raw)
-        # The verdict's own fields win over the facts recorded here (an environment may report its own counts).
-        return {**facts, **verdict, "response": response}
+        # No seed: nothing runs, so there is no state to set up; a session /verify may open is closed on exit.
+        async with self.rollout(task, seed_path=None) as rollout:
+            response = await rollout.call_model(params, string_input_as_message=False)
+            # One model call, whose tool calls are counted though none is executed.
+            rollout.record.add_tool_calls(len(function_calls(response)))
+            if cfg.skip_verification:
+                verdict = {"reward": cfg.skip_verification_reward, "verification_skipped": True}
+            else:
+                verdict = await rollout.verify(params, response)
+        return rollout.result(verdict, response)

@@ -109,10 +109,12 @@ class {{ cookiecutter.__server_class }}(ResourcesServer):
 {%- else -%}
 """A one-shot agent: seed the session, ask the model once, verify its answer.
 
-``POST /run`` takes a task row: ``POST /seed_session`` on the resources server, ``POST /v1/responses``
-on the model, then ``POST /verify`` with the task and the model's response; it returns the verdict
-and the response. Extend :meth:`{{ cookiecutter.__server_class }}.run` to add tool calls, retries,
-several turns...
+``POST /run`` takes a task row. The rollout's contract belongs to the base class: ``self.rollout(task)``
+seeds the session on the resources server (``POST /seed_session``) and closes it on exit, whether the
+rollout failed or not; ``rollout.call_model`` asks the model (counted in the rollout record),
+``rollout.call_tool`` runs a tool the task offered (any other name gets an "unknown tool" output),
+``rollout.verify`` scores the response. Extend :meth:`{{ cookiecutter.__server_class }}.run` to add
+tool calls, retries, several turns...
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ from __future__ import annotations
 from typing import Any
 
 from gym_core import AgentServer
-from gym_core.schemas import Response, ResponseCreateParams, RunRequest, decode_response
+from gym_core.schemas import Response, ResponseCreateParams, RunRequest
 
 from {{ cookiecutter.__module_name }}.config import {{ cookiecutter.__class_prefix }}Config
 
@@ -128,21 +130,15 @@ from {{ cookiecutter.__module_name }}.config import {{ cookiecutter.__class_pref
 class {{ cookiecutter.__server_class }}(AgentServer):
     config: {{ cookiecutter.__class_prefix }}Config
 
-    async def ask_model(self, params: ResponseCreateParams) -> Response:
-        """The model's response to ``params``."""
-        raw = await self.client.request("POST", self.config.model_server, "/v1/responses", body=params)
-        return decode_response(raw)
-
     async def responses(self, params: ResponseCreateParams) -> Response:
         """``POST /v1/responses``: the agent's answer without a rollout (here: the model's)."""
-        return await self.ask_model(params)
+        return await self.call_model(self.config.model_server, params)
 
     async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
         """``POST /run``: one rollout of the task row ``task`` (``body`` is the row, decoded)."""
-        resources = self.config.resources_server
-        cookies: dict[str, str] = {}  # the rollout's session on the resources server
-        await self.client.request("POST", resources, "/seed_session", body=task, cookies=cookies)
-        response = await self.ask_model(body.responses_create_params)
-        verdict = await self.client.post(resources, "/verify", {**task, "response": response}, cookies=cookies)
-        return {**verdict, "response": response}
+        async with self.rollout(task) as rollout:
+            params = body.responses_create_params
+            response = await rollout.call_model(params)
+            verdict = await rollout.verify(params, response)
+        return rollout.result(verdict, response)
 {%- endif %}

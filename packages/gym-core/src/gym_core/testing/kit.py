@@ -1,306 +1,33 @@
-"""Testing gym plugins: real servers on loopback, in threads of the test process, and the conformance kit.
-
-- :func:`running_servers`: a head server and every instance of a config, started and stopped.
-- The conformance kit: one base test class per server kind, :class:`ResourcesServerTests`,
-  :class:`ModelServerTests` and :class:`AgentServerTests`. A plugin's test module subclasses one and
-  sets a few class attributes; pytest then checks the whole contract of that kind against the
-  plugin's real server (health and readiness, valid tool schemas, seed → tool → verify on the
-  plugin's own example data, 4xx JSON errors for malformed bodies, both model endpoints...)::
-
-      import gym_counter.plugin
-      from gym_core.testing import ResourcesServerTests
-
-      class TestCounter(ResourcesServerTests):
-          server_type = "counter"
-          plugins = [gym_counter.plugin]
-          example_data = Path(__file__).parents[1] / "data" / "example.jsonl"
-
-Each test's docstring says what it checks and how to fix a failure. The servers of a test class
-start once, when its first test runs, and stop after its last. Tests speak plain HTTP (urllib) to
-the servers, so they exercise the wire format exactly as any client would.
-
-This module imports pytest; nothing in gym_core imports it.
-"""
+"""The conformance kit's base classes: what every server kind shares, resources servers and models."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
-from gym_core.config import GlobalConfig, load_config
-from gym_core.head import build_head_app
+from gym_core.config import GlobalConfig
 from gym_core.plugins import PluginManager, get_plugin_manager
-from gym_core.serving import ServerThread, build_server
 
 if TYPE_CHECKING:
     from gym_core.servers import GymServer
 
-__all__ = [
-    "running_servers",
-    "RunningServers",
-    "HTTPCaller",
-    "Reply",
-    "ServerTests",
-    "ResourcesServerTests",
-    "ModelServerTests",
-    "AgentServerTests",
-    "assistant_response",
-    "conformance_response",
-    "conformance_tool_calls",
-    "conformance_reward",
-    "example_arguments",
-    "read_rows",
-    "first_party",
-    "plugin_manager",
-]
-
-
-@contextlib.contextmanager
-def _start(config: Mapping[str, Any], plugins: PluginManager | None) -> Iterator[tuple[GlobalConfig, dict[str, GymServer]]]:
-    plugins = plugins or get_plugin_manager()
-    config = {"head_server": {"port": 0}, **config}
-    global_config = load_config(base=config, env_file=None, server_types=plugins.servers(), load_errors=plugins.load_errors)
-    threads = [ServerThread(build_head_app(global_config), port=global_config.head_port).start()]
-    servers: dict[str, GymServer] = {}
-    try:
-        for name, instance in global_config.instances.items():
-            # Each replica of an instance with ``replicas: N`` too, under its replica name (``counter#1``).
-            for index, replica in enumerate(instance.replica_names):
-                own = global_config.for_replica(name, index) if instance.replicas > 1 else global_config
-                server = build_server(own, name, plugins)
-                servers.setdefault(name, server)
-                servers[replica] = server
-                threads.append(ServerThread(server.build_app(), instance.host, own.instances[name].port).start())
-        yield global_config, servers
-    finally:
-        for thread in reversed(threads):
-            thread.stop()
-
-
-@contextlib.contextmanager
-def running_servers(config: dict[str, Any], plugins: PluginManager | None = None) -> Iterator[GlobalConfig]:
-    """Start a head server and every instance of ``config`` (real uvicorn, real HTTP) in threads.
-
-    Yields the resolved global config (ports assigned); stops everything on exit.
-    """
-    with _start(config, plugins) as (global_config, _):
-        yield global_config
-
-
-# --- plain HTTP -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    """One HTTP answer: its status, content type and body."""
-
-    status: int
-    content_type: str
-    body: bytes
-
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8", errors="replace")
-
-    def json(self) -> Any:
-        """The body as JSON; an assertion error saying what came instead when it is not."""
-        try:
-            return json.loads(self.body)
-        except ValueError:
-            raise AssertionError(f"expected a JSON body, got status {self.status} with: {self.text[:500]!r}") from None
-
-
-class HTTPCaller:
-    """A minimal HTTP client for one server, keeping its cookies: one caller is one gym session."""
-
-    def __init__(self, url: str, timeout_s: float = 120.0, *, auth_token: str | None = None):
-        self.url = url.rstrip("/")
-        self.timeout_s = timeout_s
-        self.cookies: dict[str, str] = {}
-        self.auth_token = auth_token  # the run's token, sent as ``Authorization: Bearer``
-
-    def get(self, path: str) -> Reply:
-        return self._send(urllib.request.Request(self.url + path, method="GET"))
-
-    def post(self, path: str, body: Any) -> Reply:
-        """``POST path`` with ``body``: bytes are sent as they are, anything else as JSON."""
-        data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method="POST")
-        request.add_header("Content-Type", "application/json")
-        return self._send(request)
-
-    def _send(self, request: urllib.request.Request) -> Reply:
-        if self.auth_token:
-            request.add_header("Authorization", f"Bearer {self.auth_token}")
-        if self.cookies:
-            request.add_header("Cookie", "; ".join(f"{k}={v}" for k, v in self.cookies.items()))
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
-                reply = Reply(answer.status, answer.headers.get("content-type", ""), answer.read())
-                headers = answer.headers
-        except urllib.error.HTTPError as error:
-            reply = Reply(error.code, error.headers.get("content-type", ""), error.read())
-            headers = error.headers
-        for header in headers.get_all("set-cookie") or []:
-            for name, morsel in SimpleCookie(header).items():
-                self.cookies[name] = morsel.value
-        return reply
-
-
-def assert_json_error(reply: Reply, what: str) -> None:
-    """``reply`` is a 4xx answer carrying ``{"error": {"message", "type", "status"}}``."""
-    assert 400 <= reply.status < 500, f"{what}: expected a 4xx JSON error, got {reply.status}: {reply.text[:500]}"
-    assert reply.content_type.startswith("application/json"), f"{what}: the error is not JSON ({reply.content_type!r})"
-    body = reply.json()
-    error = body.get("error") if isinstance(body, dict) else None
-    assert isinstance(error, dict), f"{what}: the body has no 'error' object: {reply.text[:500]}"
-    assert isinstance(error.get("message"), str) and error["message"], f"{what}: error.message is missing: {error}"
-    assert isinstance(error.get("type"), str) and error["type"], f"{what}: error.type is missing: {error}"
-    assert error.get("status") == reply.status, f"{what}: error.status {error.get('status')!r} != HTTP {reply.status}"
-
-
-def assert_ok(reply: Reply, what: str) -> Any:
-    """``reply`` is a 2xx JSON answer; returns its body."""
-    assert 200 <= reply.status < 300, f"{what}: status {reply.status}: {reply.text[:1000]}"
-    return reply.json()
-
-
-# --- helpers subclasses use -----------------------------------------------------------------------
-
-
-def first_party(*names: str) -> list[object]:
-    """The plugin modules of gym's first-party plugins ``names``, loaded through their entry points;
-    skips the test where one is not installed (a plugin's tests run alone in its venv by `gym test`)."""
-    from importlib.metadata import entry_points
-
-    installed = {ep.name: ep for ep in entry_points(group="gym")}
-    missing = [name for name in names if name not in installed]
-    if missing:
-        pytest.skip(f"needs the first-party plugins {', '.join(missing)} (installed in gym's workspace)")
-    return [installed[name].load() for name in names]
-
-
-def plugin_manager(*plugins: object) -> PluginManager:
-    """A plugin manager holding exactly ``plugins`` (no entry points), each under its module's name."""
-    manager = PluginManager(load_entry_points=False)
-    for plugin in plugins:
-        manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
-    return manager
-
-
-def read_rows(source: str | Path | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Task rows from a JSONL file (blank lines skipped), or a sequence of rows as they are."""
-    if isinstance(source, (str, Path)):
-        lines = Path(source).read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
-    return [dict(row) for row in source]
-
-
-def assistant_response(text: str) -> dict[str, Any]:
-    """A Responses API response whose output is one assistant message with ``text``."""
-    content = [{"type": "output_text", "text": text, "annotations": []}]
-    return {"output": [{"type": "message", "role": "assistant", "status": "completed", "content": content}]}
-
-
-def _conformance(row: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = row.get("conformance")
-    if spec is None:
-        return {}
-    if not isinstance(spec, Mapping):
-        raise TypeError(f"a row's 'conformance' field must be an object, got {type(spec).__name__}")
-    return spec
-
-
-def conformance_response(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The response to verify ``row`` with: its ``conformance.response`` (text, or a whole Responses
-    object), else its ``expected_answer`` in ``\\boxed{}``, else an empty assistant message."""
-    response = _conformance(row).get("response")
-    if isinstance(response, Mapping):
-        return dict(response)
-    if isinstance(response, str):
-        return assistant_response(response)
-    if "expected_answer" in row:
-        return assistant_response(f"The answer is \\boxed{{{row['expected_answer']}}}.")
-    return assistant_response("")
-
-
-def conformance_tool_calls(row: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``(name, arguments)`` of the row's ``conformance.tool_calls`` (none when absent)."""
-    return [(call["name"], dict(call.get("arguments") or {})) for call in _conformance(row).get("tool_calls") or []]
-
-
-def conformance_reward(row: Mapping[str, Any]) -> float | None:
-    """The row's ``conformance.reward``, or None (any reward in range will do)."""
-    reward = _conformance(row).get("reward")
-    return None if reward is None else float(reward)
-
-
-def example_arguments(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """A small object valid against a tool's ``parameters`` schema: its required properties, each
-    with the first value its schema allows (``const``, ``enum``, ``default``, or one of its type)."""
-    defs = schema.get("$defs", {})
-    value = _example(schema, defs, depth=0)
-    return value if isinstance(value, dict) else {}
-
-
-def _example(schema: Any, defs: Mapping[str, Any], depth: int) -> Any:
-    if not isinstance(schema, Mapping) or depth > 20:
-        return None
-    if "$ref" in schema:
-        return _example(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs, depth + 1)
-    for key in ("const", "default"):
-        if key in schema:
-            return schema[key]
-    if schema.get("enum"):
-        return schema["enum"][0]
-    for key in ("anyOf", "oneOf", "allOf"):
-        if schema.get(key):
-            options = [s for s in schema[key] if not (isinstance(s, Mapping) and s.get("type") == "null")]
-            return _example((options or schema[key])[0], defs, depth + 1)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object" or (kind is None and "properties" in schema):
-        properties = schema.get("properties", {})
-        return {name: _example(properties.get(name, {}), defs, depth + 1) for name in schema.get("required", [])}
-    if kind == "array":
-        return [_example(schema.get("items", {}), defs, depth + 1) for _ in range(schema.get("minItems", 0))]
-    if kind == "string":
-        return "a" * max(1, schema.get("minLength", 1))
-    if kind in ("integer", "number"):
-        low = schema.get("minimum", schema.get("exclusiveMinimum", 0) + (1 if "exclusiveMinimum" in schema else 0))
-        value = max(low, 1) if "maximum" not in schema else min(max(low, 1), schema["maximum"])
-        return int(math.ceil(value)) if kind == "integer" else float(value)
-    if kind == "boolean":
-        return True
-    return None
-
-
-def _wrong_type(schema: Mapping[str, Any]) -> Any:
-    """A value of a type ``schema`` does not allow, or a sentinel ``...`` when it allows any."""
-    kinds = schema.get("type")
-    if kinds is None:
-        return ...
-    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
-    if "object" not in kinds:
-        return {"not": "of this type"}
-    if "array" not in kinds:
-        return ["not", "of this type"]
-    return ...
-
-
-# --- the kit --------------------------------------------------------------------------------------
+from gym_core.testing.rows import (
+    _wrong_type,
+    assistant_response,
+    conformance_response,
+    conformance_reward,
+    conformance_tool_calls,
+    example_arguments,
+    read_rows,
+)
+from gym_core.testing.running import HTTPCaller, assert_json_error, assert_ok, plugin_manager, start_servers
 
 
 @dataclass
@@ -385,7 +112,7 @@ class ServerTests:
         from gym_core.auth import new_token
 
         config = {"auth_token": new_token(), **cls.instances_config()}
-        with _start(config, cls.plugin_manager()) as (global_config, servers):
+        with start_servers(config, cls.plugin_manager()) as (global_config, servers):
             yield RunningServers(global_config, servers, cls._instance_under_test(servers), cls.request_timeout_s)
 
     @classmethod
@@ -776,82 +503,3 @@ class ModelServerTests(ServerTests):
         }
 
 
-class AgentServerTests(ServerTests):
-    """The contract of an agent: ``POST /run`` on task rows returns a reward in range and the response.
-
-    Class attributes, besides those of :class:`ServerTests`:
-
-    - ``model``: the options of the policy model instance (default: the scripted model);
-    - ``environment``: the options of the resources server instance (required unless ``instances``);
-    - ``example_data``: the task rows to run (a JSONL path, or a list of rows), usually the
-      environment's own ``data/example.jsonl``.
-
-    With ``server_type``, the config is ``policy`` (``model``), ``environment`` (``environment``) and
-    the agent, named after its server type, with ``model_server: policy``,
-    ``resources_server: environment`` and ``options``.
-
-    Hooks: :meth:`run_body` (the ``/run`` body of a row, default the row),
-    :meth:`expected_reward` (the reward a row must get, default any in range) and
-    :meth:`environment_reward_range` (default: that of the agent's ``resources_server``).
-    """
-
-    kind = "agent"
-    model: ClassVar[Mapping[str, Any]] = {"plugin": "scripted"}
-    environment: ClassVar[Mapping[str, Any] | None] = None
-    example_data: ClassVar[str | Path | Sequence[Mapping[str, Any]] | None] = None
-
-    @classmethod
-    def instances_config(cls) -> dict[str, Any]:
-        if cls.instances is not None or cls.server_type is None:
-            return super().instances_config()
-        if cls.environment is None:
-            raise TypeError(f"{cls.__name__}: set environment (the resources server's options) or instances")
-        agent = {"plugin": cls.server_type, "model_server": "policy", "resources_server": "environment", **cls.options}
-        return {"policy": dict(cls.model), "environment": dict(cls.environment), cls.server_type: agent}
-
-    def run_body(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """The ``POST /run`` body for ``row`` (to add a scripted model's turns to its metadata, say)."""
-        return dict(row)
-
-    def expected_reward(self, row: Mapping[str, Any]) -> float | None:
-        """The reward the rollout of ``row`` must get (None: any in the environment's ``reward_range``)."""
-        return None
-
-    def environment_reward_range(self, servers: RunningServers) -> tuple[float, float]:
-        """The ``reward_range`` of the environment the agent plays: its ``resources_server`` option,
-        or else the only resources server of the config."""
-        named = getattr(servers.server.config, "resources_server", None)
-        if named in servers.servers:
-            return type(servers.servers[named]).reward_range
-        environments = [server for server in servers.servers.values() if server.kind == "resources"]
-        assert len(environments) == 1, "override environment_reward_range(): which resources server does the agent play?"
-        return type(environments[0]).reward_range
-
-    def test_run_on_the_example_data(self, gym_servers: RunningServers) -> None:
-        """``POST /run`` on each example row returns a ``reward`` in the environment's range and the
-        ``response`` (a Responses API object with the rollout's output items).
-
-        To fix: in ``run()``, seed the session, call the model (and tools), then ``/verify`` on the
-        resources server with the task and the response, and return the verdict's fields with
-        ``response`` next to them.
-        """
-        low, high = self.environment_reward_range(gym_servers)
-        rows = read_rows(self.example_data) if self.example_data is not None else []
-        assert rows, f"{type(self).__name__}.example_data is not set: point it at the environment's example tasks"
-        for index, row in enumerate(rows):
-            what = f"example row {index}"
-            result = assert_ok(gym_servers.caller().post("/run", self.run_body(row)), f"{what}: POST /run")
-            reward = result.get("reward") if isinstance(result, dict) else None
-            assert isinstance(reward, (int, float)) and not isinstance(reward, bool), f"{what}: no numeric reward in {result}"
-            assert low <= reward <= high, f"{what}: reward {reward} is outside the environment's range ({low}, {high})"
-            response = result.get("response")
-            assert isinstance(response, dict) and isinstance(response.get("output"), list), f"{what}: no response in {result}"
-            expected = self.expected_reward(row)
-            if expected is not None:
-                assert reward == expected, f"{what}: reward {reward}, expected {expected}: {result}"
-
-    def malformed_bodies(self, servers: RunningServers) -> dict[str, list[bytes]]:
-        return {
-            "/run": [NOT_JSON, NOT_AN_OBJECT, b"{}", b'{"responses_create_params": 5}'],
-            "/v1/responses": [NOT_JSON, NOT_AN_OBJECT, b'{"input": 5}'],
-        }

@@ -1,0 +1,80 @@
+"""The rollout row: one shape, built in one place, with its precedence stated once.
+
+A rollout crosses two boundaries as a JSON object, and each is built here:
+
+1. :func:`rollout_result`: what an agent's ``POST /run`` answers. Its fields, from the lowest
+   precedence to the highest (a later source wins where two share a name):
+
+   - the environment stamp (``environment``: the resources server's type, ``resources_server``:
+     its instance), which ``AgentServer`` adds for an agent playing exactly one environment;
+   - the rollout record (:class:`gym_core.schemas.RolloutRecord`: ``agent``, ``model_server``,
+     ``model``, ``num_model_calls``, ``num_tool_calls``, ``usage``, ``usage_per_turn``);
+   - the agent's own facts (``turns``, ``token_drift``, ``total_turns``...);
+   - the verdict: what the environment's ``/verify`` answered (at least ``reward``), so that an
+     environment reporting its own counts is believed over the agent's;
+   - ``response``: the trajectory, always last.
+
+2. :func:`rollout_row`: one line of a ``gym collect`` (or ``gym reverify``) output file. From the
+   highest precedence to the lowest:
+
+   - the collector's own fields (:data:`COLLECTOR_FIELDS`: ``task_index``, ``rollout_index``,
+     ``agent``, ``reward``, ``latency_s``), which nothing else may overwrite;
+   - the agent's result, as above (``response`` aside);
+   - the task row as sent (sampling overrides included), so that a verifier can be run again;
+   - ``response``, always last.
+
+``gym profile``, ``gym report``, ``gym reverify`` and the trainer adapters read rows of this shape.
+Both functions take and return plain dicts: this module imports nothing from gym.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["COLLECTOR_FIELDS", "rollout_result", "rollout_row", "with_environment"]
+
+# The fields a collector writes itself, first in every row.
+COLLECTOR_FIELDS = ("task_index", "rollout_index", "agent", "reward", "latency_s")
+
+
+def rollout_result(
+    *,
+    record: Mapping[str, Any],
+    verdict: Mapping[str, Any],
+    response: Any,
+    facts: Mapping[str, Any] | None = None,
+    environment: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The answer of ``POST /run``: ``environment`` < ``record`` < ``facts`` < ``verdict``, then ``response``."""
+    return {**(environment or {}), **record, **(facts or {}), **verdict, "response": response}
+
+
+def with_environment(result: dict[str, Any], environment: Mapping[str, Any]) -> dict[str, Any]:
+    """``result`` with the environment stamp added where the agent did not set those fields (the
+    stamp's precedence in :func:`rollout_result`: the lowest)."""
+    for key, value in environment.items():
+        result.setdefault(key, value)
+    return result
+
+
+def rollout_row(
+    result: Mapping[str, Any],
+    task: Mapping[str, Any],
+    *,
+    task_index: int,
+    rollout_index: int,
+    agent: str,
+    reward: float,
+    latency_s: float,
+) -> dict[str, Any]:
+    """One output line: the collector's fields, then the agent's result, then the task row, then
+    ``response`` (each source adds only the names not taken by an earlier one)."""
+    row: dict[str, Any] = {"task_index": task_index, "rollout_index": rollout_index, "agent": agent,
+                           "reward": reward, "latency_s": latency_s}
+    for source in (result, task):
+        for key, value in source.items():
+            if key not in row and key != "response":
+                row[key] = value
+    row["response"] = result.get("response")
+    return row

@@ -37,7 +37,7 @@ __all__ = ["plugin"]
 
 @click.group()
 def plugin() -> None:
-    """List, show, install, build and create gym plugins.
+    """List, show, install, build, document and create gym plugins.
 
     A plugin is an installable package; it registers one or more server types (a model, a
     resources server with its data (an RL environment), or an agent), which configs name with
@@ -50,6 +50,7 @@ def plugin() -> None:
       gym plugin install plugins/resources/my_env
       gym plugin install gym-my-env --find-links dist
       gym plugin build my_env --out dist
+      gym plugin docs my_env
       gym plugin new resources my-env
     """
 
@@ -152,7 +153,9 @@ def list_plugins(as_json: bool, verbose: bool) -> None:
 @plugin.command()
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def show(name: str, as_json: bool) -> None:
+@click.option("--markdown", is_flag=True,
+              help="Print its own options as a Markdown table: what its README's `## Options` holds.")
+def show(name: str, as_json: bool, markdown: bool) -> None:
     """Show a server type: its kind, plugin and version, description, and every option with its
     type, default and description (the options a config may set under `plugin: NAME`).
 
@@ -160,6 +163,7 @@ def show(name: str, as_json: bool) -> None:
     Examples:
       gym plugin show math
       gym plugin show simple_agent --json
+      gym plugin show math --markdown     # the table `gym plugin docs` writes into its README
     """
     from rich.console import Console
     from rich.markup import escape
@@ -167,9 +171,16 @@ def show(name: str, as_json: bool) -> None:
     from gym_cli.catalog import find_catalog
     from gym_cli.inventory import find_server_type
 
+    if as_json and markdown:
+        raise click.UsageError("--json and --markdown exclude each other")
     info = find_server_type(name, find_catalog())
     if as_json:
         click.echo(json.dumps(info.to_dict(), indent=2, default=str))
+        return
+    if markdown:
+        from gym_cli.plugin_docs import options_markdown
+
+        click.echo(options_markdown(info.options), nl=False)
         return
     console = Console(highlight=False)
     console.print(f"[bold]{escape(info.name)}[/] ({info.kind} server type)")
@@ -180,6 +191,86 @@ def show(name: str, as_json: bool) -> None:
         console.print(f"  {label + ':':<13}{escape(value)}")
     console.print()
     console.print(options_table(info.options, "options (dim: common to every server)"))
+
+
+# --- docs ----------------------------------------------------------------------------------------
+
+
+def _package_directories(targets: tuple[str, ...], catalog: Catalog) -> list[Path]:
+    """The package directories of TARGETS (catalog names or directories); none given: every catalog
+    plugin whose source is a directory."""
+    from gym_cli.sources import looks_like_path, source_of_directory
+
+    if not targets:
+        directories = [entry.path for entry in catalog.entries.values() if entry.path is not None]
+        if not directories:
+            raise GymError("the catalog (workspace.toml) lists no plugin package directory: name one")
+        return list(dict.fromkeys(directories))
+    directories = []
+    for target in targets:
+        entry = catalog.entries.get(target)
+        if entry is not None and not looks_like_path(target):
+            if entry.path is None:
+                raise GymError(f"catalog entry {target!r} is installed from {entry.requirement}: its README is not here")
+            directories.append(entry.path)
+        elif looks_like_path(target):
+            directories.append(source_of_directory(Path(target))[0].path)
+        else:
+            raise GymError(f"{target!r} is neither a catalog name nor a package directory; catalog: "
+                           f"{', '.join(sorted(catalog.entries)) or 'empty'}")
+    return list(dict.fromkeys(directories))
+
+
+@plugin.command()
+@click.argument("targets", nargs=-1, metavar="[NAME|PATH]...")
+@click.option("--check", is_flag=True, help="Change nothing: report what is out of date or missing (exit status 1 if any).")
+def docs(targets: tuple[str, ...], check: bool) -> None:
+    """Regenerate the Options tables in plugin READMEs and check what a plugin README must have.
+
+    For each plugin package (default: every catalog plugin with a package directory), the table of
+    each server type it registers, generated from its config struct's descriptions (what `gym plugin
+    show NAME --markdown` prints), is written between its marker comments in the README's
+    `## Options` section. Then the checks `gym test` and `gym plugin build` make are reported: the
+    sections of its kind under their fixed headings, in order (see CONTRIBUTING.md), and an
+    environment's data/example.jsonl. Exit status 1 when something is left to fix by hand.
+
+    \b
+    Examples:
+      gym plugin docs                        # every plugin of the workspace
+      gym plugin docs math plugins/resources/my_env
+      gym plugin docs --check                # what the docs tests check
+    """
+    from rich.console import Console
+    from rich.markup import escape
+
+    from gym_cli.catalog import find_catalog
+    from gym_cli.exits import CommandFailed
+    from gym_cli.plugin_docs import check_package, describe_packages, write_package
+
+    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    catalog = find_catalog()
+    packages = describe_packages(_package_directories(targets, catalog))
+    failing = 0
+    for package in packages:
+        shown = _shown(package.directory, catalog.root)
+        if not check and package.error is None and write_package(package):
+            console.print(f"[green]updated[/] {escape(shown)}/README.md")
+        problems, notes = check_package(package, shown=shown)
+        for note in notes:
+            console.print(f"[yellow]note:[/] {escape(shown)}: {escape(note)}")
+        for problem in problems:
+            console.print(f"[red]{escape(shown)}:[/] {escape(problem)}")
+        failing += bool(problems)
+    if failing:
+        raise CommandFailed(f"{failing} of {len(packages)} plugin packages have README or data problems")
+    console.print(f"[bold green]ok[/]: the READMEs and example data of {len(packages)} plugin packages are current")
+
+
+def _shown(directory: Path, root: Path) -> str:
+    try:
+        return str(directory.relative_to(root.resolve()))
+    except ValueError:
+        return str(directory)
 
 
 # --- install -------------------------------------------------------------------------------------

@@ -156,7 +156,7 @@ def hung_upstream(n: int = 24) -> dict[str, Any]:
 def sessions(n: int) -> dict[str, Any]:
     """Rollouts through one counter server: its resident memory before and after."""
     from benchmarks._common import gym_servers, rss_mb
-    from benchmarks.scale import _collect
+    from benchmarks.scale import collect_counter_rollouts
 
     from gym_cli.rollouts import run_async
 
@@ -165,10 +165,10 @@ def sessions(n: int) -> dict[str, Any]:
 
     with gym_servers(config) as state:
         pid = state.supervisor.pids()["counter"]
-        run_async(_collect(state.config.head_url, min(n, 1_000), parallel=64))  # warm: allocator pools, caches
+        run_async(collect_counter_rollouts(state.config.head_url, min(n, 1_000), parallel=64))  # warm: allocator pools, caches
         before = round(rss_mb(pid) or 0, 1)
         start = time.perf_counter()
-        result = run_async(_collect(state.config.head_url, n, parallel=64))
+        result = run_async(collect_counter_rollouts(state.config.head_url, n, parallel=64))
         seconds = time.perf_counter() - start
         after = round(rss_mb(pid) or 0, 1)
     return {"scenario": f"{n:,} rollouts through counter", "expected": n, "rows": result["written"], "duplicates": 0,

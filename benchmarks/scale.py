@@ -66,8 +66,9 @@ async def _sessions(client: ServerClient) -> dict[str, int]:
     return {name: (await client.get(name, "/ready"))["sessions"] for name in SERVERS}
 
 
-async def _collect(head_url: str, n: int, parallel: int | None = None, *, connections: int | None = None,
-                   rollout_timeout_s: float | None = None, watch: bool = False) -> dict[str, Any]:
+async def collect_counter_rollouts(head_url: str, n: int, parallel: int | None = None, *,
+                                   connections: int | None = None, rollout_timeout_s: float | None = None,
+                                   watch: bool = False) -> dict[str, Any]:
     """``n`` counter rollouts through the agent of the run at ``head_url``, ``parallel`` (default: all)
     in flight at once, by ``gym collect``'s own collector, with its client settings (one attempt per
     request; whole rollouts retried, within ``rollout_timeout_s``, default ``gym collect``'s) and at
@@ -149,15 +150,15 @@ def run(size: str) -> dict[str, Any]:
 
         # Warm-up at the run's concurrency in the agent: connection pools, allocator arenas and the
         # session store grow to their working size, so that "before" and "after" compare like with like.
-        run_async(_collect(state.config.head_url, connections, connections=connections))
+        run_async(collect_counter_rollouts(state.config.head_url, connections, connections=connections))
         counter_rss_before = rss_mb(pids["counter"]) or 0
         cpu_before = {name: cpu_seconds([pid]) - time.process_time() for name, pid in pids.items()}
         cpu_before["collector"] = time.process_time()
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         try:
-            result = run_async(_collect(state.config.head_url, n, connections=connections,
-                                        rollout_timeout_s=ROLLOUT_TIMEOUT_S, watch=True))
+            result = run_async(collect_counter_rollouts(state.config.head_url, n, connections=connections,
+                                                        rollout_timeout_s=ROLLOUT_TIMEOUT_S, watch=True))
         finally:
             done.set()
             sampler.join()

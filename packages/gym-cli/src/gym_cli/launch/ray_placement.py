@@ -212,7 +212,7 @@ class ServerHost:
 
     def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> int:
         """Start ``argv`` with this node's environment plus ``env``; its pid (also its process group)."""
-        from gym_cli.launch.supervisor import _die_with
+        from gym_cli.launch.supervisor import die_with
 
         if not Path(argv[0]).exists():
             raise GymError(f"{argv[0]} does not exist on node {socket.gethostname()} ({self.where()['node_ip']}): "
@@ -221,7 +221,7 @@ class ServerHost:
         proc = self._spawner.submit(
             subprocess.Popen, list(argv), cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-            preexec_fn=_die_with(os.getpid()),
+            preexec_fn=die_with(os.getpid()),
         ).result()
         hosted = self._hosted[proc.pid] = _Hosted(proc)
         for target in (hosted.pump, hosted.reap):

@@ -56,6 +56,7 @@ __all__ = [
     "RestartPolicy",
     "Supervisor",
     "RING_LINES",
+    "die_with",
 ]
 
 RING_LINES = 50
@@ -173,7 +174,7 @@ PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
-def _die_with(parent_pid: int) -> Callable[[], None] | None:
+def die_with(parent_pid: int) -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGTERM when its parent dies (Linux; None elsewhere)."""
     if _prctl is None:
         return None
@@ -295,7 +296,7 @@ class Supervisor:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_die_with(os.getpid()),
+            preexec_fn=die_with(os.getpid()),
         ).result()
 
     def _read(self, child: _Child) -> None:

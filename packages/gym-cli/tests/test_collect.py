@@ -1,5 +1,5 @@
 """gym collect against real servers: rows, resume, kill -9, Ctrl+C, malformed input, failures, which agent;
-and when things go wrong (issue 10): one collection per output file, duplicates dropped on resume,
+and when things go wrong: one collection per output file, duplicates dropped on resume,
 infrastructure failures retried within the run (a server killed with -9 and restarted on its port), a
 per-rollout deadline enforced and passed down, and bad paths or options caught before anything starts."""
 
@@ -166,7 +166,7 @@ def test_failing_rollouts_go_to_failures_file_and_run_goes_on(tmp_path):
 
 
 def test_unknown_agent_is_refused_before_any_rollout(tmp_path):
-    """Issue 10, finding 13: --agent is checked against the running config first, not by failing every
+    """--agent is checked against the running config first, not by failing every
     row; so is a task's agent_ref."""
     out = tmp_path / "out.jsonl"
     named = tmp_path / "named.jsonl"
@@ -193,7 +193,7 @@ def test_no_head_server_is_a_clear_error(tmp_path):
 
 
 def test_collect_against_gym_run_uses_its_only_agent(tmp_path, gym_run):
-    """Issue 8, bug 9c: the README tour, `gym run CONFIG` then `gym collect --input --output` with no
+    """The README tour, `gym run CONFIG` then `gym collect --input --output` with no
     --agent and tasks without agent_ref, runs every task through the config's only agent."""
     head = gym_run(COUNTER_SCRIPTED)
     out = tmp_path / "out.jsonl"
@@ -275,7 +275,7 @@ def test_sigterm_to_collect_serve_stops_the_servers_it_started(tmp_path):
         assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-# --- issue 10 ---------------------------------------------------------------------------------------
+# --- when things go wrong ---------------------------------------------------------------------------
 
 N_TASKS = len(COUNTER_TASKS.read_text().splitlines())
 
@@ -301,7 +301,7 @@ def open_files(pid: int) -> set[str]:
     return found
 
 
-# --- one collection per output file (finding 6) ----------------------------------------------------
+# --- one collection per output file ----------------------------------------------------------------
 
 
 def test_second_collect_on_the_same_output_fails_fast_naming_the_first(tmp_path):
@@ -361,7 +361,7 @@ def test_resume_drops_duplicate_rows_and_says_how_many(tmp_path):
     assert len(keys) == len(set(keys)) == N_TASKS * 2
 
 
-# --- infrastructure failures are retried within the run (finding 8, the collector's half) ------------
+# --- infrastructure failures are retried within the run (the collector's half) -----------------------
 
 
 @contextlib.contextmanager
@@ -484,7 +484,7 @@ def test_a_task_error_is_not_retried(tmp_path):
     assert failure["attempts"] == 1 and failure["status"] < 500
 
 
-# --- the per-rollout deadline (finding 10, the collector's half) --------------------------------------
+# --- the per-rollout deadline (the collector's half) ---------------------------------------------------
 
 
 def test_the_rollout_deadline_is_enforced(tmp_path):
@@ -531,7 +531,7 @@ def test_the_deadline_is_passed_down_with_each_run(tmp_path):
     assert len(seen) == 3 and all(value is not None and 0 < float(value) <= 5.0 for value in seen), seen
 
 
-# --- bad paths and options are caught before anything starts (finding 13) ------------------------------
+# --- bad paths and options are caught before anything starts --------------------------------------------
 
 
 def unwritable_path(tmp_path: Path) -> Path:
@@ -579,7 +579,7 @@ def test_a_misspelt_option_reads_as_an_unknown_option(tmp_path):
     assert "config file not found" not in result.output
 
 
-# --- start-up (issue 15, part 4) ------------------------------------------------------------------------
+# --- start-up -------------------------------------------------------------------------------------------
 
 
 def test_defining_the_commands_imports_none_of_what_running_them_needs():

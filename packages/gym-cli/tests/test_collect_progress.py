@@ -1,6 +1,6 @@
-"""What ``gym collect`` shows while it runs (issue 16, part 2): ``--progress json`` events that add up
-and end with the run's summary, readable ``--progress plain`` lines, the rich live panel with its
-figures, and the bounded-memory latency quantiles behind them."""
+"""What ``gym collect`` shows while it runs: ``--progress json`` events that add up and end with the
+run's summary, readable ``--progress plain`` lines, the rich live panel with its figures, and the
+bounded-memory latency quantiles behind them."""
 
 from __future__ import annotations
 

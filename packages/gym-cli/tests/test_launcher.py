@@ -37,7 +37,7 @@ def test_asking_for_ray_without_it_is_a_clear_error(monkeypatch):
 
 
 def test_describing_the_servers_leaves_the_crash_for_gym_run_to_report():
-    """Issue 8, bug 9b, without a head server: what /server_instances publishes is a read."""
+    """Without a head server: what /server_instances publishes is a read."""
     from gym_cli.launch.launcher import Launch
     from gym_cli.launch.supervisor import ChildSpec, Supervisor
 

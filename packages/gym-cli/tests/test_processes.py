@@ -203,7 +203,7 @@ def test_shutdown_kills_grandchildren(sup: Supervisor, tmp_path: Path) -> None:
 
 def test_exits_are_reads_that_every_caller_sees(sup: Supervisor) -> None:
     """Asking about exits changes nothing: a second reader (the head server's /server_instances
-    next to `gym run`'s watch loop) sees the same exit, every time (issue 8, bug 9b)."""
+    next to `gym run`'s watch loop) sees the same exit, every time."""
     sup.start(ChildSpec("steady", [PY, "-c", "import time; time.sleep(30)"]))
     sup.start(ChildSpec("flaky", [PY, "-c", "import time; time.sleep(0.3); print('oops'); raise SystemExit(7)"]))
     assert sup.exited() == []

@@ -207,7 +207,7 @@ def server_instances(head_port: int) -> list[dict] | None:
 
 
 def test_a_server_dying_after_start_up_is_reported_however_often_it_is_listed():
-    """Issue 8, bug 9b: listing the servers (what `gym status` does) must not consume the crash report:
+    """Listing the servers (what `gym status` does) must not consume the crash report:
     `gym run` still reports the crash and exits 1, and every listing says the server is dead."""
     head_port = free_port()
     proc = gym("run", str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={head_port}",
@@ -242,7 +242,7 @@ def test_a_server_dying_after_start_up_is_reported_however_often_it_is_listed():
 
 
 
-# --- issue 10, findings 7 to 9: supervision and exit codes ---------------------------------------
+# --- supervision and exit codes ------------------------------------------------------------------
 
 
 def answers_health(url: str) -> bool:
@@ -286,7 +286,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 @pytest.mark.parametrize("command", ["run", "collect"])
 def test_kill_9_takes_the_servers_down_and_the_next_run_on_the_same_ports_starts(tmp_path, command):
-    """Finding 9: the servers of a `gym run` / `gym collect --serve` killed with -9 die with it (they
+    """The servers of a `gym run` / `gym collect --serve` killed with -9 die with it (they
     answered /health and held their ports before), and the next `gym run` on the same ports starts."""
     ports = {name: free_port() for name in ("head_server", "counter", "policy_model", "counter_agent")}
     overrides = [f"++{name}.port={port}" for name, port in ports.items()]
@@ -318,9 +318,9 @@ def test_kill_9_takes_the_servers_down_and_the_next_run_on_the_same_ports_starts
 
 
 def test_a_server_killed_after_start_up_comes_back_on_its_port_and_status_shows_the_restart(tmp_path, monkeypatch):
+    """The server is restarted (same url), the log says its sessions are lost, and `gym status` shows
+    one restart for it and all servers healthy."""
     monkeypatch.setenv("GYM_HOME", str(tmp_path / "home"))  # the run's token file is there, for this test to read
-    """Finding 8: the server is restarted (same url), the log says its sessions are lost, and
-    `gym status` shows one restart for it and all servers healthy."""
     head_port = free_port()
     proc = gym("run", str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={head_port}",
                "++server_restarts.backoff_s=0", env={"GYM_HOME": str(tmp_path / "home")})
@@ -350,8 +350,8 @@ def test_a_server_killed_after_start_up_comes_back_on_its_port_and_status_shows_
 
 
 def test_when_the_restart_budget_is_spent_gym_run_exits_1_naming_the_server(tmp_path, monkeypatch):
+    """A server that keeps dying stops `gym run` with exit status 1, its name and how it died."""
     monkeypatch.setenv("GYM_HOME", str(tmp_path / "home"))  # the run's token file is there, for this test to read
-    """Findings 7 and 8: a server that keeps dying stops `gym run` with exit status 1, its name and how it died."""
     head_port = free_port()
     proc = gym("run", str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={head_port}",
                "++server_restarts.attempts=1", "++server_restarts.backoff_s=0", env={"GYM_HOME": str(tmp_path / "home")})
@@ -377,7 +377,7 @@ def test_a_bad_restart_policy_is_a_config_error():
     assert "server_restarts" in out and "attempts" in out and ">= 0" in out
 
 
-# --- issue 10, findings 2 and 3: secrets and the run's token ----------------------------------------
+# --- secrets and the run's token ----------------------------------------------------------------------
 
 
 def http(method: str, url: str, token: str | None = None, body: dict | None = None) -> tuple[int, str]:
@@ -392,9 +392,9 @@ def http(method: str, url: str, token: str | None = None, body: dict | None = No
 
 
 def test_secrets_stay_secret_and_every_server_requires_the_run_token(tmp_path):
-    """Finding 2: no env.yaml value appears in any head answer or log line. Finding 3: every server
-    (the head too) refuses requests without the run's token (401), accepts them with it, and
-    `gym status` finds the token in the file `gym run` wrote for the user only."""
+    """No env.yaml value appears in any head answer or log line; every server (the head too) refuses
+    requests without the run's token (401), accepts them with it, and `gym status` finds the token in
+    the file `gym run` wrote for the user only."""
     secrets = ["cookie-secret-abcdefgh-123", "sk-live-test-0123456789"]
     (tmp_path / "env.yaml").write_text(f"counter: {{session_secret: {secrets[0]}}}\n_note: {{key: {secrets[1]}}}\n")
     home = tmp_path / "home"

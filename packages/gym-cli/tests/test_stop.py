@@ -1,4 +1,4 @@
-"""gym stop (issue 16, part 4) with real processes: a real `gym run` is found through its state file and
+"""gym stop with real processes: a real `gym run` is found through its state file and
 stopped with its servers; --head picks one of several runs; a recycled pid is never signalled; a
 launcher that ignores SIGTERM is killed once --timeout has passed, and so are its servers."""
 

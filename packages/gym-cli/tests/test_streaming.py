@@ -1,4 +1,4 @@
-"""Streaming collection (issue 15, part 3): the input is checked in one pass and read task by task, what
+"""Streaming collection: the input is checked in one pass and read task by task, what
 is done is a bit per (task, rollout) read from the output as a stream, pending pairs are generated as
 they are taken, and the collector holds the rollouts in flight, never the run."""
 

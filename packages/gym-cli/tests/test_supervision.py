@@ -1,4 +1,4 @@
-"""Issue 10, findings 8 and 9, with real processes: a child that dies after start-up is restarted on its
+"""Supervision with real processes: a child that dies after start-up is restarted on its
 port within a budget; children die with the process that supervises them, even by kill -9; stale state
 left by a killed launcher is cleaned up, and a recycled pid is never killed."""
 

@@ -1,4 +1,4 @@
-"""Bounded waits (issue 10, finding 10): timeouts that cannot be switched off by a 0, and a client that
+"""Bounded waits: timeouts that cannot be switched off by a 0, and a client that
 stalls while sending its request body is answered 408 and dropped, by a real server process."""
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ class TestSimpleAgent(AgentServerTests):
 
 
     def test_the_model_cannot_call_control_routes_as_tools(self, gym_servers: RunningServers):
-        """The exploit of the reliability issue: on a counter task (0 → 7), a model that "calls"
+        """On a counter task (0 → 7), a model that "calls"
         seed_session with initial_count 7 must not reach it (reward 0, the count untouched), nor
         verify, close_session or a path outside the tools."""
         row = {"responses_create_params": {"input": "count to 7"}, "initial_count": 0, "expected_count": 7}

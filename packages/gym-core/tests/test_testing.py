@@ -3,6 +3,8 @@ broken ones (a 500 on a bad body, a reward out of range, an invalid tool schema.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import json
 import socket
 import textwrap
@@ -13,7 +15,7 @@ import pytest
 from jsonschema import Draft202012Validator
 from litestar import Request
 
-from gym_core import AgentServer, ModelRef, ModelServer, ResourcesRef, ResourcesServer, ServerConfig, Session, hookimpl, tool
+from gym_core import AgentServer, ModelRef, ServerCallError, ModelServer, ResourcesRef, ResourcesServer, ServerConfig, Session, hookimpl, tool
 from gym_core.client import ServerClient
 from gym_core.plugins import PluginManager
 from gym_core.schemas import (
@@ -25,6 +27,7 @@ from gym_core.schemas import (
     RunRequest,
     VerifyRequest,
     VerifyResponse,
+    function_calls,
     response_text,
 )
 from gym_core.servers import GymServer
@@ -166,7 +169,22 @@ class OneShotConfig(ServerConfig, kw_only=True):
 
 
 class OneShot(AgentServer):
-    """Seed, ask the model once, verify."""
+    """Seed, ask the model once, verify: the rollout contract kept by the base class."""
+
+    config: OneShotConfig
+
+    async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
+        async with self.rollout(task) as rollout:
+            params = await rollout.offer(body.responses_create_params)
+            response = await rollout.call_model(params)
+            for call in function_calls(response):
+                await rollout.call_tool(call)
+            verdict = await rollout.verify(params, response)
+        return rollout.result(verdict, response)
+
+
+class Leaky(AgentServer):
+    """Seed, ask, verify by hand, and never close the session."""
 
     config: OneShotConfig
 
@@ -177,6 +195,36 @@ class OneShot(AgentServer):
         response = await self.client.post(model, "/v1/responses", body.responses_create_params)
         verdict = await self.client.post(env, "/verify", {**task, "response": response}, cookies=cookies)
         return {**verdict, "response": response}
+
+
+class RunsWhatTheModelNames(OneShot):
+    """Sends every function call of the model to the environment route of that name."""
+
+    async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
+        async with self.rollout(task) as rollout:
+            params = body.responses_create_params
+            response = await rollout.call_model(params)
+            for call in function_calls(response):
+                try:
+                    await rollout.post(f"/{call.name}", call.arguments.encode())
+                except ServerCallError:
+                    pass
+            verdict = await rollout.verify(params, response)
+        return rollout.result(verdict, response)
+
+
+class ScoresFailures(OneShot):
+    """Turns a failed verification into a reward of 0."""
+
+    async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
+        async with self.rollout(task) as rollout:
+            params = body.responses_create_params
+            response = await rollout.call_model(params)
+            try:
+                verdict = await rollout.verify(params, response)
+            except ServerCallError:
+                verdict = {"reward": 0.0}
+        return rollout.result(verdict, response)
 
 
 class Servers:
@@ -190,6 +238,9 @@ class Servers:
         register(name="echo", kind="model", server=Echo)
         register(name="disagreeing", kind="model", server=DisagreeingModel)
         register(name="one_shot", kind="agent", server=OneShot, config=OneShotConfig)
+        register(name="leaky", kind="agent", server=Leaky, config=OneShotConfig)
+        register(name="runs_what_the_model_names", kind="agent", server=RunsWhatTheModelNames, config=OneShotConfig)
+        register(name="scores_failures", kind="agent", server=ScoresFailures, config=OneShotConfig)
 
 
 class AdderTests(ResourcesServerTests):
@@ -226,10 +277,18 @@ def run_kit(kit: type, **attributes: Any) -> dict[str, str]:
     """Every test of ``kit`` (with ``attributes`` set) against its servers: name → "passed" or the failure."""
     cls = type(kit.__name__, (kit,), attributes)
     outcomes = {}
-    with cls.running() as servers:
+    with contextlib.ExitStack() as stack:
+        servers = stack.enter_context(cls.running())
+        probed = None
         for name in kit_tests(cls):
+            test = getattr(cls(), name)
+            if "agent_probe" in inspect.signature(test).parameters:
+                probed = probed or stack.enter_context(cls.probe_running())
+                args = (probed,)
+            else:
+                args = (servers,)
             try:
-                getattr(cls(), name)(servers)
+                test(*args)
             except AssertionError as failure:
                 outcomes[name] = f"failed: {failure}"
             else:
@@ -264,8 +323,33 @@ def test_kit_passes_a_good_model_server():
 
 def test_kit_passes_a_good_agent():
     outcomes = run_kit(OneShotTests, expected_reward=lambda self, row: 0.0)  # the echo model repeats the question
-    assert "test_run_on_the_example_data" in outcomes
+    assert {"test_run_on_the_example_data", "test_the_rollout_closes_its_session",
+            "test_the_model_reaches_only_the_tools_offered", "test_a_failing_environment_fails_the_run"} <= set(outcomes)
     assert failures(outcomes) == {}
+
+
+def test_kit_fails_an_agent_that_leaves_sessions_open():
+    found = failures(run_kit(OneShotTests, server_type="leaky", expected_reward=lambda self, row: 0.0))
+    # (the adder keeps no state for a session, so the example rows leave nothing open there)
+    assert set(found) == {"test_the_rollout_closes_its_session", "test_the_model_reaches_only_the_tools_offered",
+                          "test_a_failing_environment_fails_the_run"}
+    assert "left 1 session(s) open" in found["test_the_rollout_closes_its_session"]
+    assert "async with self.rollout(task)" in found["test_the_rollout_closes_its_session"]
+
+
+def test_kit_fails_an_agent_that_runs_whatever_the_model_names():
+    found = failures(run_kit(OneShotTests, server_type="runs_what_the_model_names", expected_reward=lambda self, row: 0.0))
+    assert list(found) == ["test_the_model_reaches_only_the_tools_offered"]
+    message = found["test_the_model_reaches_only_the_tools_offered"]
+    assert "the model's calls reached the environment" in message
+    for route in ("/seed_session", "/verify", "/close_session", "/probe_unoffered_tool"):
+        assert f"POST {route}'" in message
+
+
+def test_kit_fails_an_agent_that_scores_a_failed_verification():
+    found = failures(run_kit(OneShotTests, server_type="scores_failures", expected_reward=lambda self, row: 0.0))
+    assert list(found) == ["test_a_failing_environment_fails_the_run"]
+    assert "answered 200 while the environment failed" in found["test_a_failing_environment_fails_the_run"]
 
 
 # --- and fails broken ones, in the test that names the problem ----------------------------------

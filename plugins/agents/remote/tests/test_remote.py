@@ -243,6 +243,13 @@ class TestRemoteAgent(AgentServerTests):
                               "resources_server": "environment"},
         }
 
+    # The rollout contract's probe model, reached by URL as the service.
+    @classmethod
+    def probe_config(cls) -> dict[str, Any]:
+        config = super().probe_config()
+        config["remote"]["agent_base_url"] = f"http://127.0.0.1:{config['probe_model']['port']}"
+        return config
+
     # The kit's rows: the service makes the row's conformance tool calls, then says it is done.
     def run_body(self, row):
         calls = [{"call": name, "args": arguments} for name, arguments in conformance_tool_calls(row)]

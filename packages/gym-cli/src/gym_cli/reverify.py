@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from gym_core.errors import ServerCallError, ServerHTTPError, ServerTimeoutError, did_you_mean
+from gym_core.failures import ends_rollout
 from gym_core.schemas import RolloutRecord
 
 from gym_cli.rollouts import GaveUp, InputError, failure_fields, iter_jsonl, run_parallel, with_retries
@@ -72,8 +73,6 @@ ROW_FIELDS = frozenset({
 # Fields of a new verdict that never replace the row's own.
 _KEPT_FIELDS = frozenset({"task_index", "rollout_index", "response", "previous_reward", "agent", "environment",
                           "resources_server"})
-# Error types of a tool call that end a rollout rather than inform the model (as the agents treat them).
-_ROLLOUT_FAILURES = frozenset({"invalid_session", "session_expired", "unauthorized"})
 # Rows whose reward is not one /verify verdict: (field present and truthy, why it cannot be recomputed).
 _NOT_ONE_VERDICT = (
     ("env_steps", "a gymnasium rollout: its reward is the sum of the environment's /step rewards, not a /verify verdict"),
@@ -345,8 +344,9 @@ async def reverify_rollouts(
                     text = (await client.request("POST", instance, path, body=body, cookies=cookies,
                                                  timeout_s=left(path))).decode()
                 except ServerHTTPError as exc:
-                    # A 4xx the environment meant was the model's output, as the agent recorded it.
-                    if exc.status is None or exc.status >= 500 or exc.error_type in _ROLLOUT_FAILURES:
+                    # A 4xx the environment meant was the model's output, as the agent recorded it (the
+                    # failure table's rule, the agents' own).
+                    if ends_rollout(exc.status, exc.error_type):
                         raise
                     text = _encoder.encode({"error": exc.detail}).decode()
                 diverged = diverged or text != recorded

@@ -48,6 +48,7 @@ from gym_core.errors import (
     ServerUnavailableError,
     did_you_mean,
 )
+from gym_core.failures import INFRASTRUCTURE_TYPES, retried_by_collector
 
 from gym_cli.live import LatencySketch
 
@@ -693,26 +694,24 @@ def _request_body(task: dict[str, Any], sampling: dict[str, Any]) -> dict[str, A
     return {**task, "responses_create_params": {**task["responses_create_params"], **sampling}}
 
 
-# Typed reasons an agent passes on (its answer's error ``type``) that say a server failed, restarted
-# or lost the rollout's state, not that the task is bad: a fresh attempt can succeed. An agent that
-# already spent its own retries answers 424 with one of these (x-gym-final) rather than a 5xx.
-INFRASTRUCTURE_REASONS = frozenset({
-    "ServerUnavailableError", "ServerTimeoutError", "internal_error", "upstream_error",
-    "session_expired",  # the resources server lost the session (restarted, evicted)
-    "invalid_session",  # ...or no longer knows its signing key (a restart with a per-process key)
-})
+# Typed reasons that say a server failed, restarted or lost the rollout's state, not that the task is
+# bad: the failure table's (gym_core.failures), under the name callers have imported from here. An
+# agent that already spent its own retries relays a lost session as a 424 (x-gym-final), so the
+# reason counts as well as the status.
+INFRASTRUCTURE_REASONS = INFRASTRUCTURE_TYPES
 
 
 def is_infrastructure_failure(exc: BaseException) -> bool:
-    """Whether a failed ``/run`` says nothing about the task: a server unreachable or restarting, a
-    timeout, a 5xx or 429, or an agent's answer whose typed reason is one of
-    :data:`INFRASTRUCTURE_REASONS`. Such a rollout is worth running again; a task the environment
-    refused, or an answer that is not a verdict, is not."""
-    if isinstance(exc, (ServerUnavailableError, ServerTimeoutError)):
-        return True
-    if not isinstance(exc, ServerHTTPError):
-        return False
-    return exc.status is not None and (exc.status >= 500 or exc.status == 429) or exc.reason in INFRASTRUCTURE_REASONS
+    """Whether a failed ``/run`` says nothing about the task (the failure table's
+    :func:`~gym_core.failures.retried_by_collector`): a server unreachable or restarting, a timeout,
+    a 5xx or 429, or an agent's answer whose typed reason is one of :data:`INFRASTRUCTURE_REASONS`.
+    Such a rollout is worth running again; a task the environment refused, or an answer that is not
+    a verdict, is not."""
+    if isinstance(exc, ServerHTTPError):
+        return retried_by_collector(exc.status, exc.reason)
+    # No answer: the client's own failure, by its row (a subclass counts as its base).
+    return any(retried_by_collector(None, kind.__name__) for kind in (ServerUnavailableError, ServerTimeoutError)
+               if isinstance(exc, kind))
 
 
 class GaveUp(Exception):

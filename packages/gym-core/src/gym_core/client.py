@@ -2,9 +2,10 @@
 
 One pool of keep-alive connections per client (:mod:`gym_core.http1`), server names resolved to URLs through the global
 config (the head server's), cookies carried explicitly per rollout, and retries that are always
-bounded: connection failures and 429/502/503/504 answers (``retry_statuses``) are retried with
-exponential backoff and jitter, up to ``max_attempts`` and within ``deadline_s``, unless the answer
-carries :data:`FINAL_HEADER`; every request has a timeout. Failures raise
+bounded: connection failures and 429/502/503/504 answers (``retry_statuses``, by default
+:data:`~gym_core.failures.CLIENT_RETRY_STATUSES`: the failure table) are retried with exponential
+backoff and jitter, up to ``max_attempts`` and within ``deadline_s``, unless the answer carries
+:data:`FINAL_HEADER`; every request has a timeout. Failures raise
 :class:`~gym_core.errors.ServerCallError` subclasses naming server, path, status and attempts.
 
 Cookies are per rollout, not per client: a shared cookie jar would mix the sessions of the
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from gym_core.errors import ServerCallError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError, did_you_mean
+from gym_core.failures import CLIENT_RETRY_STATUSES, FINAL_HEADER, SERVER_UNAVAILABLE
 from gym_core.http1 import ConnectionFailed, ConnectTimeout, Pool, Response, origin_of
 from gym_core.options import ClientConfig
 from gym_core.routing import ROLLOUT_COOKIE, Replicas, new_rollout_key, replica_name
@@ -43,10 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["ServerClient", "RETRY_STATUSES", "FINAL_HEADER", "TIMEOUT_HEADER", "REQUEST_DEADLINE"]
 
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
-# On an error answer: the server already spent its own bounded retries on what failed (a model
-# server on its upstream), so retrying here would multiply them; the caller's caller decides.
-FINAL_HEADER = "x-gym-final"
+# The failure table's (gym_core.failures), under the names callers have imported from here.
+RETRY_STATUSES = CLIENT_RETRY_STATUSES
 # On every request: how many seconds the caller waits for this attempt's answer, so that a server can
 # bound its own waits by it and answer (with a typed error) before the caller gives up.
 TIMEOUT_HEADER = "x-gym-timeout"
@@ -229,7 +229,7 @@ class ServerClient:
                 error = ServerUnavailableError(
                     name, path, f"could not connect within {cfg.connect_timeout_s:g} s", attempts=attempt
                 )
-                retryable = True
+                retryable = SERVER_UNAVAILABLE.client_retries
             except TimeoutError:
                 if attempt_limit < limit:
                     error = ServerTimeoutError(name, path, f"no answer before {why}", attempts=attempt)
@@ -240,7 +240,7 @@ class ServerClient:
             except ConnectionFailed as exc:
                 # Refused, reset, or closed mid-answer (the server died): transient.
                 error = ServerUnavailableError(name, path, str(exc), attempts=attempt)
-                retryable = True
+                retryable = SERVER_UNAVAILABLE.client_retries
             except ValueError as exc:  # a header with a line break: the request itself is wrong
                 raise ServerCallError(name, path, str(exc), attempts=attempt) from None
             if not retryable or attempt >= cfg.max_attempts:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from gym_core import failures
+
 __all__ = [
     "GymError",
     "PluginError",
@@ -100,14 +102,14 @@ class InfrastructureError(GymError):
     rollout, final for the layers in between) with error type ``kind``; the rollout fails with that
     reason and ``gym collect`` runs it again."""
 
-    status = 502
-    kind = "infrastructure_error"
+    status = failures.INFRASTRUCTURE_ERROR.status
+    kind = failures.INFRASTRUCTURE_ERROR.type
 
 
 class ToolError(GymError):
     """Raised by a tool to tell the model its call failed; the message is what the model sees."""
 
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = failures.TOOL_ERROR.status):
         self.status = status
         super().__init__(message)
 
@@ -120,7 +122,8 @@ class SessionError(GymError):
     end the rollout with this as its failure reason: it is never the model's fault, nor a reward.
     """
 
-    def __init__(self, message: str, kind: str = "session_expired"):
+    def __init__(self, message: str, kind: str = failures.SESSION_EXPIRED.type):
         self.kind = kind
-        self.status = 403 if kind == "invalid_session" else 409
+        row = failures.INVALID_SESSION if kind == failures.INVALID_SESSION.type else failures.SESSION_EXPIRED
+        self.status = row.status
         super().__init__(message)

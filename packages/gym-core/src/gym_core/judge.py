@@ -42,8 +42,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gym_core.client import RETRY_STATUSES, ServerClient
+from gym_core.client import ServerClient
 from gym_core.errors import InfrastructureError, ServerCallError
+from gym_core.failures import INFRASTRUCTURE_STATUSES
+from gym_core.failures import JUDGE_FAILED as _JUDGE_FAILED_ROW
 from gym_core.options import JudgeOptions
 from gym_core.schemas import Message, OutputText, Response, assistant_text, decode_response
 
@@ -52,13 +54,14 @@ if TYPE_CHECKING:
 
 __all__ = ["Judge", "JudgeError", "JudgeOptions", "JudgeReply", "first_label_verdict", "JUDGE_FAILED"]
 
-JUDGE_FAILED = "judge_failed"  # the error type of a JudgeError, in answers and failure files
+JUDGE_FAILED = _JUDGE_FAILED_ROW.type  # the error type of a JudgeError, in answers and failure files
 
 
 class JudgeError(InfrastructureError):
     """The judge could not be asked, or its reply was not a Responses object: the verdict is
     unknown. Answered ``502 judge_failed`` (final); the rollout fails with that reason."""
 
+    status = _JUDGE_FAILED_ROW.status
     kind = JUDGE_FAILED
 
     def __init__(self, judge: str, message: str, *, attempts: int = 1):
@@ -140,9 +143,9 @@ class Judge:
             deadline_s=min(base.deadline_s, max_attempts * (timeout_s + base.backoff_max_s)),
         )
         self.client: ServerClient = server.own_client(client_config)
-        # Every 5xx of a judge is transient (a model server's 500 too), not only the client's default
-        # 429/502/503/504; an answer marked final (x-gym-final) is still not retried.
-        self.client.retry_statuses = RETRY_STATUSES | frozenset(range(500, 600))
+        # Every infrastructure status of a judge is transient (a model server's 500 too), not only
+        # the client's default 429/502/503/504; an answer marked final (x-gym-final) is still not retried.
+        self.client.retry_statuses = INFRASTRUCTURE_STATUSES
         self.calls = 0  # judge calls made (each with its retries), for metrics
         self.failures = 0  # ...of which ended in JudgeError
 

@@ -12,17 +12,11 @@ the one layer that retries its upstream; what reaches its caller is final. This 
   retried by default (the answer may have been generated, and billed, before the failure), nor is a
   timed-out attempt (the engine may still be generating it). A server whose engine is its own
   (nothing billed) may pass more statuses; ``vllm_model`` moves to another replica instead.
-- **Typed failures** (:class:`UpstreamError`, answered with its ``status`` and error type ``kind``
-  and the ``x-gym-final`` header by every gym server; :func:`upstream_failure` is the mapping):
-
-  ====  ========================  ==================================================================
-  504   ``upstream_timeout``      no answer within ``timeout_s`` or before a deadline
-  502   ``upstream_unavailable``  unreachable, or busy (``retry_statuses``) after every attempt
-  424   ``upstream_refused``      any other 4xx: the engine refused the request, retrying would not help
-  502   ``upstream_error``        a 5xx, or an answer that is not what was asked (:meth:`Upstream.bad_answer`)
-  503   ``model_overloaded``      no slot in time
-  ====  ========================  ==================================================================
-
+- **Typed failures** (:class:`UpstreamError`, answered with its ``status``, error type ``kind`` and
+  the ``x-gym-final`` header by every gym server): ``upstream_timeout``, ``upstream_unavailable``,
+  ``upstream_refused``, ``upstream_error`` (:func:`upstream_failure` is the mapping) and
+  ``model_overloaded``. Their statuses, and what each layer does with them, are rows of the failure
+  table (:mod:`gym_core.failures`, rendered in docs/reliability.md).
 - **Secrets.** The API key (``secret``) is replaced by ``[api_key]`` in every message (an upstream,
   or a proxy before it, may echo the request's headers); credentials in a URL are left out of the
   names errors use (:func:`without_credentials`). The run's own token goes upstream only when a
@@ -46,6 +40,14 @@ from litestar.exceptions import HTTPException
 
 from gym_core.client import REQUEST_DEADLINE, ServerClient
 from gym_core.errors import InfrastructureError, ServerCallError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError
+from gym_core.failures import (
+    BUSY_STATUSES,
+    MODEL_OVERLOADED,
+    UPSTREAM_ERROR,
+    UPSTREAM_REFUSED,
+    UPSTREAM_TIMEOUT,
+    UPSTREAM_UNAVAILABLE,
+)
 from gym_core.options import ClientConfig
 from gym_core.schemas import ChatCompletionRequest, ResponseCreateParams, decode_create_params
 
@@ -73,8 +75,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-# Upstream answers worth another attempt: "busy, try later", with nothing generated.
-BUSY_STATUSES = frozenset({429, 503})
 # The top-level fields gym's request schemas model; any other is the caller's, passed on as sent.
 CHAT_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(ChatCompletionRequest))
 RESPONSES_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(ResponseCreateParams))
@@ -101,18 +101,20 @@ class UpstreamError(InfrastructureError):
 
 def upstream_failure(exc: ServerCallError, retry_statuses: Collection[int] = BUSY_STATUSES,
                      redact: Callable[[str], str] = str) -> UpstreamError:  # fmt: skip
-    """The typed failure a model server answers for a failed upstream call (the table above)."""
+    """The typed failure a model server answers for a failed upstream call: ``upstream_timeout`` (no
+    answer in time), ``upstream_unavailable`` (unreachable, or busy at every attempt: a status in
+    ``retry_statuses``), ``upstream_refused`` (any other 4xx), else ``upstream_error``."""
     message = redact(str(exc))
     if isinstance(exc, ServerTimeoutError):
-        status, kind = 504, "upstream_timeout"
+        failure = UPSTREAM_TIMEOUT
     elif isinstance(exc, ServerUnavailableError) or exc.status in retry_statuses:
-        status, kind = 502, "upstream_unavailable"
+        failure = UPSTREAM_UNAVAILABLE
     elif exc.status is not None and exc.status < 500:
-        status, kind = 424, "upstream_refused"  # retrying the same request would not help
+        failure = UPSTREAM_REFUSED  # retrying the same request would not help
     else:
-        status, kind = 502, "upstream_error"
+        failure = UPSTREAM_ERROR
     detail = redact(exc.detail) if isinstance(exc, ServerHTTPError) else ""
-    return UpstreamError(message, status, kind, upstream_status=exc.status, detail=detail)
+    return UpstreamError(message, failure.status, failure.type, upstream_status=exc.status, detail=detail)
 
 
 class Upstream:
@@ -178,7 +180,7 @@ class Upstream:
         except TimeoutError:
             raise UpstreamError(
                 f"{self.owner}: no upstream slot free within {wait:.3g} s (max_concurrency {self.max_concurrency},"
-                " all busy)", 503, "model_overloaded",
+                " all busy)", MODEL_OVERLOADED.status, MODEL_OVERLOADED.type,
             ) from None  # fmt: skip
         # The client bounds its attempts and backoff by REQUEST_DEADLINE: ours, when it comes first.
         own = deadline is not None and deadline != caller
@@ -206,7 +208,8 @@ class Upstream:
         """A 2xx answer that is no answer (``{"error": ...}``, no choices...): 502 ``upstream_error``,
         with the start of what came."""
         start = payload[:200].decode(errors="replace")
-        return UpstreamError(self.redact(f"{name or self.name} {path}: {what}: {start}"), 502, "upstream_error")
+        return UpstreamError(self.redact(f"{name or self.name} {path}: {what}: {start}"), UPSTREAM_ERROR.status,
+                             UPSTREAM_ERROR.type)
 
     def redact(self, text: str) -> str:
         """``text`` with the API key replaced by ``[api_key]``."""

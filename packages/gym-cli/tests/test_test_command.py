@@ -42,6 +42,7 @@ def make_package(root: Path, body: str) -> Path:
         '[project]\nname = "gym-pkg"\nversion = "0.1.0"\n\n[project.entry-points.gym]\npkg = "gym_pkg.plugin"\n'
     )
     (package / "tests" / "test_pkg.py").write_text(body)
+    (package / "README.md").write_text("# gym-pkg\n\nA package whose plugin module does not exist.\n")
     return package
 
 

@@ -203,13 +203,15 @@ def _uv_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
 
 
-def build_distributions(directory: Path, out: Path, uv: str, core_version: str | None) -> BuildReport:
+def build_distributions(directory: Path, out: Path, uv: str, core_version: str | None,
+                        problems: list[str] | None = None) -> BuildReport:
     """Build the sdist and wheel of the package in ``directory`` with ``uv build`` and check them.
 
     They land in ``out`` only when the checks find no problem (a file of the same name is replaced);
-    otherwise nothing is written there and the report's ``problems`` say why. ``uv build`` runs with
-    ``--no-sources``, as the package builds for anyone who downloads it. A failing build is a
-    :class:`GymError` with uv's last lines."""
+    otherwise nothing is written there and the report's ``problems`` say why. ``problems``: what the
+    caller found already (the README's, :mod:`gym_cli.plugin_docs`), listed first and blocking too.
+    ``uv build`` runs with ``--no-sources``, as the package builds for anyone who downloads it. A
+    failing build is a :class:`GymError` with uv's last lines."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".gym-build-", dir=out) as tmp:
         command = [uv, "build", "--sdist", "--wheel", "--no-sources", "--out-dir", tmp, str(directory)]
@@ -228,6 +230,7 @@ def build_distributions(directory: Path, out: Path, uv: str, core_version: str |
             raise GymError(f"`uv build` of {directory} made {len(wheels)} wheels and {len(sdists)} sdists, not one of each")
         report = check_wheel(wheels[0], core_version)
         check_sdist(sdists[0], report)
+        report.problems[:0] = problems or []
         if report.problems:
             return report
         for built in (sdists[0], wheels[0]):

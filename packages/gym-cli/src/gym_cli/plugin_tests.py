@@ -43,7 +43,7 @@ from gym_cli.sources import (
 from gym_cli.venvs import Venv, VenvManager, find_uv
 
 __all__ = ["Target", "Outcome", "TEST_REQUIREMENTS", "find_targets", "requirements_for_tests", "pytest_arguments",
-           "run_plugin_tests", "summary_table"]
+           "run_plugin_tests", "check_docs", "summary_table"]
 
 # Installed into a plugin's venv before its tests run, with its own `test` dependency group.
 TEST_REQUIREMENTS = ("pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.3")
@@ -73,6 +73,8 @@ class Outcome:
     skipped: int = 0
     seconds: float = 0.0
     detail: str = ""
+    docs: list[str] | None = None  # what its README or example data lacks (None: not checked)
+    docs_notes: list[str] | None = None  # what could not be checked
 
     @property
     def ok(self) -> bool:
@@ -270,15 +272,43 @@ def run_plugin_tests(target: Target, isolation: str, console: Console, stream: b
     return Outcome(target.name, "failed" if counts and failed else "error", passed, failed, skipped, seconds, detail)
 
 
+def check_docs(targets: list[Target], outcomes: list[Outcome]) -> None:
+    """Check the README and example data of each target that is a package directory here (not one
+    unpacked from a published sdist), as ``gym plugin docs --check`` does; the problems go to its
+    outcome. The plugin modules are loaded from source by the Python running gym, all at once."""
+    from gym_cli.plugin_docs import check_package, describe_packages
+
+    local = [(t, o) for t, o in zip(targets, outcomes)
+             if t.directory is not None and not _published(t) and (t.directory / "pyproject.toml").is_file()]
+    packages = describe_packages([t.directory for t, _ in local])  # type: ignore[misc]
+    for (target, outcome), package in zip(local, packages):
+        shown = str(target.directory)
+        try:
+            shown = str(target.directory.relative_to(Path.cwd()))  # type: ignore[union-attr]
+        except ValueError:
+            pass
+        outcome.docs, outcome.docs_notes = check_package(package, shown=shown)
+
+
+def _published(target: Target) -> bool:
+    entry = target.catalog.entries.get(target.name)
+    return entry is not None and entry.path is None
+
+
 def summary_table(outcomes: list[Outcome]) -> Table:
-    """One row per tested plugin: its result and its counts of tests."""
+    """One row per tested plugin: its result, its counts of tests, and whether its README and
+    example data are complete (``docs``: "-" when not checked)."""
     table = Table(title="gym test")
     for column, justify in (("plugin", "left"), ("result", "left"), ("passed", "right"), ("failed", "right"),
-                            ("skipped", "right"), ("seconds", "right")):
+                            ("skipped", "right"), ("seconds", "right"), ("docs", "left")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     styles = {"passed": "green", "failed": "red", "error": "red", "no tests": "yellow"}
     for o in outcomes:
         note = o.detail if o.result != "error" else (o.detail.splitlines() or [""])[0][:60]  # in full below
         result = f"[{styles[o.result]}]{o.result}[/]" + (f" [dim]({escape(note)})[/]" if note else "")
-        table.add_row(o.name, result, str(o.passed), str(o.failed), str(o.skipped), f"{o.seconds:.1f}")
+        if o.docs is None:
+            docs = "[dim]-[/]"
+        else:
+            docs = f"[red]{len(o.docs)} to fix[/]" if o.docs else "[green]ok[/]"
+        table.add_row(o.name, result, str(o.passed), str(o.failed), str(o.skipped), f"{o.seconds:.1f}", docs)
     return table

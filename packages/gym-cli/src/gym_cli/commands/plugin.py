@@ -425,8 +425,10 @@ def build(target: str, out: Path) -> None:
     NAME|PATH is a catalog name whose source is a package directory, or a package directory. The
     checks: an entry point in group `gym` naming a module the wheel holds; a dependency on gym-core
     with a floor (`gym-core>=0.1`; not bare, not an exact pin, not a development or local version,
-    and satisfied by the gym-core running now); a README as the long description. When a check
-    fails nothing is written to --out and every problem is listed (exit status 1).
+    and satisfied by the gym-core running now); a README as the long description, with the sections
+    of the plugin's kind and its Options tables current, and an environment's example data (as `gym
+    plugin docs --check` reports them). When a check fails nothing is written to --out and every
+    problem is listed (exit status 1).
 
     \b
     Examples:
@@ -443,6 +445,7 @@ def build(target: str, out: Path) -> None:
     from gym_cli.catalog import find_catalog
     from gym_cli.distributions import build_distributions
     from gym_cli.exits import CommandFailed
+    from gym_cli.plugin_docs import check_package, describe_packages
     from gym_cli.sources import looks_like_path, source_of_directory
     from gym_cli.venvs import find_uv
 
@@ -466,8 +469,11 @@ def build(target: str, out: Path) -> None:
         core_version: str | None = version("gym-core")
     except PackageNotFoundError:
         core_version = None
+    (package,) = describe_packages([directory])
+    docs_problems, docs_notes = check_package(package, shown=_shown(directory, catalog.root))
     console.print(f"[dim]building {escape(str(directory))}…[/]")
-    report = build_distributions(directory, out.expanduser().absolute(), uv, core_version)
+    report = build_distributions(directory, out.expanduser().absolute(), uv, core_version, docs_problems)
+    report.notes += docs_notes
     for note in report.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if report.problems:

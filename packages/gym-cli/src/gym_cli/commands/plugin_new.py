@@ -77,7 +77,19 @@ def render_template(kind: str, name: str, directory: Path, description: str | No
         generate_files(repo_dir=str(template), context=context, output_dir=str(directory.parent))
     except CookiecutterException as exc:
         raise GymError(f"cannot render the plugin template: {exc}") from exc
+    _write_options_table(directory)
     return context["cookiecutter"]
+
+
+def _write_options_table(directory: Path) -> None:
+    """The README's Options table, generated from the new package's own config (as `gym plugin docs`
+    keeps it), so that the template never carries a copy of its configs' descriptions."""
+    from gym_cli.plugin_docs import describe_packages, write_package
+
+    (package,) = describe_packages([directory])
+    if package.error is not None:
+        raise GymError(f"the rendered plugin does not load: {package.error}")
+    write_package(package)
 
 
 @click.command()

@@ -26,20 +26,39 @@ What it guarantees, whatever the agent does in between:
 
 from __future__ import annotations
 
-import typing
-from collections.abc import Mapping
-from typing import Any
+import logging
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
 
 import msgspec
 
 from gym_core.errors import ServerCallError
 from gym_core.rows import rollout_result
+from gym_core.client import ServerClient
 from gym_core.schemas import FunctionCall, FunctionCallOutput, FunctionTool, Response, ResponseCreateParams, RolloutRecord
 
-if typing.TYPE_CHECKING:
-    from gym_core.servers import AgentServer
+__all__ = ["Rollout", "RolloutAgent"]
 
-__all__ = ["Rollout"]
+
+class RolloutAgent(Protocol):
+    """What a :class:`Rollout` uses of its agent (an :class:`~gym_core.servers.AgentServer`; named
+    by this protocol so that this module does not import the servers)."""
+
+    name: str
+    log: logging.Logger
+
+    @property
+    def client(self) -> ServerClient: ...
+
+    async def call_tool(self, resources_server: str, call: FunctionCall, offered: Collection[str],
+                        cookies: dict[str, str]) -> FunctionCallOutput: ...
+
+    async def call_model(self, model_server: str, params: ResponseCreateParams, cookies: dict[str, str] | None = None,
+                         *, string_input_as_message: bool = True) -> Response: ...
+
+    async def resources_tools(self, resources_server: str) -> list[FunctionTool]: ...
+
+    def environment_of_rollout(self) -> dict[str, str]: ...
 
 
 class Rollout:
@@ -59,7 +78,7 @@ class Rollout:
 
     def __init__(
         self,
-        agent: AgentServer,
+        agent: RolloutAgent,
         task: Mapping[str, Any],
         *,
         resources_server: str,

@@ -732,8 +732,9 @@ class AgentServer(GymServer):
           ``verify`` or any other route by naming it; any other name becomes an "unknown tool"
           output the model sees.
         - An error the environment meant (a 4xx: bad arguments, a failed action) is the output.
-        - An infrastructure failure (5xx, timeout, unreachable server, lost or forged session) is
-          raised: the rollout fails with that typed reason and is retried, never scored.
+        - An infrastructure failure (a 429 or 5xx, a timeout, an unreachable server, a lost or forged
+          session: the failure table's "ends the rollout", :mod:`gym_core.failures`) is raised: the
+          rollout fails with that typed reason and is retried, never scored.
         """
         if call.name not in offered or call.name in RESERVED_TOOL_NAMES:
             # A task naming a control route among its tools does not make it one.

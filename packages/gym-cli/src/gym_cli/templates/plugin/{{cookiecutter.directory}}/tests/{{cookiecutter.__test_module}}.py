@@ -157,7 +157,10 @@ class EchoModel(ModelServer):
     """Answers with the request's input text."""
 
     async def responses(self, params: ResponseCreateParams) -> Response:
-        text = params.input if isinstance(params.input, str) else ""
+        # Agents send a string input as one user message.
+        messages = [params.input] if isinstance(params.input, str) else [
+            item.content for item in params.input if isinstance(item, Message) and item.role == "user"]
+        text = messages[-1] if messages and isinstance(messages[-1], str) else ""
         return Response(output=[Message(role="assistant", content=[OutputText(text=text)])])
 
 

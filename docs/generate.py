@@ -35,8 +35,11 @@ def example_text(path: str, region: str | None) -> str:
     text = (ROOT / path).read_text()
     if region is None:
         return text
-    match = re.search(rf"^[ \t]*# \[{re.escape(region)}\][ \t]*\n(.*?)^[ \t]*# \[/{re.escape(region)}\]", text,
-                      re.MULTILINE | re.DOTALL)
+    match = re.search(
+        rf"^[ \t]*# \[{re.escape(region)}\][ \t]*\n(.*?)^[ \t]*# \[/{re.escape(region)}\]",
+        text,
+        re.MULTILINE | re.DOTALL,
+    )
     if match is None:
         raise SystemExit(f"{path} has no region `# [{region}]` ... `# [/{region}]`")
     return textwrap.dedent(match[1])
@@ -44,8 +47,13 @@ def example_text(path: str, region: str | None) -> str:
 
 def with_examples(text: str) -> str:
     """``text`` with each example block holding its file's current text."""
-    return EXAMPLE.sub(lambda m: f"<!-- example: {m['path']}{'#' + m['region'] if m['region'] else ''} -->\n"
-                                 f"{m['fence']}{m['lang']}\n{example_text(m['path'], m['region'])}{m['fence']}", text)
+    return EXAMPLE.sub(
+        lambda m: (
+            f"<!-- example: {m['path']}{'#' + m['region'] if m['region'] else ''} -->\n"
+            f"{m['fence']}{m['lang']}\n{example_text(m['path'], m['region'])}{m['fence']}"
+        ),
+        text,
+    )
 
 
 def generated() -> dict[Path, str]:

@@ -70,11 +70,30 @@ def test_show_refuses_json_and_markdown_together():
 
 def test_options_markdown_escapes_what_a_table_cell_cannot_hold():
     options = [
-        {"name": "a", "type": "int | None", "required": True, "default": None, "description": "a | b <think> *x*",
-         "inherited": False},
-        {"name": "b", "type": "str", "required": False, "default": "y" * 80, "description": "uses `a|b` here",
-         "inherited": False},
-        {"name": "host", "type": "str", "required": False, "default": "127.0.0.1", "description": "", "inherited": True},
+        {
+            "name": "a",
+            "type": "int | None",
+            "required": True,
+            "default": None,
+            "description": "a | b <think> *x*",
+            "inherited": False,
+        },
+        {
+            "name": "b",
+            "type": "str",
+            "required": False,
+            "default": "y" * 80,
+            "description": "uses `a|b` here",
+            "inherited": False,
+        },
+        {
+            "name": "host",
+            "type": "str",
+            "required": False,
+            "default": "127.0.0.1",
+            "description": "",
+            "inherited": True,
+        },
     ]
     table = options_markdown(options)
     rows = table.splitlines()
@@ -145,14 +164,18 @@ def test_docs_check_names_what_is_missing_and_docs_regenerates_the_table(package
     assert "stale" not in (package / "README.md").read_text()
 
     (package / "README.md").write_text((package / "README.md").read_text().replace("## Verify\n", "## Reward\n"))
-    (package / "data" / "example.jsonl").write_text('{"responses_create_params": {"input": "1 + 1?"}, "expected_answer": "2"}\n')
+    (package / "data" / "example.jsonl").write_text(
+        '{"responses_create_params": {"input": "1 + 1?"}, "expected_answer": "2"}\n'
+    )
     result = gym("plugin", "docs", "--check", str(package))
     assert result.exit_code == 0, result.output
 
 
 def test_a_table_is_added_where_none_is_and_a_stale_one_removed(package):
     readme = package / "README.md"
-    text = re.sub(r"<!-- options my_env: begin.*?<!-- options my_env: end -->\n", "", readme.read_text(), flags=re.DOTALL)
+    text = re.sub(
+        r"<!-- options my_env: begin.*?<!-- options my_env: end -->\n", "", readme.read_text(), flags=re.DOTALL
+    )
     text = text.replace("## Options\n", "## Options\n\n<!-- options gone: begin -->\nold\n<!-- options gone: end -->\n")
     readme.write_text(text)
     problems, _ = check_package(describe_packages([package])[0])
@@ -166,8 +189,9 @@ def test_a_table_is_added_where_none_is_and_a_stale_one_removed(package):
 def test_a_package_that_does_not_load_is_noted_not_failed(tmp_path):
     package = tmp_path / "pkg"
     package.mkdir()
-    (package / "pyproject.toml").write_text('[project]\nname = "gym-pkg"\nversion = "0.1.0"\n\n'
-                                            '[project.entry-points.gym]\npkg = "gym_pkg.plugin"\n')
+    (package / "pyproject.toml").write_text(
+        '[project]\nname = "gym-pkg"\nversion = "0.1.0"\n\n[project.entry-points.gym]\npkg = "gym_pkg.plugin"\n'
+    )
     (package / "README.md").write_text("# gym-pkg\n\nWhat it is.\n")
     problems, notes = check_package(describe_packages([package])[0])
     assert problems == []
@@ -198,3 +222,26 @@ def test_build_refuses_a_readme_that_lacks_its_sections(package, tmp_path):
     assert "README.md lacks the section `## Reward`" in result.output
     assert "data/example.jsonl is missing" in result.output
     assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(("name", "ok"), [("my_env/parse_rate", True), ("parse_rate", False)])
+def test_metric_names_carry_the_environment_s_prefix(package, name, ok):
+    plugin = package / "src" / "gym_my_env" / "plugin.py"
+    plugin.write_text(
+        plugin.read_text() + f"\n\n@hookimpl\ndef gym_aggregate_metrics(rollouts):\n    return {{{name!r}: 1.0}}\n"
+    )
+    readme = package / "README.md"
+    readme.write_text(readme.read_text().replace("## Example\n", "## Metrics\n\n`my_env/parse_rate`.\n\n## Example\n"))
+    (package / "data" / "example_rollouts.jsonl").write_text(
+        '{"task_index": 0, "rollout_index": 0, "reward": 1.0, "environment": "my_env", "resources_server": "my_env"}\n'
+    )
+    (described,) = describe_packages([package])
+    assert described.metrics and described.metric_names == [name]
+    problems, _ = check_package(described)
+    if ok:
+        assert problems == []
+    else:
+        assert problems == [
+            "gym_aggregate_metrics names parse_rate without the environment's prefix (my_env/): "
+            "metrics of all plugins share one name space"
+        ]

@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import my_env.plugin
+
 from gym_core.testing import ResourcesServerTests
 
 

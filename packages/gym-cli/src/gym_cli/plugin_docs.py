@@ -7,6 +7,8 @@ writes and what ``gym test`` and ``gym plugin build`` check (CONTRIBUTING.md, "N
   ``gym plugin show NAME --markdown`` prints (:func:`options_markdown`), generated from the config
   struct's ``Meta`` descriptions between two marker comments, so it never drifts from the code.
 - An environment ships example tasks: ``data/example.jsonl``, one JSON object per line.
+- Its metrics (``gym_aggregate_metrics``) are named ``<server type>/...``: checked on its
+  ``data/example_rollouts.jsonl`` when it has one.
 
 What a package registers is read by loading its plugin modules from its source tree in a separate
 interpreter (:func:`describe_packages`), never in the process running gym.
@@ -104,13 +106,19 @@ def options_markdown(options: list[dict[str, Any]]) -> str:
     if own:
         lines += ["| option | type | default | description |", "| --- | --- | --- | --- |"]
         for option in own:
-            lines.append(f"| `{option['name']}` | {_code(option['type'])} | {_default_cell(option)} | "
-                         f"{_escape(option['description']) or '-'} |")
+            lines.append(
+                f"| `{option['name']}` | {_code(option['type'])} | {_default_cell(option)} | "
+                f"{_escape(option['description']) or '-'} |"
+            )
         lines.append("")
-        lines.append("Also the options every server has (`host`, `port`, `client`...): `gym plugin show NAME` lists them.")
+        lines.append(
+            "Also the options every server has (`host`, `port`, `client`...): `gym plugin show NAME` lists them."
+        )
     else:
-        lines.append("No options of its own; the options every server has (`host`, `port`, `client`...): "
-                     "`gym plugin show NAME` lists them.")
+        lines.append(
+            "No options of its own; the options every server has (`host`, `port`, `client`...): "
+            "`gym plugin show NAME` lists them."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -135,6 +143,8 @@ class PackageDocs:
     servers: list[ServerDocs] = field(default_factory=list)
     metrics: bool = False
     error: str | None = None
+    # What its gym_aggregate_metrics names on data/example_rollouts.jsonl (None: no such file or hook).
+    metric_names: list[str] | None = None
 
     @property
     def kinds(self) -> list[str]:
@@ -170,6 +180,10 @@ for directory in map(Path, sys.argv[1:]):
         for server in manager.servers().values():
             found["servers"].append({"name": server.name, "kind": server.kind,
                                      "options": [asdict(o) for o in describe_options(server.config)]})
+        rollouts = directory / "data" / "example_rollouts.jsonl"
+        if found["metrics"] and rollouts.is_file():
+            rows = [json.loads(line) for line in rollouts.read_text().splitlines() if line.strip()]
+            found["metric_names"] = sorted(manager.aggregate_metrics(rows)) if rows else []
     except BaseException as exc:
         found["error"] = f"{type(exc).__name__}: {exc}"
 print("GYM-DOCS " + json.dumps(answer, default=str))
@@ -184,21 +198,27 @@ def describe_packages(directories: list[Path], python: str | None = None) -> lis
         return []
     environ = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:
-        proc = subprocess.run([python or sys.executable, "-c", _DESCRIBE_SCRIPT, *map(str, directories)],
-                              capture_output=True, text=True, errors="replace", env=environ,
-                              stdin=subprocess.DEVNULL, timeout=300)
+        proc = subprocess.run(
+            [python or sys.executable, "-c", _DESCRIBE_SCRIPT, *map(str, directories)],
+            capture_output=True,
+            text=True,
+            errors="replace",
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            timeout=300,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return [PackageDocs(d, error=f"cannot run {python or sys.executable}: {exc}") for d in directories]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("GYM-DOCS ")]
     if not lines:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
         return [PackageDocs(d, error=f"loading its plugin modules failed: {tail}") for d in directories]
-    answer = json.loads(lines[-1][len("GYM-DOCS "):])
+    answer = json.loads(lines[-1][len("GYM-DOCS ") :])
     described = []
     for directory in directories:
         found = answer[str(directory)]
         servers = [ServerDocs(s["name"], s["kind"], s["options"]) for s in found["servers"]]
-        described.append(PackageDocs(directory, servers, found["metrics"], found["error"]))
+        described.append(PackageDocs(directory, servers, found["metrics"], found["error"], found.get("metric_names")))
     return described
 
 
@@ -221,7 +241,12 @@ def _outside_code(lines: list[str]) -> list[bool]:
                 continue
             outside.append(True)
         else:
-            if match and match["fence"][0] == fence[0] and len(match["fence"]) >= len(fence) and not match["info"].strip():
+            if (
+                match
+                and match["fence"][0] == fence[0]
+                and len(match["fence"]) >= len(fence)
+                and not match["info"].strip()
+            ):
                 fence = ""
             outside.append(False)
     return outside
@@ -277,15 +302,17 @@ def render_readme(text: str, package: PackageDocs) -> str:
         for name in missing:
             label = f"`{name}`:\n\n" if len(tables) > 1 else ""  # which server type, when there are several
             blocks.append(f"\n{label}{_begin(name)}\n{tables[name]}{_end(name)}\n")
-        text = text[: span[0]] + "".join(blocks) + text[span[0]:]
+        text = text[: span[0]] + "".join(blocks) + text[span[0] :]
     return text
 
 
 def _example_data_problems(directory: Path) -> list[str]:
     path = directory / EXAMPLE_DATA
     if not path.is_file():
-        return [f"{EXAMPLE_DATA} is missing: an environment ships example tasks, one JSON object per line "
-                "(the conformance kit runs them)"]
+        return [
+            f"{EXAMPLE_DATA} is missing: an environment ships example tasks, one JSON object per line "
+            "(the conformance kit runs them)"
+        ]
     rows = 0
     for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         if not line.strip():
@@ -308,8 +335,10 @@ def check_package(package: PackageDocs, *, shown: str | None = None) -> tuple[li
     notes: list[str] = []
     readme = directory / "README.md"
     if package.error is not None:
-        notes.append(f"its README's Options tables and sections are not checked: its plugin modules do not load "
-                     f"({package.error})")
+        notes.append(
+            f"its README's Options tables and sections are not checked: its plugin modules do not load "
+            f"({package.error})"
+        )
     if not readme.is_file():
         return ["README.md is missing: every plugin has one (`gym plugin new` writes it)"], notes
     text = readme.read_text(encoding="utf-8", errors="replace")
@@ -319,39 +348,62 @@ def check_package(package: PackageDocs, *, shown: str | None = None) -> tuple[li
     wanted = required_headings(package.kinds, package.metrics)
     missing = [h for h in wanted if h not in headings]
     kinds = " and ".join(package.kinds)
+    article = "an" if kinds[:1] in "aeiou" else "a"
     if missing:
-        problems.append(f"README.md lacks the section{'s' if len(missing) > 1 else ''} "
-                        + ", ".join(f"`## {h}`" for h in missing)
-                        + f" ({'an' if kinds[:1] in 'aeiou' else 'a'} {kinds} plugin's README has " + ", ".join(f"`## {h}`" for h in wanted) + ", in order)")
+        problems.append(
+            f"README.md lacks the section{'s' if len(missing) > 1 else ''} "
+            + ", ".join(f"`## {h}`" for h in missing)
+            + f" ({article} {kinds} plugin's README has "
+            + ", ".join(f"`## {h}`" for h in wanted)
+            + ", in order)"
+        )
     else:
         found = [h for h in headings if h in wanted]
         found = list(dict.fromkeys(found))
         if found != wanted:
-            problems.append("README.md's sections are out of order: " + ", ".join(f"`## {h}`" for h in found)
-                            + "; the order is " + ", ".join(f"`## {h}`" for h in wanted))
+            problems.append(
+                "README.md's sections are out of order: "
+                + ", ".join(f"`## {h}`" for h in found)
+                + "; the order is "
+                + ", ".join(f"`## {h}`" for h in wanted)
+            )
     if package.servers and "Options" in headings:
         current = {m["name"]: m["body"] for m in _BLOCK.finditer(text)}
         for server in package.servers:
             if server.name not in current:
-                problems.append(f"README.md's `## Options` has no generated table of `{server.name}`: "
-                                f"run `{REGENERATE} {where}`")
+                problems.append(
+                    f"README.md's `## Options` has no generated table of `{server.name}`: run `{REGENERATE} {where}`"
+                )
             elif current[server.name] != options_markdown(server.options):
-                problems.append(f"README.md's Options table of `{server.name}` is out of date with its config: "
-                                f"run `{REGENERATE} {where}`")
+                problems.append(
+                    f"README.md's Options table of `{server.name}` is out of date with its config: "
+                    f"run `{REGENERATE} {where}`"
+                )
         registered = {server.name for server in package.servers}
         for name in current:
             if name not in registered:
-                problems.append(f"README.md has an Options table of `{name}`, which the package does not register: "
-                                f"run `{REGENERATE} {where}`")
+                problems.append(
+                    f"README.md has an Options table of `{name}`, which the package does not register: "
+                    f"run `{REGENERATE} {where}`"
+                )
     if "resources" in package.kinds:
         problems += _example_data_problems(directory)
+    prefixes = tuple(f"{server.name}/" for server in package.servers)
+    unprefixed = [name for name in package.metric_names or () if prefixes and not name.startswith(prefixes)]
+    if unprefixed:
+        problems.append(
+            f"gym_aggregate_metrics names {', '.join(unprefixed)} without the environment's prefix "
+            f"({' or '.join(prefixes)}): metrics of all plugins share one name space"
+        )
     return problems, notes
 
 
 def write_package(package: PackageDocs) -> bool:
     """Regenerate the Options tables of ``package``'s README; True when the file changed."""
     if package.error is not None:
-        raise GymError(f"{package.directory}: its plugin modules do not load, so its options are unknown: {package.error}")
+        raise GymError(
+            f"{package.directory}: its plugin modules do not load, so its options are unknown: {package.error}"
+        )
     readme = package.directory / "README.md"
     if not readme.is_file():
         return False

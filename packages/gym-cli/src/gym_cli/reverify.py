@@ -11,7 +11,8 @@ For each row (one rollout, as ``gym collect`` wrote it):
    counted: the environment's tools changed, and the model might have acted otherwise;
 3. ``POST /verify`` with the row's task fields and its recorded ``response``;
 4. the row written again with the new verdict (``reward``, and the verdict's own fields) and the
-   old reward as ``previous_reward``; everything else unchanged.
+   old reward as ``previous_reward``; everything else unchanged (:func:`gym_core.rows.reverified_row`
+   states which fields a verdict never replaces).
 
 It shares the collector's machinery (:mod:`gym_cli.rollouts`): one writer per output file
 (:func:`~gym_cli.rollouts.output_lock`), resuming by ``(task_index, rollout_index)``
@@ -39,6 +40,7 @@ import msgspec
 
 from gym_core.errors import ServerCallError, ServerHTTPError, ServerTimeoutError, did_you_mean
 from gym_core.failures import ends_rollout
+from gym_core.rows import COLLECTOR_FIELDS, ENVIRONMENT_FIELDS, PREVIOUS_REWARD_FIELD, reverified_row
 from gym_core.schemas import RolloutRecord
 
 from gym_cli.rollouts import GaveUp, InputError, failure_fields, iter_jsonl, run_parallel, with_retries
@@ -55,7 +57,6 @@ __all__ = [
     "task_fields",
     "executed_calls",
     "resolve_resources_servers",
-    "reverified_row",
     "copy_rows",
     "reverify_rollouts",
     "reward_diff",
@@ -67,12 +68,8 @@ _encoder = msgspec.json.Encoder()
 # environment. (A verdict's own extra fields stay in the row and are sent: environments ignore
 # fields they do not declare.)
 ROW_FIELDS = frozenset({
-    "task_index", "rollout_index", "reward", "previous_reward", "latency_s", "response", "environment", "resources_server",
-    *RolloutRecord.__struct_fields__,
+    *COLLECTOR_FIELDS, *ENVIRONMENT_FIELDS, PREVIOUS_REWARD_FIELD, "response", *RolloutRecord.__struct_fields__,
 })
-# Fields of a new verdict that never replace the row's own.
-_KEPT_FIELDS = frozenset({"task_index", "rollout_index", "response", "previous_reward", "agent", "environment",
-                          "resources_server"})
 # Rows whose reward is not one /verify verdict: (field present and truthy, why it cannot be recomputed).
 _NOT_ONE_VERDICT = (
     ("env_steps", "a gymnasium rollout: its reward is the sum of the environment's /step rewards, not a /verify verdict"),
@@ -273,21 +270,6 @@ def resolve_resources_servers(
                          + f" (running resources servers: {running}); serve a config that runs them "
                          "or pass --resources-server NAME")
     return chosen
-
-
-def reverified_row(row: dict[str, Any], verdict: dict[str, Any]) -> dict[str, Any]:
-    """The row with the new verdict: its ``reward`` and own fields, and the row's former reward as
-    ``previous_reward`` (right after ``reward``); every other field as it was."""
-    new: dict[str, Any] = {}
-    for key, value in row.items():
-        if key == "previous_reward":
-            continue
-        new[key] = value
-        if key == "reward":
-            new["reward"] = float(verdict["reward"])
-            new["previous_reward"] = value
-    new.update((k, v) for k, v in verdict.items() if k not in _KEPT_FIELDS and k != "reward")
-    return new
 
 
 def copy_rows(output: Path, rows: list[RolloutRow]) -> None:

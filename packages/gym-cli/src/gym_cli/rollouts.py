@@ -49,6 +49,7 @@ from gym_core.errors import (
     did_you_mean,
 )
 from gym_core.failures import INFRASTRUCTURE_TYPES, retried_by_collector
+from gym_core.rows import rollout_row
 
 from gym_cli.live import LatencySketch
 
@@ -845,13 +846,11 @@ async def collect_rollouts(
                 on_progress(summary)
                 return
             # Wall time from the first attempt to the written row, retries and backoff included: what
-            # `gym report` plots and takes percentiles of (report.data.LATENCY_FIELD).
+            # `gym report` plots and takes percentiles of (gym_core.rows.LATENCY_FIELD).
             latency_s = time.monotonic() - started
-            row = {"task_index": task_index, "rollout_index": rollout_index, "agent": agent, "reward": reward,
-                   "latency_s": round(latency_s, 3)}
-            row.update((k, v) for k, v in result.items() if k not in row and k != "response")
-            row.update((k, v) for k, v in task.items() if k not in row)
-            row["response"] = result.get("response")
+            # The row's precedence (collector fields > the agent's result > the task): gym_core.rows.
+            row = rollout_row(result, task, task_index=task_index, rollout_index=rollout_index, agent=agent,
+                              reward=reward, latency_s=round(latency_s, 3))
             # One write call per row: a kill can only cut the last line, which read_done repairs.
             out.write(_encoder.encode(row) + b"\n")
             summary.done += 1

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gym_core.rows import LATENCY_FIELD  # the field a latency plot reads (a row without it is left out)
+
 from gym_cli.reward_profile import build_profile
 from gym_cli.rollouts import InputError, iter_jsonl, read_rollouts
 
@@ -28,8 +30,6 @@ __all__ = [
     "load_runs",
 ]
 
-# The per-row field a latency plot reads, in seconds (a row that lacks it is left out of the plot).
-LATENCY_FIELD = "latency_s"
 CI_LEVEL = 0.95
 CI_METHOD = "percentile bootstrap over tasks (10,000 resamples, seed 0)"
 _BOOTSTRAP_RESAMPLES = 10_000

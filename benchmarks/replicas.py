@@ -169,7 +169,7 @@ async def _measure(head_url: str, size: Size, pids: dict[str, int]) -> dict[str,
     finally:
         await client.close()
     levels = []
-    for n, done in rounds.items():
+    for done in rounds.values():
         ordered = sorted(done, key=lambda r: r["rollouts_per_s"])
         levels.append({**ordered[len(ordered) // 2], "rounds_per_s": [r["rollouts_per_s"] for r in done],
                        "errors": sum(r["errors"] for r in done)})

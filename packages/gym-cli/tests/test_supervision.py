@@ -57,7 +57,8 @@ def test_a_child_dying_after_start_up_is_restarted_on_its_port_until_the_budget_
         for restart in (1, 2):
             old = supervisor.pid("env")
             os.kill(old, signal.SIGKILL)
-            wait_until(lambda: supervisor.pid("env") != old and supervisor.states()["env"]["state"] == "running",
+            # Called within this iteration: `old` is the value the lambda means.
+            wait_until(lambda: supervisor.pid("env") != old and supervisor.states()["env"]["state"] == "running",  # noqa: B023
                        what=f"restart {restart}")
             assert supervisor.states()["env"] == {"state": "running", "restarts": restart}
             assert answers_ready(port)  # the same port

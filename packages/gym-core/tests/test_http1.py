@@ -294,7 +294,7 @@ async def test_connect_failures_are_typed():
         fillers.append(filler)
     try:
         with pytest.raises(ConnectTimeout, match="within 0.3 s"):
-            await pool.request("GET", origin_of("http://%s:%d" % listener.getsockname()), "/x", None, None, 0.3)
+            await pool.request("GET", origin_of("http://{}:{}".format(*listener.getsockname())), "/x", None, None, 0.3)
     finally:
         for sock in (*fillers, listener):
             sock.close()

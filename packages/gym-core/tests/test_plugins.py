@@ -7,7 +7,6 @@ from types import SimpleNamespace
 
 import click
 import msgspec
-import pluggy
 import pytest
 
 from gym_core import hookimpl

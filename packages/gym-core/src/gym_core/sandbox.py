@@ -462,7 +462,7 @@ class Sandbox:
             try:
                 stdout, stderr = await asyncio.wait_for(asyncio.shield(readers), limits.wall_time_s)
                 await asyncio.wait_for(proc.wait(), max(0.1, limits.wall_time_s - (time.monotonic() - started)))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
                 _kill(proc)
                 stdout, stderr = await asyncio.wait_for(readers, 5.0)

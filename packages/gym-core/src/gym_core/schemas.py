@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 import random
-from typing import Any, Generic, Literal, TypeVar, Union
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
@@ -126,7 +126,7 @@ class ReasoningText(_Wire, tag_field="type", tag="reasoning_text", kw_only=True)
     text: str
 
 
-ContentPart = Union[InputText, OutputText, Refusal, InputImage, InputFile, ReasoningText]
+ContentPart = InputText | OutputText | Refusal | InputImage | InputFile | ReasoningText
 
 
 # --- items --------------------------------------------------------------------------------------
@@ -185,7 +185,7 @@ class OtherItem(_Wire, tag_field="type", tag="other", kw_only=True):
     data: dict[str, Any] = field(default_factory=dict)
 
 
-Item = Union[Message, FunctionCall, FunctionCallOutput, Reasoning, ItemReference, OtherItem]
+Item = Message | FunctionCall | FunctionCallOutput | Reasoning | ItemReference | OtherItem
 _ITEM_TYPES = {"message", "function_call", "function_call_output", "reasoning", "item_reference"}
 _PART_TYPES = {"input_text", "output_text", "refusal", "input_image", "input_file", "reasoning_text"}
 

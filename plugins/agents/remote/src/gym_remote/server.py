@@ -221,7 +221,7 @@ class RemoteAgent(AgentServer):
                         SERVICE, PATH, f"could not reach the remote service after {CONNECT_TRIES} tries (no connection "
                         f"within connect_timeout_secs, {cfg.connect_timeout_secs:g} s)", attempts=attempt) from None
                 await asyncio.sleep(CONNECT_RETRY_DELAY_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 raise RemoteTimeoutError(SERVICE, PATH, f"no answer within {limit:g} s ({why})", attempts=attempt) from None
             except (aiohttp.ClientConnectionError, ConnectionError) as exc:
                 # Refused, reset, disconnected: the service may be restarting. Nothing else is retried.

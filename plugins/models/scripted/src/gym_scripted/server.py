@@ -28,7 +28,7 @@ from gym_core.schemas import (
     new_id,
 )
 
-from gym_scripted.config import ScriptedModelConfig, ScriptedToolCall, ScriptedTurn
+from gym_scripted.config import ScriptedModelConfig, ScriptedTurn
 
 
 def input_text(params: ResponseCreateParams) -> str:

@@ -152,7 +152,7 @@ class RayExecutor:
         wait_s = limits.wall_time_s + self.allowance_s
         try:
             reply = await asyncio.wait_for(asyncio.wrap_future(ref.future()), wait_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             _cancel(ray, ref, force=True)
             raise SandboxError(f"the Ray task running a program did not finish within {wait_s:g} s") from None
         except asyncio.CancelledError:

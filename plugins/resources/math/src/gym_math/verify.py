@@ -48,7 +48,8 @@ import re
 import threading
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from gym_core.workers import WorkerError, WorkerPool, WorkerPoolClosed, WorkerTimeout
 

@@ -100,8 +100,8 @@ def extract_final_answer(text: str) -> str | None:
     """The rest of the line after the last ``answer:`` or ``final answer:`` (any case, ``:`` or
     ``：``), stripped, trailing full stops removed; the boxed answer when there is no such line."""
     last = None
-    for last in _FINAL_ANSWER_RE.finditer(text):
-        pass
+    for match in _FINAL_ANSWER_RE.finditer(text):
+        last = match
     if last is None:
         return extract_boxed(text)
     answer = last.group(1).strip()

@@ -131,7 +131,7 @@ def _equal(expected: Any, predicted: Any, rules: Rules) -> bool:
 
 def _max_matching(left: Sequence[Any], right: Sequence[Any], match: Callable[[Any, Any], bool]) -> int:
     """The size of a maximum one-to-one matching between ``left`` and ``right`` (augmenting paths)."""
-    edges = [[j for j, r in enumerate(right) if match(l, r)] for l in left]
+    edges = [[j for j, r in enumerate(right) if match(item, r)] for item in left]
     owner: list[int | None] = [None] * len(right)
 
     def augment(i: int, seen: set[int]) -> bool:

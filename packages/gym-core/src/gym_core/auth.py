@@ -1,52 +1,27 @@
-"""Bearer-token authentication of gym's servers (a leaf module: no gym imports).
+"""The bearer token of a run: made, written where the run's clients find it, read back (a leaf
+module: no gym imports).
 
 ``gym run`` generates one token per run (or takes ``auth_token`` from the config) and every server
 of the run, the head included, requires ``Authorization: Bearer <token>`` on every route but
 ``GET /health`` (liveness, which says nothing but "up"). Without it, any local user could use a
 model server as a proxy carrying the operator's API key, or read and drive other users' sessions.
-gym's own clients send the token to the servers of their run, and to nothing else.
+gym's own clients send the token to the servers of their run, and to nothing else;
+:class:`gym_core.asgi.BearerAuth` checks it on every request.
 """
 
 from __future__ import annotations
 
-import hmac
 import os
 import secrets
 from pathlib import Path
-from typing import Any
 
-__all__ = ["BearerAuth", "AUTH_TOKEN_ENV", "new_token", "gym_home", "token_file", "write_token", "read_token",
-           "token_for_head"]
+__all__ = ["AUTH_TOKEN_ENV", "new_token", "gym_home", "token_file", "write_token", "read_token", "token_for_head"]
 
 AUTH_TOKEN_ENV = "GYM_AUTH_TOKEN"
-_EXEMPT = frozenset({"/health"})
-_UNAUTHORIZED = (
-    b'{"error":{"message":"this gym server requires its run\'s token: send Authorization: Bearer <token> '
-    b'(gym writes it to $GYM_HOME/tokens/; see the README, Security)","type":"unauthorized","status":401}}'
-)
 
 
 def new_token() -> str:
     return secrets.token_urlsafe(32)
-
-
-class BearerAuth:
-    """ASGI middleware refusing (401) HTTP requests without the run's bearer token."""
-
-    def __init__(self, app: Any, token: str):
-        self.app = app
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"] not in _EXEMPT:
-            presented = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-            if not hmac.compare_digest(presented, self._expected):
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="gym"'),
-                    (b"content-length", str(len(_UNAUTHORIZED)).encode())]})
-                await send({"type": "http.response.body", "body": _UNAUTHORIZED})
-                return
-        await self.app(scope, receive, send)
 
 
 def gym_home() -> Path:

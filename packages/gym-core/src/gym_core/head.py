@@ -13,7 +13,7 @@ import yaml
 from litestar import Litestar, get
 from litestar.response import Response
 
-from gym_core.auth import BearerAuth
+from gym_core.asgi import build_stack
 from gym_core.config import GlobalConfig
 
 __all__ = ["build_head_app"]
@@ -22,7 +22,7 @@ __all__ = ["build_head_app"]
 def build_head_app(config: GlobalConfig, describe: Callable[[], list[dict[str, Any]]] | None = None) -> Any:
     """The head server's ASGI app. ``describe`` returns the live instance list (kind, pid, status...);
     without it, the list comes from the config alone. It requires the run's token when the config
-    has one."""
+    has one (the layers of :func:`gym_core.asgi.build_stack`, without sessions or JSON routes)."""
 
     def instances() -> list[dict[str, Any]]:
         if describe is not None:
@@ -54,4 +54,4 @@ def build_head_app(config: GlobalConfig, describe: Callable[[], list[dict[str, A
         openapi_config=None,
         logging_config=None,
     )
-    return BearerAuth(app, config.auth_token) if config.auth_token else app
+    return build_stack(app, token=config.auth_token)

@@ -10,17 +10,15 @@
 
 Handlers read and write bodies with msgspec directly: one decode, one encode per request. The
 ``POST`` JSON routes (:meth:`GymServer.post_json`) are dispatched by a small raw-ASGI layer in front
-of Litestar, which serves everything else.
+of Litestar, which serves everything else (that layer and the others, :mod:`gym_core.asgi`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 import re
 import secrets
-import time
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
@@ -29,11 +27,10 @@ from typing import Any, ClassVar
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
-from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 
-from gym_core.auth import BearerAuth
-from gym_core.client import REQUEST_DEADLINE, ServerClient
+from gym_core.asgi import SESSION_SCOPE_KEY, JSONRouteTable, build_stack
+from gym_core.client import ServerClient
 from gym_core.convert import (
     chat_completion_to_response,
     chat_to_create_params,
@@ -79,7 +76,7 @@ from gym_core.schemas import (
 )
 from gym_core.rollout import Rollout
 from gym_core.rows import with_environment
-from gym_core.sessions import SCOPE_KEY, Session, SessionMiddleware, SessionSigner, SessionStore, cookie_name_for
+from gym_core.sessions import Session, SessionSigner, SessionStore, cookie_name_for
 
 if typing.TYPE_CHECKING:
     from gym_core.config import GlobalConfig
@@ -173,7 +170,7 @@ class GymServer:
 
     def session(self, request: Request) -> Session:
         """The caller's session (created, and its cookie set, on first use of ``.id``)."""
-        return request.scope[SCOPE_KEY]  # type: ignore[literal-required]
+        return request.scope[SESSION_SCOPE_KEY]  # type: ignore[literal-required]
 
     def session_state(self, request: Request, factory: Callable[[], Any] = dict) -> Any:
         """The state this server keeps for the caller's session, created by ``factory`` if new."""
@@ -219,8 +216,8 @@ class GymServer:
     def post_json(self, path: str, fn: Callable[[Request], Awaitable[Any]]) -> Any:
         """A ``POST path`` route whose handler returns any msgspec-encodable object (or a Response).
 
-        Served by :class:`_JSONRoutes` without Litestar's per-request machinery; the Litestar route
-        stays registered (same behaviour) for what that layer passes on.
+        Served by :class:`gym_core.asgi.JSONRoutes` without Litestar's per-request machinery; the
+        Litestar route stays registered (same behaviour) for what that layer passes on.
         """
 
         async def handler(request: Request) -> Response:
@@ -231,8 +228,9 @@ class GymServer:
         return post(path, opt={_JSON_ROUTE: fn})(handler)
 
     def build_app(self) -> Any:
-        """The ASGI application serving this server: the run's token check (when the config has
-        one), sessions, the JSON routes, then Litestar."""
+        """The ASGI application serving this server: Litestar under gym's layers (the body's time
+        bound, the run's token check when the config has one, sessions, the JSON routes), stacked by
+        :func:`gym_core.asgi.build_stack`."""
         handlers = self.routes()
         app = Litestar(
             route_handlers=handlers,
@@ -250,9 +248,13 @@ class GymServer:
             for path in handler.paths
             if "{" not in path
         }
-        served: Any = SessionMiddleware(_JSONRoutes(self, app, routes), cookie_name=self.cookie_name, signer=self._signer)
-        token = self.global_config.auth_token if self.global_config is not None else None
-        return BearerAuth(served, token) if token else served
+        return build_stack(
+            app,
+            token=self.global_config.auth_token if self.global_config is not None else None,
+            body_timeout_s=self.config.body_timeout_s,
+            sessions=(self.cookie_name, self._signer),
+            json_routes=JSONRouteTable(routes, self.name, self.config.max_body_bytes, self._handle_exception),
+        )
 
     def _handle_exception(self, request: Request, exc: Exception) -> Response:
         # Clients get one clear line; tracebacks stay in this server's log.
@@ -301,116 +303,6 @@ class GymServer:
         self.log.exception("unhandled error %s in %s %s", error_id, request.method, request.url.path)
         return error_response(f"internal error in {self.name} (error id {error_id}: see its log)", INTERNAL_ERROR.status,
                               INTERNAL_ERROR.type)
-
-
-_BUDGET_GRACE_S = 0.05
-
-
-def _caller_budget(scope: dict[str, Any]) -> float | None:
-    """The seconds the caller waits for this answer (its TIMEOUT_HEADER), if it said and it makes sense."""
-    for name, value in scope["headers"]:
-        if name == b"x-gym-timeout":
-            try:
-                budget = float(value)
-            except ValueError:
-                return None
-            return budget if 0 < budget < 1e7 else None
-    return None
-
-
-class _BodyRequest(Request):
-    """The Litestar request a JSON route's function receives: its body was read already."""
-
-    __slots__ = ("_gym_body",)
-
-    async def body(self) -> bytes:
-        return self._gym_body
-
-    async def stream(self) -> AsyncIterator[bytes]:
-        yield self._gym_body
-
-
-class _ClientGone(Exception):
-    pass
-
-
-class _JSONRoutes:
-    """Raw-ASGI dispatch of the ``post_json`` routes, in front of Litestar.
-
-    Litestar's per-request machinery (router, middleware stack, signature model, Response and
-    Headers objects) was about a third of the CPU time of a resources or model server on the
-    rollout hot path. These routes need none of it: the body read within ``max_body_bytes``, one
-    call, one encode, and the server's error handling. Anything else goes to Litestar.
-    """
-
-    def __init__(self, server: GymServer, app: Litestar, routes: dict[str, tuple[Callable[[Request], Awaitable[Any]], Any]]):
-        self.server = server
-        self.app = app
-        self.routes = routes
-        self.limit = server.config.max_body_bytes
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        route = self.routes.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        if route is None:
-            await self.app(scope, receive, send)
-            return
-        fn, handler = route
-        # What Litestar's router would have put in the scope, for functions that use the request.
-        scope["app"] = scope["litestar_app"] = self.app
-        scope["route_handler"] = handler
-        scope["path_params"] = {}
-        request = _BodyRequest(scope, receive, send)
-        budget = _caller_budget(scope)
-        try:
-            request._gym_body = await self._read_body(scope, receive)
-            if budget is None:
-                result = await fn(request)
-            else:
-                # The caller stops waiting after `budget` s: so does this handler (a moment later, so
-                # that a caller whose own time runs out sees its own timeout, not a race with this
-                # answer), and the calls it makes are bounded to end a little earlier, so that their
-                # typed error gets back in time.
-                REQUEST_DEADLINE.set(time.monotonic() + budget - min(1.0, budget / 10))
-                try:
-                    async with asyncio.timeout(budget + _BUDGET_GRACE_S) as limit:
-                        result = await fn(request)
-                except TimeoutError:
-                    if not limit.expired():
-                        raise
-                    message = f"{self.server.name}: no answer within the caller's {budget:g} s"
-                    result = json_response({"error": {"message": message, "type": "deadline_exceeded", "status": 504}},
-                                           504, headers={FINAL_HEADER: "1"})
-            if not isinstance(result, Response):
-                body = _encoder.encode(result)
-        except _ClientGone:
-            return
-        except Exception as exc:
-            result = self.server._handle_exception(request, exc)
-        if isinstance(result, Response):
-            await result.to_asgi_response(None, request)(scope, receive, send)
-            return
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
-        await send({"type": "http.response.body", "body": body})
-
-    async def _read_body(self, scope: dict[str, Any], receive: Any) -> bytes:
-        for name, value in scope["headers"]:
-            if name == b"content-length" and int(value) > self.limit:
-                raise RequestEntityTooLarge
-        chunks = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _ClientGone
-            chunk = message.get("body", b"")
-            if chunk:
-                size += len(chunk)
-                if size > self.limit:
-                    raise RequestEntityTooLarge
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 # --- resources servers --------------------------------------------------------------------------

@@ -7,7 +7,6 @@ the options, and serves the app until SIGINT/SIGTERM.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
@@ -23,83 +22,20 @@ from gym_core.plugins import PluginManager, get_plugin_manager
 from gym_core.process_tuning import raise_open_files_limit, tune_gc
 from gym_core.servers import GymServer, StartupError
 
-__all__ = ["uvicorn_config", "BodyTimeout", "DEFAULT_BODY_TIMEOUT_S", "ServerThread", "build_server", "main", "tune_gc"]
-
-
-DEFAULT_BODY_TIMEOUT_S = 60.0  # as ServerConfig.body_timeout_s
-
-
-class BodyTimeout:
-    """ASGI middleware: a request whose body stops arriving for ``timeout_s`` seconds is answered
-    408 with ``connection: close``, and the app sees the client gone.
-
-    uvicorn bounds only the idle time between requests (``timeout_keep_alive``), not a request
-    whose body stalls half-way, so without this a stalled client holds a connection and a handler
-    forever. The bound is on each wait for the next chunk, so a large body that keeps coming is fine;
-    once the body is complete, ``receive`` (waiting for a disconnect) is not bounded.
-    """
-
-    def __init__(self, app: Any, timeout_s: float = DEFAULT_BODY_TIMEOUT_S):
-        self.app = app
-        self.timeout_s = timeout_s
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        body_done = False
-        started = False
-        dropped = False
-        # uvicorn's cycle sets this event when a chunk (or the body's end) is in: receive() will
-        # not wait, so there is no wait to bound (a small body arrives with its headers). Elsewhere
-        # every receive is bounded.
-        ready = getattr(getattr(receive, "__self__", None), "message_event", None)
-
-        async def timed_receive() -> dict[str, Any]:
-            nonlocal body_done, dropped
-            if dropped:
-                return {"type": "http.disconnect"}
-            if body_done:
-                return await receive()
-            try:
-                if ready is not None and ready.is_set():
-                    message = await receive()
-                else:
-                    async with asyncio.timeout(self.timeout_s):
-                        message = await receive()
-            except TimeoutError:
-                dropped = True
-                if not started:
-                    body = b'{"error": {"message": "request body not received within %g s", "type": "body_timeout"}}' % self.timeout_s
-                    await send({"type": "http.response.start", "status": 408, "headers": [
-                        (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), (b"connection", b"close")]})
-                    await send({"type": "http.response.body", "body": body})
-                return {"type": "http.disconnect"}
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                body_done = True
-            return message
-
-        async def guarded_send(message: dict[str, Any]) -> None:
-            nonlocal started
-            if dropped:  # the 408 was the answer; the app's own comes too late
-                return
-            started = True
-            await send(message)
-
-        await self.app(scope, timed_receive, guarded_send)
+__all__ = ["uvicorn_config", "ServerThread", "build_server", "main", "tune_gc"]
 
 
 GRACEFUL_SHUTDOWN_S = 5.0  # in-flight requests get this long after a stop signal, then are cancelled
 
 
-def uvicorn_config(
-    app: Any, host: str, port: int, *, body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S, **overrides: Any
-) -> uvicorn.Config:
+def uvicorn_config(app: Any, host: str, port: int, **overrides: Any) -> uvicorn.Config:
     """Uvicorn settings for gym servers: no access log on the hot path, long keep-alive so pooled
     client connections are not closed under them, uvloop/httptools when installed, no
     X-Forwarded-* rewriting (a middleware run on every request; gym never reads client addresses),
-    a request whose body stalls for ``body_timeout_s`` dropped (:class:`BodyTimeout`), and a bounded
-    graceful shutdown: requests still running 5 s after SIGTERM/SIGINT are cancelled (a model
-    generating for minutes would otherwise keep an orphaned server alive after its launcher died)."""
+    and a bounded graceful shutdown: requests still running 5 s after SIGTERM/SIGINT are cancelled
+    (a model generating for minutes would otherwise keep an orphaned server alive after its launcher
+    died). gym's own ASGI layers (the body's time bound among them) come with the app, from
+    :func:`gym_core.asgi.build_stack`."""
     settings: dict[str, Any] = dict(
         host=host,
         port=port,
@@ -113,7 +49,7 @@ def uvicorn_config(
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     settings.update(overrides)
-    return uvicorn.Config(BodyTimeout(app, body_timeout_s), **settings)
+    return uvicorn.Config(app, **settings)
 
 
 class ServerThread:
@@ -211,9 +147,7 @@ def main() -> int:
         config = GlobalConfig.from_env()
         server = build_server(config, instance)
         settings = config.instances[instance]
-        uvicorn_server = uvicorn.Server(uvicorn_config(
-            server.build_app(), settings.host, settings.port, body_timeout_s=server.config.body_timeout_s
-        ))
+        uvicorn_server = uvicorn.Server(uvicorn_config(server.build_app(), settings.host, settings.port))
     except GymError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -3,7 +3,8 @@
 Each server instance uses its own cookie name (``gym_session_<instance>``): cookies do not isolate
 by port, so two servers on 127.0.0.1 would otherwise overwrite each other's session id in the
 caller's cookie jar. A session id is only created, and its cookie only set, when a handler asks
-for it, so stateless endpoints cost nothing.
+for it, so stateless endpoints cost nothing. The cookie is read and set by
+:class:`gym_core.asgi.SessionMiddleware`, one of the layers in front of every gym server.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-__all__ = ["Session", "SessionStore", "SessionMiddleware", "SessionSigner", "cookie_name_for"]
+__all__ = ["Session", "SessionStore", "SessionSigner", "cookie_name_for"]
 
 T = TypeVar("T")
-SCOPE_KEY = "gym_session"
 
 
 def cookie_name_for(instance: str) -> str:
@@ -154,39 +154,3 @@ class SessionStore(Generic[T]):
             self.sweep()
             self._next_sweep = now + max(self.ttl_s / 10, 0.001)
         return now
-
-
-class SessionMiddleware:
-    """ASGI middleware: reads the signed session cookie, exposes a :class:`Session` in the scope,
-    and sets the cookie on the response when the handler created a session."""
-
-    def __init__(self, app: Any, *, cookie_name: str, signer: SessionSigner):
-        self.app = app
-        self.cookie_name = cookie_name
-        self.signer = signer
-        self._cookie_prefix = cookie_name.encode() + b"="
-
-    def _read_cookie(self, scope: dict[str, Any]) -> Session:
-        for key, value in scope["headers"]:
-            if key == b"cookie" and self._cookie_prefix in value:
-                for part in value.split(b";"):
-                    part = part.strip()
-                    if part.startswith(self._cookie_prefix):
-                        session_id = self.signer.unsign(part[len(self._cookie_prefix) :].decode("latin-1"))
-                        return Session(session_id, forged=session_id is None)
-        return Session(None)
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        session = self._read_cookie(scope)
-        scope[SCOPE_KEY] = session
-
-        async def send_with_cookie(message: dict[str, Any]) -> None:
-            if message["type"] == "http.response.start" and session.created:
-                cookie = f"{self.cookie_name}={self.signer.sign(session.id)}; Path=/; HttpOnly; SameSite=Lax"
-                message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie.encode())]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_cookie)

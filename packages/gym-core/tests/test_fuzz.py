@@ -15,11 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gym_core.auth import new_token
+from gym_core.testing import HTTPCaller, plugin_manager, running_servers
+
 import gym_counter.plugin
 import gym_scripted.plugin
 import gym_simple_agent.plugin
-from gym_core.auth import new_token
-from gym_core.testing import HTTPCaller, plugin_manager, running_servers
 
 SCRIPT = json.dumps([{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 1}}]}, {"text": "done"}])
 MESSAGE = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 import pytest
+import yaml
 from litestar import Request
 
 from gym_core import hookimpl

@@ -17,12 +17,13 @@ import pytest
 from litestar import Litestar, Request, post
 from litestar import Response as HTTPResponse
 
-import gym_scripted.plugin
 from gym_core import ResourcesServer, Session, hookimpl
 from gym_core.client import FINAL_HEADER
 from gym_core.judge import JUDGE_FAILED, Judge, JudgeError, JudgeOptions, first_label_verdict
 from gym_core.schemas import ResponseCreateParams, VerifyRequest, VerifyResponse, output_text
 from gym_core.testing import RunningServers, ServerTests, assistant_response
+
+import gym_scripted.plugin
 from gym_scripted.config import ScriptedModelConfig
 from gym_scripted.server import ScriptedModel, input_text
 

@@ -23,11 +23,19 @@ import typing_extensions
 from openai.types.chat import ChatCompletionMessage
 from openai.types.chat.chat_completion_message_function_tool_call import ChatCompletionMessageFunctionToolCall, Function
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
-from openai.types.responses import EasyInputMessage, ResponseFunctionToolCall, ResponseInputImage, ResponseInputText
+from openai.types.responses import (
+    EasyInputMessage,
+    ResponseFunctionToolCall,
+    ResponseInputImage,
+    ResponseInputText,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseReasoningItem,
+    ResponseUsage,
+    response_input_item,
+)
 from openai.types.responses import FunctionTool as OpenAIFunctionTool
 from openai.types.responses import Response as OpenAIResponse
-from openai.types.responses import ResponseOutputMessage, ResponseOutputText, ResponseReasoningItem, ResponseUsage
-from openai.types.responses import response_input_item
 from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
 from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails as OpenAIInputDetails

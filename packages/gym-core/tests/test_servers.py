@@ -16,6 +16,7 @@ from openai.types.chat import ChatCompletion as OpenAIChatCompletion
 from openai.types.responses import FunctionTool as OpenAIFunctionTool
 from openai.types.responses import Response as OpenAIResponse
 
+from gym_core.config import GlobalConfig
 from gym_core.errors import (
     GymError,
     ServerHTTPError,
@@ -23,6 +24,7 @@ from gym_core.errors import (
     ServerUnavailableError,
     ToolError,
 )
+from gym_core.options import ModelRef, ResourcesRef, ServerConfig
 from gym_core.schemas import (
     ChatChoice,
     ChatCompletion,
@@ -43,8 +45,6 @@ from gym_core.schemas import (
     new_id,
     response_text,
 )
-from gym_core.config import GlobalConfig
-from gym_core.options import ModelRef, ResourcesRef, ServerConfig
 from gym_core.servers import AgentServer, GymServer, ModelServer, ResourcesServer, tool
 from gym_core.sessions import Session
 

@@ -15,7 +15,18 @@ import pytest
 from jsonschema import Draft202012Validator
 from litestar import Request
 
-from gym_core import AgentServer, ModelRef, ServerCallError, ModelServer, ResourcesRef, ResourcesServer, ServerConfig, Session, hookimpl, tool
+from gym_core import (
+    AgentServer,
+    ModelRef,
+    ModelServer,
+    ResourcesRef,
+    ResourcesServer,
+    ServerCallError,
+    ServerConfig,
+    Session,
+    hookimpl,
+    tool,
+)
 from gym_core.client import ServerClient
 from gym_core.plugins import PluginManager
 from gym_core.schemas import (

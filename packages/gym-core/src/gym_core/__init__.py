@@ -94,21 +94,29 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         InfrastructureError,
         PluginError,
         ServerCallError,
-        SessionError,
         ServerHTTPError,
         ServerTimeoutError,
         ServerUnavailableError,
+        SessionError,
         ToolError,
         UnknownPluginError,
     )
+    from gym_core.gymnasium_env import GymnasiumEnvironment
     from gym_core.hookspecs import hookimpl
     from gym_core.judge import Judge, JudgeError, first_label_verdict
-    from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxResult
-    from gym_core.options import (AgentRef, ClientConfig, JudgeOptions, ModelRef, ResourcesRef, ServerConfig, ServerRef,
-                                  UpstreamOptions)
+    from gym_core.options import (
+        AgentRef,
+        ClientConfig,
+        JudgeOptions,
+        ModelRef,
+        ResourcesRef,
+        ServerConfig,
+        ServerRef,
+        UpstreamOptions,
+    )
     from gym_core.plugins import PluginManager, get_plugin_manager
     from gym_core.registry import ServerType
+    from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxResult
     from gym_core.servers import AgentServer, GymServer, ModelServer, ResourcesServer, tool
     from gym_core.sessions import Session, SessionStore
-    from gym_core.gymnasium_env import GymnasiumEnvironment
     from gym_core.workers import WorkerError, WorkerPool

@@ -27,9 +27,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from contextvars import ContextVar
 import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import msgspec

@@ -55,7 +55,15 @@ from litestar import Request
 from litestar.handlers import HTTPRouteHandler
 
 from gym_core.errors import SessionError, ToolError
-from gym_core.schemas import FunctionTool, LenientDecoder, Response, SeedSessionRequest, VerifyRequest, VerifyResponse, output_text
+from gym_core.schemas import (
+    FunctionTool,
+    LenientDecoder,
+    Response,
+    SeedSessionRequest,
+    VerifyRequest,
+    VerifyResponse,
+    output_text,
+)
 from gym_core.servers import ResourcesServer, tool
 from gym_core.sessions import Session
 

@@ -32,10 +32,17 @@ from typing import Any, Protocol
 
 import msgspec
 
+from gym_core.client import ServerClient
 from gym_core.errors import ServerCallError
 from gym_core.rows import rollout_result
-from gym_core.client import ServerClient
-from gym_core.schemas import FunctionCall, FunctionCallOutput, FunctionTool, Response, ResponseCreateParams, RolloutRecord
+from gym_core.schemas import (
+    FunctionCall,
+    FunctionCallOutput,
+    FunctionTool,
+    Response,
+    ResponseCreateParams,
+    RolloutRecord,
+)
 
 __all__ = ["Rollout", "RolloutAgent"]
 

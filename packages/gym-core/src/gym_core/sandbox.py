@@ -55,8 +55,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import hashlib
+import json
 import math
 import os
 import shutil

@@ -18,8 +18,8 @@ that always emit their fields (:class:`OutputText`, :class:`ChatMessage`, :class
 
 from __future__ import annotations
 
-import time
 import random
+import time
 from typing import Any, Generic, Literal, TypeVar
 
 import msgspec

@@ -39,7 +39,13 @@ import msgspec
 from litestar.exceptions import HTTPException
 
 from gym_core.client import REQUEST_DEADLINE, ServerClient
-from gym_core.errors import InfrastructureError, ServerCallError, ServerHTTPError, ServerTimeoutError, ServerUnavailableError
+from gym_core.errors import (
+    InfrastructureError,
+    ServerCallError,
+    ServerHTTPError,
+    ServerTimeoutError,
+    ServerUnavailableError,
+)
 from gym_core.failures import (
     BUSY_STATUSES,
     MODEL_OVERLOADED,

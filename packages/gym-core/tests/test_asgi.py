@@ -1,0 +1,57 @@
+"""gym's ASGI layers: every served app, a gym server's or the head's, has them in one order."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import Any
+
+from litestar import Litestar, Request
+
+from gym_core.asgi import BearerAuth, BodyTimeout, JSONRoutes, SessionMiddleware
+from gym_core.config import load_config
+from gym_core.head import build_head_app
+from gym_core.servers import GymServer, ServerConfig
+
+
+class Echo(GymServer):
+    def routes(self) -> list[Any]:
+        async def echo(request: Request) -> Any:
+            return await request.body()
+
+        return [*super().routes(), self.post_json("/echo", echo)]
+
+
+def layers(app: Any) -> list[type]:
+    """The types of an app's layers, outermost first, down to the Litestar app."""
+    found = []
+    while not isinstance(app, Litestar):
+        found.append(type(app))
+        app = app.app
+    return [*found, Litestar]
+
+
+def test_a_gym_server_is_served_under_every_layer_in_order():
+    config = load_config(base={"auth_token": "t0ken"}, env_file=None)
+    assert layers(GymServer(name="s", global_config=config).build_app()) == [
+        BodyTimeout, BearerAuth, SessionMiddleware, JSONRoutes, Litestar]
+    assert layers(GymServer(name="s").build_app()) == [BodyTimeout, SessionMiddleware, JSONRoutes, Litestar]
+
+
+def test_the_head_has_the_body_bound_and_the_token_check_only():
+    assert layers(build_head_app(load_config(base={"auth_token": "t0ken"}, env_file=None))) == [
+        BodyTimeout, BearerAuth, Litestar]
+    assert layers(build_head_app(load_config(base={}, env_file=None))) == [BodyTimeout, Litestar]
+
+
+def test_a_server_in_a_thread_keeps_its_own_body_timeout(serve):
+    """The bound comes with the app, so a server served in a thread (tests, gym-train) has the
+    ``body_timeout_s`` of its config, as one started by ``gym run`` does."""
+    with serve(Echo(ServerConfig(body_timeout_s=0.3), name="s")) as url:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+            started = time.monotonic()
+            answer = sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408") and b"body_timeout" in answer
+    assert time.monotonic() - started < 5

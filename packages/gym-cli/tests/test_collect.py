@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-
 from litestar import Litestar, Request, post
 
 from gym_core.client import TIMEOUT_HEADER, ServerClient

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
-import signal
 import textwrap
 import threading
 import time

@@ -25,10 +25,10 @@ from gym_core.options import ClientConfig
 from gym_core.plugins import get_plugin_manager
 from gym_core.servers import GymServer
 from gym_core.serving import ServerThread, build_server
-from gym_counter.server import CounterServer, CounterVerifyRequest, CounterVerifyResponse
 
 from gym_cli.main import cli
 from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts, pending_pairs, run_async
+from gym_counter.server import CounterServer, CounterVerifyRequest, CounterVerifyResponse
 
 ROOT = Path(__file__).resolve().parents[3]
 COUNTER_TASKS = ROOT / "plugins/resources/counter/data/example.jsonl"

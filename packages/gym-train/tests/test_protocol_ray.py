@@ -18,6 +18,7 @@ import ray  # noqa: E402
 import test_protocol as shared  # noqa: E402
 
 from gym_core.errors import GymError  # noqa: E402
+
 from gym_train.protocol import (  # noqa: E402
     Master,
     ProtocolError,

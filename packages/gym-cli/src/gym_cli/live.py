@@ -288,7 +288,14 @@ class RichReporter(Reporter):
 
     def start(self, summary: CollectSummary) -> None:
         from rich.live import Live
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         # Never started itself: the Live below draws it, on our timer rather than its own thread.
         self._progress = Progress(TextColumn("[bold]collecting"), BarColumn(), MofNCompleteColumn(),

@@ -149,7 +149,10 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on uvloop when it is installed (faster sockets), else on asyncio's loop, with
     the garbage collector tuned for thousands of requests in flight (:func:`gym_core.process_tuning.tune_gc`)
     and the open-files limit raised for their connections (:func:`gym_core.process_tuning.raise_open_files_limit`)."""
-    from gym_core.process_tuning import raise_open_files_limit, tune_gc  # a leaf: gym_core.serving would import the server stack
+    from gym_core.process_tuning import (  # a leaf: gym_core.serving would import the server stack
+        raise_open_files_limit,
+        tune_gc,
+    )
 
     tune_gc()
     raise_open_files_limit()
@@ -584,7 +587,7 @@ def output_lock(output: Path) -> Iterator[None]:
             break
         os.close(fd)
     try:
-        since = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": since,
                   "command": shlex.join(["gym", *sys.argv[1:]] if sys.argv[1:] else sys.argv)}
         os.ftruncate(fd, 0)

@@ -45,11 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from gym_cli.exits import CommandFailed
 from gym_core.config import GlobalConfig, load_config
 from gym_core.errors import GymError
 from gym_core.plugins import get_plugin_manager
 from gym_core.serving import ServerThread, build_server
+
+from gym_cli.exits import CommandFailed
 
 __all__ = [
     "POLICY_SERVER_TYPE",
@@ -387,7 +388,6 @@ def run_loop(options: TrainOptions, log: Any = print) -> TrainResult:
     """Run the closed loop (module docstring); write ``OUTPUT/{rollouts.jsonl, steps.jsonl,
     summary.json, reward.png}`` and the policy's GGUFs; return what it did."""
     from gym_cli.rollouts import read_tasks
-
     from gym_train.protocol import HookCall, Master, ProtocolError, WorkerRequestError
     from gym_train.report import plot_rewards
     from gym_train.stream import StreamDataset

@@ -51,6 +51,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
+
 from gym_core.auth import gym_home  # noqa: E402
 
 __all__ = [

@@ -618,8 +618,9 @@ class Master:
             self.workers.append(ProcessWorkerHandle(index, process, ours, self.reply_timeout_s))
 
     def _start_ray_workers(self) -> None:
-        from gym_cli.launch.ray_placement import RAY_ADDRESS_ENV, connect
         from gym_core.config import RayConfig
+
+        from gym_cli.launch.ray_placement import RAY_ADDRESS_ENV, connect
 
         address = self.ray_address or os.environ.get(RAY_ADDRESS_ENV) or None
         self._ray_cluster = connect(RayConfig(address=address), "Master(backend='ray')", lambda _: None)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gym_cli.exits import CommandFailed, fail
+
 if TYPE_CHECKING:  # gym_cli.launch loads the launcher: only when the command runs, not for `gym --help`
     from gym_cli.launch.runstate import RecordedRun
 

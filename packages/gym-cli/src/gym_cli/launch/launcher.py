@@ -44,18 +44,19 @@ from rich.table import Table
 from gym_core.errors import GymError
 
 from gym_cli.catalog import Catalog, find_catalog
-from gym_cli.head import node_label
 from gym_cli.cli_options import ISOLATION_MODES, serve_options  # defined in a leaf, for `gym --help`
+from gym_cli.head import node_label
 from gym_cli.launch.runstate import RunStateFile, clean_stale_runs, runs_dir
 from gym_cli.launch.supervisor import ChildSpec, RestartPolicy, Supervisor
 from gym_cli.sources import source_of_entry
 
 if TYPE_CHECKING:  # the server stack loads when something is launched, not when `gym --help` runs
-    from gym_cli.launch.ray_placement import Placement, RayCluster
     from gym_core.config import GlobalConfig, InstanceConfig
     from gym_core.plugins import PluginManager
     from gym_core.registry import ServerType
     from gym_core.serving import ServerThread
+
+    from gym_cli.launch.ray_placement import Placement, RayCluster
 
 __all__ = ["Launch", "launch", "ISOLATION_MODES", "default_env_file", "resolve_config", "split_config_args",
            "restart_policy", "RESTARTS_KEY", "head_or_served", "serve_options", "instance_references",
@@ -193,9 +194,9 @@ def launch(
     names them. A GymError when the config has no instance of those kinds."""
     from gym_core.auth import new_token, token_file, write_token
     from gym_core.config import CONFIG_ENV, INSTANCE_ENV
+    from gym_core.plugins import get_plugin_manager
 
     from gym_cli.venvs.layout import default_home
-    from gym_core.plugins import get_plugin_manager
 
     if isolation not in ISOLATION_MODES:
         raise GymError(f"--isolation must be one of {', '.join(ISOLATION_MODES)}, not {isolation!r}")

@@ -38,6 +38,7 @@ __all__ = [
     "describe_packages",
     "render_readme",
     "check_package",
+    "shown_path",
     "write_package",
 ]
 
@@ -396,6 +397,12 @@ def check_package(package: PackageDocs, *, shown: str | None = None) -> tuple[li
             f"({' or '.join(prefixes)}): metrics of all plugins share one name space"
         )
     return problems, notes
+
+
+def shown_path(directory: Path, base: Path) -> str:
+    """``directory`` as a message names it: relative to ``base`` when it is under it."""
+    base = base.resolve()
+    return str(directory.relative_to(base)) if directory.is_relative_to(base) else str(directory)
 
 
 def write_package(package: PackageDocs) -> bool:

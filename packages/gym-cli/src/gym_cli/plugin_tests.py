@@ -276,18 +276,13 @@ def check_docs(targets: list[Target], outcomes: list[Outcome]) -> None:
     """Check the README and example data of each target that is a package directory here (not one
     unpacked from a published sdist), as ``gym plugin docs --check`` does; the problems go to its
     outcome. The plugin modules are loaded from source by the Python running gym, all at once."""
-    from gym_cli.plugin_docs import check_package, describe_packages
+    from gym_cli.plugin_docs import check_package, describe_packages, shown_path
 
-    local = [(t, o) for t, o in zip(targets, outcomes)
+    local = [(t.directory, o) for t, o in zip(targets, outcomes)
              if t.directory is not None and not _published(t) and (t.directory / "pyproject.toml").is_file()]
-    packages = describe_packages([t.directory for t, _ in local])  # type: ignore[misc]
-    for (target, outcome), package in zip(local, packages):
-        shown = str(target.directory)
-        try:
-            shown = str(target.directory.relative_to(Path.cwd()))  # type: ignore[union-attr]
-        except ValueError:
-            pass
-        outcome.docs, outcome.docs_notes = check_package(package, shown=shown)
+    packages = describe_packages([directory for directory, _ in local])
+    for (directory, outcome), package in zip(local, packages):
+        outcome.docs, outcome.docs_notes = check_package(package, shown=shown_path(directory, Path.cwd()))
 
 
 def _published(target: Target) -> bool:

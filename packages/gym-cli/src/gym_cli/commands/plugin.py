@@ -245,14 +245,14 @@ def docs(targets: tuple[str, ...], check: bool) -> None:
 
     from gym_cli.catalog import find_catalog
     from gym_cli.exits import CommandFailed
-    from gym_cli.plugin_docs import check_package, describe_packages, write_package
+    from gym_cli.plugin_docs import check_package, describe_packages, shown_path, write_package
 
     console = Console(stderr=True, highlight=False, soft_wrap=True)
     catalog = find_catalog()
     packages = describe_packages(_package_directories(targets, catalog))
     failing = 0
     for package in packages:
-        shown = _shown(package.directory, catalog.root)
+        shown = shown_path(package.directory, catalog.root)
         if not check and package.error is None and write_package(package):
             console.print(f"[green]updated[/] {escape(shown)}/README.md")
         problems, notes = check_package(package, shown=shown)
@@ -264,13 +264,6 @@ def docs(targets: tuple[str, ...], check: bool) -> None:
     if failing:
         raise CommandFailed(f"{failing} of {len(packages)} plugin packages have README or data problems")
     console.print(f"[bold green]ok[/]: the READMEs and example data of {len(packages)} plugin packages are current")
-
-
-def _shown(directory: Path, root: Path) -> str:
-    try:
-        return str(directory.relative_to(root.resolve()))
-    except ValueError:
-        return str(directory)
 
 
 # --- install -------------------------------------------------------------------------------------
@@ -445,7 +438,7 @@ def build(target: str, out: Path) -> None:
     from gym_cli.catalog import find_catalog
     from gym_cli.distributions import build_distributions
     from gym_cli.exits import CommandFailed
-    from gym_cli.plugin_docs import check_package, describe_packages
+    from gym_cli.plugin_docs import check_package, describe_packages, shown_path
     from gym_cli.sources import looks_like_path, source_of_directory
     from gym_cli.venvs import find_uv
 
@@ -470,7 +463,7 @@ def build(target: str, out: Path) -> None:
     except PackageNotFoundError:
         core_version = None
     (package,) = describe_packages([directory])
-    docs_problems, docs_notes = check_package(package, shown=_shown(directory, catalog.root))
+    docs_problems, docs_notes = check_package(package, shown=shown_path(directory, catalog.root))
     console.print(f"[dim]building {escape(str(directory))}…[/]")
     report = build_distributions(directory, out.expanduser().absolute(), uv, core_version, docs_problems)
     report.notes += docs_notes

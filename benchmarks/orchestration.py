@@ -26,9 +26,17 @@ import aiohttp
 from gym_core import ClientConfig, ServerClient
 from gym_core.http1 import Pool, origin_of
 
+from benchmarks._common import (
+    COUNTER_TASKS,
+    TimedClient,
+    cpu_seconds,
+    free_port,
+    gym_servers,
+    percentile,
+    spawn,
+    wait_http,
+)
 from gym_cli.rollouts import run_async
-
-from benchmarks._common import COUNTER_TASKS, TimedClient, cpu_seconds, free_port, gym_servers, percentile, spawn, wait_http
 
 SCRIPTED_HOPS = ["agent", "resources", "model", "resources", "model", "resources"]
 PROXY_HOPS = SCRIPTED_HOPS + ["stub", "stub"]

@@ -26,10 +26,9 @@ from typing import Any
 
 from gym_core import ClientConfig, ServerClient
 
-from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts, read_tasks, run_async
-
 from benchmarks._common import COUNTER_TASKS, free_port, gym_servers, spawn, wait_http
 from benchmarks.orchestration import gym_config
+from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts, read_tasks, run_async
 
 LIBRARIES = ("litestar", "aiohttp", "uvicorn", "msgspec", "multidict", "yarl", "asyncio", "uvloop", "logging",
              "gym_core", "gym_cli", "gym_simple_agent", "gym_scripted", "gym_openai_model", "gym_counter")

@@ -157,7 +157,6 @@ def sessions(n: int) -> dict[str, Any]:
     """Rollouts through one counter server: its resident memory before and after."""
     from benchmarks._common import gym_servers, rss_mb
     from benchmarks.scale import collect_counter_rollouts
-
     from gym_cli.rollouts import run_async
 
     config = {"counter": {"plugin": "counter"}, "policy_model": _scripted(0.0),

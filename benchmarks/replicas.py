@@ -32,9 +32,8 @@ from gym_core import ClientConfig, ServerCallError, ServerClient
 from gym_core.config import GlobalConfig
 from gym_core.routing import ROLLOUT_COOKIE, new_rollout_key
 
-from gym_cli.rollouts import run_async
-
 from benchmarks._common import COUNTER_TASKS, TimedClient, cpu_seconds, gym_servers, percentile
+from gym_cli.rollouts import run_async
 
 TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]
 ROUTE_REPLICAS = (1, 2, 4, 16)

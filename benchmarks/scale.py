@@ -30,9 +30,8 @@ from typing import Any
 from gym_core import ClientConfig, ServerCallError, ServerClient
 from gym_core.process_tuning import raise_open_files_limit
 
-from gym_cli.rollouts import run_async
-
 from benchmarks._common import COUNTER_TASKS, cpu_seconds, gym_servers, peak_rss_mb, rss_mb
+from gym_cli.rollouts import run_async
 
 SIZES = {"tiny": 200, "small": 2_000, "full": 100_000}
 TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]

@@ -29,9 +29,8 @@ from typing import Any
 
 import aiohttp
 
-from gym_cli.rollouts import run_async
-
 from benchmarks._common import ROOT, gym_servers, percentile
+from gym_cli.rollouts import run_async
 
 SIZES: dict[str, tuple[dict[int, int], tuple[str, ...] | None]] = {
     "tiny": ({1: 20, 8: 40}, ("counter", "math", "text_to_sql")),

@@ -9,7 +9,6 @@ import pytest
 
 from gym_core import ServerClient
 from gym_core.schemas import FunctionCall, FunctionCallOutput, decode_response
-
 from gym_core.testing import running_servers
 
 TWO_CALLS = [

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from gym_core.sandbox import bwrap_path
 from gym_core.testing import start_servers
+
 from gym_cli.main import cli
 
 TASK = {

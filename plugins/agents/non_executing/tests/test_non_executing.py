@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 import yaml
 
-import gym_counter.plugin
-import gym_scripted.plugin
-import gym_structured_outputs.plugin
-import gym_xlam_fc.plugin
 from gym_core import ModelServer, hookimpl, load_config
 from gym_core.schemas import ResponseCreateParams
 from gym_core.testing import AgentServerTests, RunningServers, plugin_manager, read_rows, running_servers
 
+import gym_counter.plugin
 import gym_non_executing.plugin
+import gym_scripted.plugin
+import gym_structured_outputs.plugin
+import gym_xlam_fc.plugin
 
 PACKAGE = Path(__file__).resolve().parents[1]
 CONFIGS = PACKAGE / "configs"

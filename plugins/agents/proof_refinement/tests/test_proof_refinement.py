@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 import yaml
 
-import gym_math.plugin
-import gym_scripted.plugin
 from gym_core import ModelServer, ResourcesServer, Session, hookimpl, load_config
 from gym_core.schemas import ResponseCreateParams, SeedSessionRequest, VerifyRequest
 from gym_core.testing import AgentServerTests, HTTPCaller, RunningServers, plugin_manager, read_rows, running_servers
 
+import gym_math.plugin
 import gym_proof_refinement.plugin
+import gym_scripted.plugin
 
 PACKAGE = Path(__file__).resolve().parents[1]
 CONFIGS = PACKAGE / "configs"

@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from gym_core import ConfigError, ModelServer, ResourcesServer, Session, SessionError, ToolError, hookimpl, load_config, tool
+from gym_core import (
+    ConfigError,
+    ModelServer,
+    ResourcesServer,
+    Session,
+    SessionError,
+    ToolError,
+    hookimpl,
+    load_config,
+    tool,
+)
 from gym_core.schemas import FunctionCall, Response, ResponseCreateParams, VerifyRequest, VerifyResponse, new_id
 from gym_core.testing import AgentServerTests, RunningServers, conformance_reward, conformance_tool_calls
 

@@ -14,7 +14,15 @@ import yaml
 
 from gym_core import ModelServer, ServerClient, ToolError, hookimpl
 from gym_core.schemas import FunctionCall, Message, OutputText, Response, ResponseCreateParams, new_id
-from gym_core.testing import AgentServerTests, RunningServers, conformance_reward, conformance_tool_calls, first_party, plugin_manager, running_servers
+from gym_core.testing import (
+    AgentServerTests,
+    RunningServers,
+    conformance_reward,
+    conformance_tool_calls,
+    first_party,
+    plugin_manager,
+    running_servers,
+)
 
 import gym_counter.plugin
 import gym_local_llama.plugin

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-import gym_scripted.plugin
-import gym_tool_call_match.plugin
 from gym_core import ModelServer, ResourcesServer, Session, hookimpl, load_config, tool
 from gym_core.schemas import ResponseCreateParams, VerifyRequest, VerifyResponse
 from gym_core.testing import AgentServerTests, RunningServers, read_rows
 
+import gym_scripted.plugin
+import gym_tool_call_match.plugin
 import gym_tool_simulation.plugin
 
 PACKAGE = Path(__file__).resolve().parents[1]

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 
-import gym_genrm_model.plugin
-import gym_scripted.plugin
 import msgspec
 import pytest
+
 from gym_core.config import free_port
 from gym_core.schemas import (
     FunctionCall,
@@ -24,6 +23,9 @@ from gym_core.schemas import (
     output_text,
 )
 from gym_core.testing import ModelServerTests, RunningServers
+
+import gym_genrm_model.plugin
+import gym_scripted.plugin
 from gym_genrm_model.config import DEFAULT_TEXT_TEMPLATE, GenrmModelConfig
 from gym_genrm_model.server import (
     native_messages,
@@ -216,6 +218,7 @@ def test_configs_load():
     from pathlib import Path
 
     import yaml
+
     from gym_core.config import load_config
     from gym_core.plugins import PluginManager
 

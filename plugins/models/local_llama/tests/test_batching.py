@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+
 from gym_local_llama.engine import EngineClosedError, Generation, LlamaEngine
 
 WEATHER_TOOL = {

@@ -7,6 +7,7 @@ import json
 import threading
 
 import pytest
+
 from gym_local_llama.engine import (
     DEFAULT_SYSTEM_PROMPT,
     EngineClosedError,

@@ -10,6 +10,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import openai  # the caller: the official client, a test-only dependency (this plugin's `test` group)
 import pytest
 
 from gym_core import ServerClient
@@ -17,9 +18,6 @@ from gym_core.testing import ModelServerTests, RunningServers
 
 import gym_local_llama.plugin
 from gym_local_llama.engine import MODEL_NAME
-
-# The caller is the official client, a test-only dependency (this plugin's `test` group).
-import openai  # noqa: E402
 
 HELLO = [{"role": "user", "content": "Say hello."}]
 WEATHER_TOOL = {

@@ -7,6 +7,7 @@ import asyncio
 import threading
 
 import pytest
+
 from gym_local_llama.engine import MODEL_NAME, LlamaEngine, default_model_path, model_in_format
 
 OPTIONS = {"n_ctx": 256, "n_threads": 1}
@@ -62,6 +63,7 @@ def test_the_config_offers_the_engines_formats_and_defaults_to_the_file():
     import typing
 
     import msgspec
+
     from gym_local_llama.config import LocalLlamaConfig
     from gym_local_llama.engine import WEIGHT_FORMATS
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from gym_core.testing import ModelServerTests, RunningServers
-from gym_vllm_model.testing import StubVllm
 
 import gym_local_vllm.plugin
 from gym_local_vllm.server import LocalVllmModel
+from gym_vllm_model.testing import StubVllm
 
 
 class TestLocalVllmModelOnGivenURLs(ModelServerTests):

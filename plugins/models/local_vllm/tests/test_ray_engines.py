@@ -28,11 +28,11 @@ from gym_core.auth import new_token
 from gym_core.config import load_config
 from gym_core.serving import ServerThread, build_server
 from gym_core.testing import HTTPCaller, plugin_manager
-from gym_local_llama.engine import default_model_path
-from gym_vllm_model.server import replica_index
 
 import gym_local_vllm.plugin
+from gym_local_llama.engine import default_model_path
 from gym_local_vllm.server import EngineLaunchError, LocalVllmModel
+from gym_vllm_model.server import replica_index
 
 PLUGINS = plugin_manager(gym_local_vllm.plugin)
 LLAMA_SERVER = [

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import openai  # the caller: the official client, a test-only dependency (this plugin's `test` group)
 import pytest
 
 from gym_core import ConfigError, GlobalConfig, ServerClient
@@ -35,9 +36,6 @@ from gym_core.plugins import PluginManager
 from gym_core.schemas import ChatChoice, ChatCompletion, ChatMessage, ChatUsage, Message, OutputText, Response, Usage
 from gym_core.serving import ServerThread
 from gym_core.testing import running_servers
-
-# The caller is the official client, a test-only dependency (this plugin's `test` group).
-import openai  # noqa: E402
 
 API_KEY = "test-key"
 MODEL = "smollm2-upstream"

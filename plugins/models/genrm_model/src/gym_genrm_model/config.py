@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
+
 from gym_core import ServerConfig
 from gym_core.options import ModelRef
-from msgspec import Meta
 
 __all__ = ["GenrmModelConfig", "DEFAULT_TEXT_TEMPLATE", "DEFAULT_PRINCIPLE_TEMPLATE", "Rendering"]
 

@@ -30,6 +30,7 @@ import re
 from typing import Any
 
 import msgspec
+
 from gym_core import ModelServer
 from gym_core.convert import chat_completion_to_response, create_params_to_chat
 from gym_core.errors import InfrastructureError, ServerCallError, ServerHTTPError

@@ -44,7 +44,6 @@ from gym_core.schemas import (
 
 from gym_local_llama.config import LocalLlamaConfig
 
-
 __all__ = ["LocalLlamaModel", "TokenHistoryError", "token_history"]
 
 TRAINING_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")

@@ -31,11 +31,11 @@ import urllib.request
 from typing import Any
 
 from gym_core.errors import GymError
-from gym_vllm_model.server import VllmModel
 
 from gym_local_vllm.config import LocalVllmModelConfig
 from gym_local_vllm.engine import EngineProcess
 from gym_local_vllm.placement import EnginePlan, engine_argv, plan_for
+from gym_vllm_model.server import VllmModel
 
 __all__ = ["LocalVllmModel", "EngineLaunchError"]
 

@@ -14,7 +14,15 @@ import pytest
 import yaml
 
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, first_party, plugin_manager, read_rows, running_servers
+from gym_core.testing import (
+    ResourcesServerTests,
+    RunningServers,
+    assistant_response,
+    first_party,
+    plugin_manager,
+    read_rows,
+    running_servers,
+)
 
 import gym_arc_agi.plugin
 from gym_arc_agi.verify import INLINE_MAX_CHARS

@@ -20,7 +20,15 @@ import yaml
 from gym_core import PluginManager, ServerClient
 from gym_core.config import load_config
 from gym_core.errors import ConfigError
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, first_party, plugin_manager, read_rows, running_servers
+from gym_core.testing import (
+    ResourcesServerTests,
+    RunningServers,
+    assistant_response,
+    first_party,
+    plugin_manager,
+    read_rows,
+    running_servers,
+)
 
 import gym_equivalence_rule.plugin
 from gym_equivalence_rule.scoring import score

@@ -8,6 +8,7 @@ from difflib import SequenceMatcher
 import pytest
 
 from gym_core.schemas import decode_response
+
 from gym_equivalence_rule.scoring import (
     GRADING_RULES,
     normalize,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
 from gym_core.schemas import decode_response
+
 from gym_genrm_compare.compare import (
     Comparison,
     Verdict,

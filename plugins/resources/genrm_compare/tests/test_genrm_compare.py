@@ -17,11 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import gym_genrm_compare.plugin
-import gym_genrm_model.plugin
-import gym_scripted.plugin
 import pytest
 import yaml
+
 from gym_core import ServerClient
 from gym_core.testing import (
     ResourcesServerTests,
@@ -31,6 +29,10 @@ from gym_core.testing import (
     plugin_manager,
     running_servers,
 )
+
+import gym_genrm_compare.plugin
+import gym_genrm_model.plugin
+import gym_scripted.plugin
 from gym_genrm_compare.config import DEFAULT_PRINCIPLE
 
 PACKAGE = Path(__file__).resolve().parents[1]

@@ -4,6 +4,7 @@ do not, chosen on the edge each rule draws; then the helpers and the parameter h
 from __future__ import annotations
 
 import pytest
+
 from gym_instruction_following.checks import (
     INSTRUCTIONS,
     check_instruction,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import gym_instruction_following.plugin
 import pytest
 import yaml
+
 from gym_core import PluginManager, ServerClient
 from gym_core.testing import (
     HTTPCaller,
@@ -26,6 +26,8 @@ from gym_core.testing import (
     read_rows,
     running_servers,
 )
+
+import gym_instruction_following.plugin
 from gym_instruction_following.plugin import instruction_following_metrics
 
 PACKAGE = Path(__file__).resolve().parents[1]

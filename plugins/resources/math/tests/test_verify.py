@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from gym_core.workers import WorkerPoolClosed
+
 from gym_math.verify import (
     VerifyResult,
     answers_equivalent,

@@ -18,7 +18,16 @@ import pytest
 import yaml
 
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import HTTPCaller, ResourcesServerTests, RunningServers, assistant_response, first_party, plugin_manager, read_rows, running_servers
+from gym_core.testing import (
+    HTTPCaller,
+    ResourcesServerTests,
+    RunningServers,
+    assistant_response,
+    first_party,
+    plugin_manager,
+    read_rows,
+    running_servers,
+)
 
 import gym_multi_step.plugin
 

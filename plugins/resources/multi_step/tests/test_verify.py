@@ -7,6 +7,7 @@ import json
 import pytest
 
 from gym_core.schemas import decode_response
+
 from gym_multi_step.verify import (
     MalformedSubmission,
     Verdict,

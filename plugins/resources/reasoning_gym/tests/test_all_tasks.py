@@ -11,10 +11,9 @@ import json
 import os
 
 import pytest
+from reference_answers import reference_answer
 
 from gym_reasoning_gym.scoring import EXCLUDED_TASKS, TUPLE_GRID_TASKS, generate_rows, score, task_names
-
-from reference_answers import reference_answer
 
 TASKS = task_names()
 SEEDS = range(int(os.environ.get("GYM_REASONING_GYM_SEEDS", "1")))

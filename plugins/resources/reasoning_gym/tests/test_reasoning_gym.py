@@ -15,14 +15,21 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from reference_answers import reference_answer
 
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, first_party, plugin_manager, read_rows, running_servers
+from gym_core.testing import (
+    ResourcesServerTests,
+    RunningServers,
+    assistant_response,
+    first_party,
+    plugin_manager,
+    read_rows,
+    running_servers,
+)
 
 import gym_reasoning_gym.plugin
 from gym_reasoning_gym.scoring import generate_rows
-
-from reference_answers import reference_answer
 
 PACKAGE = Path(__file__).resolve().parents[1]
 EXAMPLES = PACKAGE / "data" / "example.jsonl"

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-import gym_scripted.plugin
 from gym_core import ServerClient
 from gym_core.testing import (
     HTTPCaller,
@@ -33,6 +32,7 @@ from gym_core.testing import (
 )
 
 import gym_safety_quality.plugin
+import gym_scripted.plugin
 
 PACKAGE = Path(__file__).resolve().parents[1]
 EXAMPLES = PACKAGE / "data" / "example.jsonl"

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from gym_core import PluginManager
-from gym_core.testing import HTTPCaller, ResourcesServerTests, RunningServers, assistant_response, read_rows, running_servers
+from gym_core.testing import (
+    HTTPCaller,
+    ResourcesServerTests,
+    RunningServers,
+    assistant_response,
+    read_rows,
+    running_servers,
+)
 
 import gym_sql.plugin
 from gym_sql.examples import build_example_databases

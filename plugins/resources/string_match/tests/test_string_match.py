@@ -17,7 +17,15 @@ from pathlib import Path
 import yaml
 
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, first_party, plugin_manager, read_rows, running_servers
+from gym_core.testing import (
+    ResourcesServerTests,
+    RunningServers,
+    assistant_response,
+    first_party,
+    plugin_manager,
+    read_rows,
+    running_servers,
+)
 
 import gym_string_match.plugin
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from gym_core.schemas import decode_response, output_text
+
 from gym_structured_outputs.verify import (
     MAX_MESSAGE_CHARS,
     check_text,

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import yaml
 
-import gym_scripted.plugin
 from gym_core import ModelServer, ServerClient, hookimpl
 from gym_core.schemas import Message, OutputText, Reasoning, Response, ResponseCreateParams, SummaryText
 from gym_core.testing import (
@@ -29,6 +28,7 @@ from gym_core.testing import (
     running_servers,
 )
 
+import gym_scripted.plugin
 import gym_text_to_sql.plugin
 from gym_text_to_sql.config import DEFAULT_JUDGE_SYSTEM_MESSAGE
 

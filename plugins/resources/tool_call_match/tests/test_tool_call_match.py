@@ -13,12 +13,20 @@ from typing import Any
 import pytest
 import yaml
 
-import gym_scripted.plugin
-import gym_tool_simulation.plugin
 from gym_core import load_config
-from gym_core.testing import HTTPCaller, ResourcesServerTests, RunningServers, assistant_response, plugin_manager, read_rows, running_servers
+from gym_core.testing import (
+    HTTPCaller,
+    ResourcesServerTests,
+    RunningServers,
+    assistant_response,
+    plugin_manager,
+    read_rows,
+    running_servers,
+)
 
+import gym_scripted.plugin
 import gym_tool_call_match.plugin
+import gym_tool_simulation.plugin
 from gym_tool_call_match.match import Call, Rules, score_calls, values_equal
 
 PACKAGE = Path(__file__).resolve().parents[1]

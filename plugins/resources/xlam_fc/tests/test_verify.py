@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gym_core.schemas import decode_response
+
 from gym_xlam_fc.verify import CallScore, arguments_match, count_correct, parse_arguments, predicted_calls, score_calls
 
 

@@ -16,7 +16,15 @@ import pytest
 import yaml
 
 from gym_core import PluginManager, ServerClient
-from gym_core.testing import HTTPCaller, ResourcesServerTests, RunningServers, assistant_response, first_party, read_rows, running_servers
+from gym_core.testing import (
+    HTTPCaller,
+    ResourcesServerTests,
+    RunningServers,
+    assistant_response,
+    first_party,
+    read_rows,
+    running_servers,
+)
 
 import gym_xlam_fc.plugin
 

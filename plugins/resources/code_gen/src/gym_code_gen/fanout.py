@@ -57,7 +57,10 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
             where["node_id"] = ray.get_runtime_context().get_node_id()
     try:
         import msgspec as ms
-        from gym_core.sandbox import Sandbox, SandboxError as Failed, SandboxLimits as Limits, SandboxUnavailable
+
+        from gym_core.sandbox import Sandbox, SandboxUnavailable
+        from gym_core.sandbox import SandboxError as Failed
+        from gym_core.sandbox import SandboxLimits as Limits
     except ImportError as exc:
         return {"error": f"gym-core is not importable by the Ray workers' Python ({sys.executable}) on node "
                          f"{where['node_id']}: {exc}; install gym-core there", "worker": where}

@@ -41,8 +41,19 @@ from gym_core.schemas import VerifyRequest, VerifyResponse, output_text
 
 from gym_code_gen.config import CodeGenConfig
 from gym_code_gen.verify import (
-    ERROR_MESSAGES, GLOBAL_TIMEOUT, PASSED, RUNTIME_ERROR, TIME_LIMIT, WRONG_ANSWER, call_result_matches,
-    extract_code, global_deadline_s, read_call_report, reasoning_format_violation, stdout_matches, truncate,
+    ERROR_MESSAGES,
+    GLOBAL_TIMEOUT,
+    PASSED,
+    RUNTIME_ERROR,
+    TIME_LIMIT,
+    WRONG_ANSWER,
+    call_result_matches,
+    extract_code,
+    global_deadline_s,
+    read_call_report,
+    reasoning_format_violation,
+    stdout_matches,
+    truncate,
 )
 
 __all__ = ["CodeGenServer", "CodeGenVerifyRequest", "CodeGenVerifyResponse", "UnitTests", "VerifierMetadata"]

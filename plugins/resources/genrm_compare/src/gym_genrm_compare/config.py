@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from gym_core.options import JudgeOptions
 from msgspec import Meta
+
+from gym_core.options import JudgeOptions
 
 __all__ = ["GenrmCompareConfig", "DEFAULT_PRINCIPLE"]
 

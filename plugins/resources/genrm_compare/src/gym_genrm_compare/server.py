@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
 from gym_core import ResourcesServer, Session
 from gym_core.errors import InfrastructureError
 from gym_core.judge import Judge, JudgeError

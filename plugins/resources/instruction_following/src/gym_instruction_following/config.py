@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from gym_core import ServerConfig
 from msgspec import Meta
+
+from gym_core import ServerConfig
 
 __all__ = ["InstructionFollowingConfig"]
 

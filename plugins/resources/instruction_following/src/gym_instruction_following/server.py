@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
+
 from gym_core import ResourcesServer, Session, ToolError
 from gym_core.schemas import Message, Reasoning, Response, VerifyRequest, VerifyResponse
 from gym_core.workers import WorkerError, WorkerPool, WorkerPoolClosed, WorkerTimeout
-from msgspec import UNSET, UnsetType
 
 from gym_instruction_following.checks import INSTRUCTIONS, grade
 from gym_instruction_following.config import InstructionFollowingConfig

@@ -40,9 +40,9 @@ worker was killed) and ``"error"`` (the worker died or ran out of memory).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable
 
 if TYPE_CHECKING:
     from gym_core.workers import WorkerPool

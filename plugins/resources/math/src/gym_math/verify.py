@@ -46,10 +46,10 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
-from collections.abc import Callable
 
 from gym_core.workers import WorkerError, WorkerPool, WorkerPoolClosed, WorkerTimeout
 

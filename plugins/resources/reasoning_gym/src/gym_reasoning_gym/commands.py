@@ -60,6 +60,7 @@ def generate(specs, n, seed, output, system_prompt, no_system_prompt, conformanc
     import json
 
     from gym_core.errors import GymError
+
     from gym_reasoning_gym.scoring import DEFAULT_SYSTEM_PROMPT, generate_rows, oracle_conformance, parse_task_weights
 
     if no_system_prompt and system_prompt is not None:

@@ -15,6 +15,7 @@ where the SQL is found.
 from __future__ import annotations
 
 from gym_core.judge import first_label_verdict
+
 from gym_sql.extract import extract_spider2_sql
 
 __all__ = [

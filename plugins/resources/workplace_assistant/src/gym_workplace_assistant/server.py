@@ -31,7 +31,7 @@ from gym_core import ResourcesServer, Session, ToolError, tool
 from gym_core.schemas import SeedSessionRequest, VerifyRequest, VerifyResponse
 
 from gym_workplace_assistant.config import WorkplaceAssistantConfig
-from gym_workplace_assistant.tables import TableSizes, Tables, generate
+from gym_workplace_assistant.tables import Tables, TableSizes, generate
 from gym_workplace_assistant.verify import ReplayTimeout, ground_truth_actions, predicted_actions, reward_for
 from gym_workplace_assistant.workplace import Workplace, tool_error
 

@@ -57,6 +57,8 @@ from gym_core.failures import (
     relayed_status,
 )
 from gym_core.options import ClientConfig, ServerConfig, ref_of
+from gym_core.rollout import Rollout
+from gym_core.rows import with_environment
 from gym_core.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -65,7 +67,6 @@ from gym_core.schemas import (
     FunctionTool,
     LenientDecoder,
     Message,
-    Response as ResponsesResponse,
     ResponseCreateParams,
     RunRequest,
     SeedSessionRequest,
@@ -74,8 +75,7 @@ from gym_core.schemas import (
     decode_create_params,
     decode_response,
 )
-from gym_core.rollout import Rollout
-from gym_core.rows import with_environment
+from gym_core.schemas import Response as ResponsesResponse
 from gym_core.sessions import Session, SessionSigner, SessionStore, cookie_name_for
 
 if typing.TYPE_CHECKING:

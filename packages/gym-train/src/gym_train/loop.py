@@ -353,7 +353,8 @@ def _collector(shared: _Shared, served: ServedConfig, tasks: Sequence[dict[str, 
             evaluation = round_index == options.steps
             # Round k may use a policy at most `staleness` versions behind k; the evaluation round the final one.
             needed = options.steps if evaluation else max(0, round_index - options.staleness)
-            shared.wait_for(lambda: shared.published[0] >= needed, options.step_timeout_s * (options.staleness + 1),
+            shared.wait_for(lambda: shared.published[0] >= needed,  # noqa: B023 (called within this iteration)
+                            options.step_timeout_s * (options.staleness + 1),
                             f"policy version {needed} (for round {round_index})")
             version, gguf = shared.published
             if version != served_version:
@@ -431,7 +432,8 @@ def run_loop(options: TrainOptions, log: Any = print) -> TrainResult:
         try:
             for step in range(1, options.steps + 1):
                 train_round = step - 1
-                shared.wait_for(lambda: train_round in shared.rounds, options.round_timeout_s * (options.staleness + 1),
+                shared.wait_for(lambda: train_round in shared.rounds,  # noqa: B023 (called within this iteration)
+                                options.round_timeout_s * (options.staleness + 1),
                                 f"round {train_round}'s rollouts")
                 collected = shared.rounds[train_round]
                 log(f"round {train_round}: {collected.rollouts} rollouts on policy v{collected.policy_version}, "

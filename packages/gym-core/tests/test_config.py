@@ -187,6 +187,14 @@ def test_mapping_without_plugin_is_an_error_unless_underscored():
     assert problems[1].startswith("more:")
 
 
+def test_a_top_level_key_that_yaml_reads_as_a_number_is_a_config_error(tmp_path):
+    path = tmp_path / "numbered.yaml"
+    path.write_text("1:\n  plugin: counter\nc:\n  plugin: counter\n")
+    with pytest.raises(ConfigError) as info:
+        load_config([path], env_file=None, allocate_ports=False)
+    assert problems_of(info) == ["1: a top-level key names a server instance or a setting: it must be a string"]
+
+
 def test_reserved_keys_are_not_instances():
     config = load({"head_server": {"host": "0.0.0.0", "port": 12000}, "ray": {"num_cpus": 2}, "c": {"plugin": "counter"}})
     assert list(config.instances) == ["c"]

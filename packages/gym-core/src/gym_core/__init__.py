@@ -69,7 +69,8 @@ _EXPORTS = {
     "GymnasiumEnvironment": "gym_core.gymnasium_env",
 }
 
-__all__ = sorted(_EXPORTS)
+# Derived from the table: the type checkers see the names in the TYPE_CHECKING imports below.
+__all__ = sorted(_EXPORTS)  # pyright: ignore[reportUnsupportedDunderAll]
 
 
 def __getattr__(name: str) -> Any:

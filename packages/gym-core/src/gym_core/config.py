@@ -312,10 +312,16 @@ def load_config(
     if problems:
         raise ConfigError(problems)
     try:
-        data = OmegaConf.to_container(cfg, resolve=True)
+        container = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
         raise ConfigError(f"cannot resolve interpolation: {exc}") from exc
-    assert isinstance(data, dict)
+    assert isinstance(container, dict)
+    data: dict[str, Any] = {}
+    for key, value in container.items():
+        if isinstance(key, str):
+            data[key] = value
+        else:  # YAML reads `1:` or `true:` as a number or a boolean
+            problems.append(f"{key!r}: a top-level key names a server instance or a setting: it must be a string")
 
     for name, value in data.items():
         if name in RESERVED_KEYS or name.startswith("_") or not isinstance(value, dict):

@@ -233,12 +233,12 @@ def chat_to_create_params(request: ChatCompletionRequest) -> ResponseCreateParam
     params.parallel_tool_calls = request.parallel_tool_calls
     params.metadata = request.metadata
     params.seed = request.seed
-    text: dict[str, Any] = {}
+    text_options: dict[str, Any] = {}
     if isinstance(request.response_format, dict):
-        text["format"] = response_format_to_text_format(request.response_format)
+        text_options["format"] = response_format_to_text_format(request.response_format)
     if request.verbosity is not None:
-        text["verbosity"] = request.verbosity
-    params.text = text or None
+        text_options["verbosity"] = request.verbosity
+    params.text = text_options or None
     if request.reasoning_effort is not None:
         params.reasoning = ReasoningConfig(effort=request.reasoning_effort)
     params.return_token_ids = request.return_token_ids

@@ -318,8 +318,8 @@ class Pool:
             try:
                 handed = await waiter
             except BaseException:
-                if waiter.done() and not waiter.cancelled() and waiter.result() is not None:
-                    self._release(waiter.result())  # handed over as we were cancelled: pass it on
+                if waiter.done() and not waiter.cancelled() and (late := waiter.result()) is not None:
+                    self._release(late)  # handed over as we were cancelled: pass it on
                 raise
             if handed is not None:
                 return handed

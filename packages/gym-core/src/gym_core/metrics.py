@@ -245,7 +245,7 @@ def profile_rollouts(
             raise ValueError(f"row {i} has no numeric reward: {row.get('reward')!r}")
         by_task.setdefault(row["task_index"], []).append(row)
 
-    skip = set(_SKIP_FIELDS)
+    skip: set[str] = set(_SKIP_FIELDS)
     if answer_field is not None:
         skip.add(answer_field)
 
@@ -354,7 +354,7 @@ def pass_at_k_family(
     names = [*scores, "no_answer"]
     tasks = []
     for rows in by_task.values():
-        rows = sorted(rows, key=lambda r: r.get("rollout_index") if isinstance(r.get("rollout_index"), int) else 0)
+        rows = sorted(rows, key=lambda r: index if isinstance(index := r.get("rollout_index"), int) else 0)
         answers = [r.get(answer_field) for r in rows]
         task: dict[str, list[Any]] = {name: [float(fn(r)) for r in rows] for name, fn in scores.items()}
         task["no_answer"] = [1.0 if a is None else 0.0 for a in answers]

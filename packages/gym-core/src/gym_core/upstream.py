@@ -189,9 +189,9 @@ class Upstream:
                 " all busy)", MODEL_OVERLOADED.status, MODEL_OVERLOADED.type,
             ) from None  # fmt: skip
         # The client bounds its attempts and backoff by REQUEST_DEADLINE: ours, when it comes first.
-        own = deadline is not None and deadline != caller
-        token = REQUEST_DEADLINE.set(deadline) if own else None
-        limit = max(min(self.timeout_s, deadline - time.monotonic()), 0.001) if own else None
+        own = deadline if deadline is not None and deadline != caller else None
+        token = REQUEST_DEADLINE.set(own) if own is not None else None
+        limit = max(min(self.timeout_s, own - time.monotonic()), 0.001) if own is not None else None
         try:
             return await self.client.request(
                 "POST", base_url, path, body=body, headers=self.headers, server_name=name or self.name, timeout_s=limit

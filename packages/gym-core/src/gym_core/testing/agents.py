@@ -16,7 +16,7 @@ from gym_core.options import ref_of
 from gym_core.plugins import PluginManager
 from gym_core.schemas import FunctionCallOutput
 from gym_core.testing import probe
-from gym_core.testing.kit import NOT_AN_OBJECT, NOT_JSON, RunningServers, ServerTests
+from gym_core.testing.kit import NOT_AN_OBJECT, NOT_JSON, RunningServers, ServerTests, reward_range_of
 from gym_core.testing.rows import read_rows
 from gym_core.testing.running import assert_ok, plugin_manager, start_servers
 
@@ -81,10 +81,10 @@ class AgentServerTests(ServerTests):
         or else the only resources server of the config."""
         named = getattr(servers.server.config, "resources_server", None)
         if named in servers.servers:
-            return type(servers.servers[named]).reward_range
+            return reward_range_of(servers.servers[named])
         environments = [server for server in servers.servers.values() if server.kind == "resources"]
         assert len(environments) == 1, "override environment_reward_range(): which resources server does the agent play?"
-        return type(environments[0]).reward_range
+        return reward_range_of(environments[0])
 
     def test_run_on_the_example_data(self, gym_servers: RunningServers) -> None:
         """``POST /run`` on each example row returns a ``reward`` in the environment's range and the
@@ -127,11 +127,11 @@ class AgentServerTests(ServerTests):
         """The instance name of the agent under test in ``config``."""
         if cls.instance is not None:
             return cls.instance
-        if cls.instances is None and cls.server_type in config:
+        if cls.instances is None and cls.server_type is not None and cls.server_type in config:
             return cls.server_type
         types = manager.servers()
         agents = [name for name, options in config.items()
-                  if isinstance(options, Mapping) and getattr(types.get(options.get("plugin")), "kind", None) == "agent"]
+                  if isinstance(options, Mapping) and getattr(types.get(options.get("plugin", "")), "kind", None) == "agent"]
         if len(agents) != 1:
             raise TypeError(f"{cls.__name__}: set instance to the name of the agent under test (found {agents})")
         return agents[0]

@@ -30,6 +30,14 @@ from gym_core.testing.rows import (
 from gym_core.testing.running import HTTPCaller, assert_json_error, assert_ok, plugin_manager, start_servers
 
 
+def reward_range_of(server: GymServer) -> tuple[float, float]:
+    """The ``reward_range`` of a resources server's class."""
+    from gym_core.servers import ResourcesServer
+
+    assert isinstance(server, ResourcesServer), f"{type(server).__name__} is not a resources server"
+    return type(server).reward_range
+
+
 @dataclass
 class RunningServers:
     """The servers of a kit test class, started: the config, the server objects, the one under test."""
@@ -121,7 +129,7 @@ class ServerTests:
             if cls.instance not in servers:
                 raise TypeError(f"{cls.__name__}.instance: no instance {cls.instance!r} in {sorted(servers)}")
             return cls.instance
-        if cls.instances is None and cls.server_type in servers:
+        if cls.instances is None and cls.server_type is not None and cls.server_type in servers:
             return cls.server_type
         of_kind = [name for name, server in servers.items() if server.kind == cls.kind]
         if len(of_kind) != 1:
@@ -315,7 +323,7 @@ class ResourcesServerTests(ServerTests):
         from ``verify``; set ``reward_range`` on the server class when rewards go beyond [0, 1];
         override ``response_for()``/``tool_calls_for()`` in the test class for rows that need them.
         """
-        low, high = type(gym_servers.server).reward_range
+        low, high = reward_range_of(gym_servers.server)
         for index, row in enumerate(self.example_rows()):
             what = f"example row {index}"
             assert isinstance(row.get("responses_create_params"), dict), f"{what} has no responses_create_params object"

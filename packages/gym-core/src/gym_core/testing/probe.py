@@ -30,6 +30,7 @@ from gym_core.schemas import (
     FunctionCall,
     FunctionCallOutput,
     FunctionTool,
+    Item,
     Message,
     OutputText,
     Reasoning,
@@ -189,8 +190,10 @@ class ProbeModel(ModelServer):
         if answered:
             message = Message(role="assistant", status="completed", content=[OutputText(text="done")])
             return Response(model=self.model_name, output=[message], usage=usage)
-        calls = [FunctionCall(call_id=f"probe_{name}", name=name, arguments=json.dumps({"probe_marker": MARKER}))
-                 for name in (*CONTROL_ROUTES, UNOFFERED_TOOL)]
+        calls: list[Item] = [
+            FunctionCall(call_id=f"probe_{name}", name=name, arguments=json.dumps({"probe_marker": MARKER}))
+            for name in (*CONTROL_ROUTES, UNOFFERED_TOOL)
+        ]
         offered = [t.name for t in params.tools or () if isinstance(t, FunctionTool)]
         calls += [FunctionCall(call_id=f"probe_offered_{name}", name=name, arguments=json.dumps({"text": MARKER}))
                   for name in offered if name not in CONTROL_ROUTES]

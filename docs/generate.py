@@ -62,7 +62,7 @@ def generated() -> dict[Path, str]:
 
     pages = {CLI_PAGE: render()}
     for page in EXAMPLE_PAGES:
-        if page.is_file():
+        if page.is_file() and page != CLI_PAGE:  # generated whole, above
             pages[page] = with_examples(page.read_text())
     return pages
 

@@ -174,8 +174,9 @@ def check_wheel(wheel: Path, core_version: str | None) -> BuildReport:
 
     report.problems += check_core_requirement(message.get_all("Requires-Dist") or [], core_version)
 
-    description = message.get_payload() if not message.is_multipart() else ""
-    if not (description or "").strip() and not (message.get("Description") or "").strip():
+    payload = message.get_payload() if not message.is_multipart() else ""
+    description = payload if isinstance(payload, str) else ""
+    if not description.strip() and not (message.get("Description") or "").strip():
         report.problems.append('it has no long description (the page an index shows): add readme = "README.md" '
                                "to [project] in pyproject.toml")
     return report

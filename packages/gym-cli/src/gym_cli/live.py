@@ -84,7 +84,7 @@ class LatencySketch:
         """The ``q`` quantile (0 ≤ q ≤ 1, nearest rank), None when nothing was added."""
         if not 0 <= q <= 1:
             raise ValueError(f"a quantile is in [0, 1], got {q}")
-        if not self.count:
+        if self.min is None or self.max is None:  # nothing added
             return None
         rank = max(1, math.ceil(q * self.count))  # the rank-th smallest value, from 1
         seen = 0
@@ -108,7 +108,8 @@ class ProgressEvent(msgspec.Struct, kw_only=True):
     """The figures of a collection at one moment; a line of ``--progress json``.
 
     The counts are this run's: ``done`` (scored), ``failed`` and ``skipped`` (already in the output
-    when the run began, so a resumed run starts there) add up to at most ``total``; ``failures`` counts the failed rollouts by typed reason; ``environments`` maps each
+    when the run began, so a resumed run starts there) add up to at most ``total``; ``failures``
+    counts the failed rollouts by typed reason; ``environments`` maps each
     environment (the rows' ``environment``, ``?`` when a row has none, as ``gym profile`` groups
     them) to its scored rollouts; latencies are of scored rollouts, retries included."""
 
@@ -313,7 +314,7 @@ class RichReporter(Reporter):
         return panel if self._progress is None else Group(self._progress, panel)
 
     def update(self, summary: CollectSummary) -> None:
-        if self._live is None:
+        if self._live is None or self._progress is None or self._bar is None:
             return
         self._progress.update(self._bar, completed=summary.skipped + summary.done + summary.failed)
         self._live.update(self.render(summary), refresh=True)

@@ -236,8 +236,9 @@ def run_plugin_tests(target: Target, isolation: str, console: Console, stream: b
             target.directory = _published_directory(entry, target.catalog, console)
         except GymError as exc:
             return Outcome(target.name, "error", seconds=time.monotonic() - started, detail=str(exc))
-    tests = target.directory / "tests" if target.directory is not None else None
-    if tests is None or not tests.is_dir():
+    directory = target.directory
+    tests = directory / "tests" if directory is not None else None
+    if directory is None or tests is None or not tests.is_dir():
         return Outcome(target.name, "no tests", detail=target.note or "no tests/ directory")
     if not any(tests.rglob("test_*.py")) and not any(tests.rglob("*_test.py")):
         return Outcome(target.name, "no tests", detail="tests/ holds no test files")
@@ -248,8 +249,8 @@ def run_plugin_tests(target: Target, isolation: str, console: Console, stream: b
     tail: deque[str] = deque(maxlen=TAIL_LINES)
     with tempfile.TemporaryDirectory(prefix="gym-test-") as tmp:
         junit = Path(tmp) / "junit.xml"
-        command = [python, "-m", "pytest", *pytest_arguments(target.directory, junit)]
-        proc = subprocess.Popen(command, cwd=target.directory, env=environ, stdin=subprocess.DEVNULL,
+        command = [python, "-m", "pytest", *pytest_arguments(directory, junit)]
+        proc = subprocess.Popen(command, cwd=directory, env=environ, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
         assert proc.stdout is not None
         for line in proc.stdout:

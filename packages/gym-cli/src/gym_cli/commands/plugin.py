@@ -451,7 +451,9 @@ def build(target: str, out: Path) -> None:
                            "directory: build it where its sources are")
         directory = entry.path
     elif looks_like_path(target):
-        directory = source_of_directory(Path(target))[0].path
+        source, _ = source_of_directory(Path(target))
+        assert source.path is not None  # a package directory's source is that directory
+        directory = source.path
     else:
         raise GymError(f"{target!r} is neither a catalog name nor a package directory; catalog: "
                        f"{', '.join(sorted(catalog.entries)) or 'empty'}")

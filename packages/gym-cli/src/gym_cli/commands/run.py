@@ -48,6 +48,7 @@ def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
             console.print(state.table())
             console.print(f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s "
                           f"(head: {state.config.head_url}); Ctrl+C to stop")
+            assert state.supervisor is not None  # launch() yields once the servers run
             exited = state.supervisor.watch(interval_s=0.5)
             if exited:
                 first = exited[0]

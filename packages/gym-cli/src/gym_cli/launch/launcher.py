@@ -270,10 +270,10 @@ def launch(
         config.data["auth_token"] = token
         token_path = token_file(default_home(), config.head_host, config.head_port)
         write_token(token_path, token)
-        supervisor = Supervisor(
+        supervisor = started = Supervisor(
             restart=policy,
             notice=lambda message: console.print(message, markup=False, highlight=False),
-            on_spawn=lambda: run_state.record(supervisor.pids()),
+            on_spawn=lambda: run_state.record(started.pids()),
         )
         state.supervisor = supervisor
         for inst in config.instances.values():

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gym_core.errors import ConfigError, GymError
 
@@ -91,7 +91,7 @@ def connect(settings: RayConfig, why: str, notice: Callable[[str], None]) -> Ray
     ray = _import_ray(why)
     if ray.is_initialized():  # a notebook or test that already joined one: use it, leave it be
         return RayCluster(_address_of(ray, settings.address), started_here=False, connected_here=False)
-    address = settings.address
+    address = settings.address or "local"
     if not settings.local and address != "auto" and not address.startswith("ray://"):
         _check_reachable(address)
     notice(f"Ray: {'starting a local cluster' if settings.local else 'joining the cluster at ' + address}…")
@@ -276,13 +276,14 @@ class RayProcess:
 
     def _fetch(self) -> None:
         import ray  # type: ignore[import-not-found]
+        from ray.exceptions import GetTimeoutError  # type: ignore[import-not-found]
 
         cursor, code = 0, None
         try:
             while code is None:
                 try:
                     lines, cursor, code = ray.get(self.actor.read.remote(self.pid, cursor, 1.0), timeout=_CALL_TIMEOUT_S)
-                except ray.exceptions.GetTimeoutError:
+                except GetTimeoutError:
                     continue  # a slow node: ask again; a dead actor raises below
                 except Exception as exc:  # noqa: BLE001 - the actor is gone (RayActorError), or Ray is shut down
                     lines = [f"gym: the Ray actor hosting this server on {self.where} is gone: "
@@ -429,14 +430,15 @@ class Placement:
 
         def start(argv: list[str], env: dict[str, str], cwd: str | None) -> RayProcess:
             import ray  # type: ignore[import-not-found]
+            from ray.exceptions import RayActorError, RayTaskError  # type: ignore[import-not-found]
 
             server = self.servers[name]
             try:
-                pid = ray.get(server.actor.start.remote(argv, env, cwd), timeout=_CALL_TIMEOUT_S)
-            except ray.exceptions.RayActorError:
+                pid = cast(int, ray.get(server.actor.start.remote(argv, env, cwd), timeout=_CALL_TIMEOUT_S))
+            except RayActorError:
                 self._replace(server)
-                pid = ray.get(server.actor.start.remote(argv, env, cwd), timeout=_CALL_TIMEOUT_S)
-            except ray.exceptions.RayTaskError as exc:  # the actor refused: say why, not Ray's traceback
+                pid = cast(int, ray.get(server.actor.start.remote(argv, env, cwd), timeout=_CALL_TIMEOUT_S))
+            except RayTaskError as exc:  # the actor refused: say why, not Ray's traceback
                 raise GymError(f"{name}: {exc.cause if exc.cause is not None else exc}") from None
             return RayProcess(server.actor, pid, argv, f"node {server.node_ip} ({server.node_id[:12]})")
 
@@ -452,7 +454,7 @@ class Placement:
         self.notice(f"gym: the Ray actor of {server.name} is gone; placing a new one on {server.node_ip}")
         server.actor = ray.remote(ServerHost).options(**options).remote()
         self._actors.append(server.actor)
-        where = ray.get(server.actor.where.remote(), timeout=self.timeout_s)
+        where = cast(dict[str, str], ray.get(server.actor.where.remote(), timeout=self.timeout_s))
         server.node_id = where["node_id"]
 
     def where(self) -> dict[str, dict[str, str]]:

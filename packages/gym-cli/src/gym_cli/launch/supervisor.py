@@ -176,11 +176,12 @@ _prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("lin
 
 def die_with(parent_pid: int) -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGTERM when its parent dies (Linux; None elsewhere)."""
-    if _prctl is None:
+    prctl = _prctl
+    if prctl is None:
         return None
 
     def preexec() -> None:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent_pid:  # the parent died before prctl ran: no signal will come
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -209,14 +210,14 @@ class _Child:
 
     def signal_group(self, signum: int) -> None:
         """Send ``signum`` to the child's process group (where it runs: here, or through its handle)."""
-        if self.spec.start is None:
+        if isinstance(self.proc, subprocess.Popen):  # started here, not by ChildSpec.start
             signal_group(self.pgid, signum)
         else:
             self.proc.signal_group(signum)
 
     def group_alive(self) -> bool:
         """Whether the child's process group has a live member."""
-        return group_alive(self.pgid) if self.spec.start is None else self.proc.group_alive()
+        return group_alive(self.pgid) if isinstance(self.proc, subprocess.Popen) else self.proc.group_alive()
 
 
 class Supervisor:

@@ -25,12 +25,14 @@ from matplotlib.figure import Figure  # noqa: E402
 from gym_cli.report.data import LATENCY_FIELD  # noqa: E402
 
 if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
+
     from gym_cli.report.data import Run
 
 __all__ = ["Plot", "make_plots", "to_svg", "write_png"]
 
 _SIZE = (6.4, 3.4)
-_STYLE = {
+_STYLE: dict[RcKeyType, Any] = {
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.grid": True,
@@ -105,6 +107,8 @@ def _reward_histogram(runs: list[Run]) -> Plot:
 
 
 def _pass_at_k(runs: list[Run], ks: list[int]) -> Plot:
+    import numpy as np
+
     figure = _figure()
     ax = figure.add_subplot()
     for i, run in enumerate(runs):
@@ -117,8 +121,8 @@ def _pass_at_k(runs: list[Run], ks: list[int]) -> Plot:
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.minorticks_off()
-    values = [line.get_ydata() for line in ax.get_lines()]
-    top = max((float(max(v)) for v in values if len(v)), default=1.0)
+    values = [np.asarray(line.get_ydata(), dtype=float) for line in ax.get_lines()]
+    top = max((float(v.max()) for v in values if v.size), default=1.0)
     ax.set_ylim(0, 1.02 if top <= 1.0 else None)  # rewards in [0, 1]: the whole scale, runs comparable
     ax.set_xlabel("k")
     ax.set_ylabel("mean over tasks")

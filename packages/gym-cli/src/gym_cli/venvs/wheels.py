@@ -58,7 +58,7 @@ class Wheelhouse:
     def _cache_dir(self, uv: str | None) -> Path | None:
         if self._uv_cache is False:
             self._uv_cache = uv_cache_dir(uv)
-        return self._uv_cache or None
+        return self._uv_cache if isinstance(self._uv_cache, Path) else None
 
     def harvest(self, site: Path, variables: BuildVariables, uv: str | None) -> None:
         """Keep a copy of each wheel that uv built with ``variables`` and installed into ``site``.
@@ -168,7 +168,7 @@ def installed_wheel(distribution: str, directory: Path) -> Path:
             if parts[-1] in _INSTALLER_FILES:
                 continue
             parts = (dist_info, *parts[1:])  # the name a wheel of this version must use
-        entries.append(("/".join(parts), Path(dist.locate_file(file)).read_bytes()))
+        entries.append(("/".join(parts), Path(str(dist.locate_file(file))).read_bytes()))
     rows = [(path, _wheel_hash(data), str(len(data))) for path, data in entries]
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerows([*rows, (f"{dist_info}/RECORD", "", "")])

@@ -100,7 +100,8 @@ def markdown(results: dict[str, Any]) -> str:
     if "token_faithfulness" in results:
         t = results["token_faithfulness"]
         lines += ["## Token faithfulness of multi-turn rollouts (local_llama)", "",
-                  f"{t['rollouts']} rollouts of {t['turns_per_rollout']} model calls (≤ {'/'.join(map(str, t['max_output_tokens']))} tokens, "
+                  f"{t['rollouts']} rollouts of {t['turns_per_rollout']} model calls "
+                  f"(≤ {'/'.join(map(str, t['max_output_tokens']))} tokens, "
                   f"{t['model_tool_calls']} tool calls made), {t['seconds']} s (rescoring {t['rescore_seconds']} s): "
                   f"{t['drifted_tokens']} drifted tokens of "
                   f"{t['history_tokens_compared']} earlier-turn tokens compared (must be 0); "

@@ -44,4 +44,5 @@ def test_local_llama_judges_a_rollout_end_to_end(tmp_path):
     assert reply["object"] == "response" and reply["usage"]["output_tokens"] > 0
     text = "".join(part["text"] for item in reply["output"] if item["type"] == "message" for part in item["content"])
     assert text.strip()  # the local model answered; the verdict rule read this text
-    assert row["reward"] == (1.0 if "[[A=B]]" in text and ("[[A!=B]]" not in text or text.index("[[A=B]]") < text.index("[[A!=B]]")) else 0.0)
+    equal = "[[A=B]]" in text and ("[[A!=B]]" not in text or text.index("[[A=B]]") < text.index("[[A!=B]]"))
+    assert row["reward"] == (1.0 if equal else 0.0)

@@ -295,7 +295,8 @@ def test_kill_9_takes_the_servers_down_and_the_next_run_on_the_same_ports_starts
         proc = gym("run", str(COUNTER_SCRIPTED), "--isolation", "none", *overrides, env=env)
     else:  # so many rollouts that it is still collecting when killed
         proc = gym("collect", "--serve", str(COUNTER_SCRIPTED), "--input", str(COUNTER_TASKS), "--repeats", "20000",
-                   "--output", str(tmp_path / "out.jsonl"), "--isolation", "none", "--parallel", "1", *(f"--set={o}" for o in overrides), env=env)
+                   "--output", str(tmp_path / "out.jsonl"), "--isolation", "none", "--parallel", "1",
+                   *(f"--set={o}" for o in overrides), env=env)
     urls = [f"http://127.0.0.1:{port}" for port in ports.values()]
     try:
         wait_for(proc, "All servers ready", 120)

@@ -170,9 +170,11 @@ def host_listener() -> Iterator[int]:
 
 
 ESCAPES: dict[str, str] = {
-    "tcp_to_host_loopback": "import socket, sys\ns = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2)\nprint('ESCAPED')",
+    "tcp_to_host_loopback": "import socket, sys\n"
+                            "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2)\nprint('ESCAPED')",
     "tcp_to_the_internet": "import socket\ns = socket.create_connection(('1.1.1.1', 53), timeout=2)\nprint('ESCAPED')",
-    "udp_to_the_internet": "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.sendto(b'x', ('8.8.8.8', 53))\nprint('ESCAPED')",
+    "udp_to_the_internet": "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                           "s.sendto(b'x', ('8.8.8.8', 53))\nprint('ESCAPED')",
     "dns_lookup": "import socket\nsocket.getaddrinfo('pypi.org', 443)\nprint('ESCAPED')",
     "abstract_unix_socket": "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0gym-sandbox-test')\nprint('ESCAPED')",
     "write_to_usr": "open('/usr/escaped', 'w').write('x')\nprint('ESCAPED')",
@@ -182,7 +184,8 @@ ESCAPES: dict[str, str] = {
     # command as root at the next crash dump anywhere): the sandbox's user must not be host root.
     "write_core_pattern": "open('/proc/sys/kernel/core_pattern', 'w').write('|/bin/false')\nprint('ESCAPED')",
     "sysrq_trigger": "open('/proc/sysrq-trigger', 'w').write('s')\nprint('ESCAPED')",
-    "remount_root_writable": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.mount(b'none', b'/usr', b'tmpfs', 0, None) == 0: print('ESCAPED')",
+    "remount_root_writable": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                             "if libc.mount(b'none', b'/usr', b'tmpfs', 0, None) == 0: print('ESCAPED')",
     "raise_process_limit": "import resource\nresource.setrlimit(resource.RLIMIT_NPROC, (100000, 100000))\nprint('ESCAPED')",
     "raise_memory_limit_with_ctypes": (
         "import ctypes, resource\nlibc = ctypes.CDLL(None, use_errno=True)\n"
@@ -191,15 +194,18 @@ ESCAPES: dict[str, str] = {
         "if libc.prlimit(0, resource.RLIMIT_AS, ctypes.byref(r), None) == 0: print('ESCAPED')"
     ),
     "become_root": "import os\nos.setuid(0)\nprint('ESCAPED')",
-    "new_user_namespace_for_capabilities": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nif libc.unshare(0x10000000) == 0: print('ESCAPED')",
+    "new_user_namespace_for_capabilities": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                                           "if libc.unshare(0x10000000) == 0: print('ESCAPED')",
     # Its own UTS namespace: even where this succeeds, the host's name must be unchanged (checked below).
-    "change_hostname": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.sethostname(b'pwned', 5)\nopen('/proc/sys/kernel/hostname', 'w').write('pwned')",
+    "change_hostname": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.sethostname(b'pwned', 5)\n"
+                       "open('/proc/sys/kernel/hostname', 'w').write('pwned')",
     "read_the_server_process": "import sys\nprint('ESCAPED', open(f'/proc/{sys.argv[2]}/environ', 'rb').read())",
     "kill_every_process": "import os, signal\nos.kill(-1, signal.SIGKILL)",
     "signal_the_parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\nprint('alive')",
     "fill_the_disk": "f = open('big', 'wb')\nfor _ in range(10_000): f.write(b'x' * (1 << 20))\nprint('ESCAPED')",
     "exhaust_file_descriptors": "fs = [open('main.py') for _ in range(100_000)]\nprint('ESCAPED')",
-    "thread_bomb": "import threading, time\nts = [threading.Thread(target=time.sleep, args=(5,)) for _ in range(10_000)]\n[t.start() for t in ts]\nprint('ESCAPED')",
+    "thread_bomb": "import threading, time\nts = [threading.Thread(target=time.sleep, args=(5,)) for _ in range(10_000)]\n"
+                   "[t.start() for t in ts]\nprint('ESCAPED')",
 }
 
 
@@ -286,7 +292,8 @@ def test_escape_signalling_the_host_leaves_host_processes_alive(sandbox):
 
 def test_no_process_is_left_after_a_killed_run(sandbox):
     marker = uuid.uuid4().hex
-    source = f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])\ntime.sleep(60)"
+    source = (f"import subprocess, sys, time\n"
+              f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])\ntime.sleep(60)")
     result = run(sandbox, source, limits=SandboxLimits(wall_time_s=1))
     assert result.outcome == "timeout"
     assert host_processes_with(marker) == []

@@ -438,7 +438,8 @@ def test_response_text_reads_only_assistant_messages():
 
 def test_function_calls_in_order():
     calls = [FunctionCall(call_id=str(i), name=f"f{i}", arguments="{}") for i in range(3)]
-    response = Response(output=[calls[0], Message(role="assistant", content="x"), calls[1], FunctionCallOutput(call_id="0", output="o"), calls[2]])
+    response = Response(output=[calls[0], Message(role="assistant", content="x"), calls[1],
+                                FunctionCallOutput(call_id="0", output="o"), calls[2]])
     assert function_calls(response) == calls
     assert function_calls(Response()) == []
 
@@ -495,7 +496,9 @@ def test_openai_chat_completion_roundtrips_through_gym():
                     role="assistant",
                     content="Let me check.",
                     tool_calls=[
-                        ChatCompletionMessageFunctionToolCall(id="call_1", type="function", function=Function(name="f", arguments='{"x": 1}'))
+                        ChatCompletionMessageFunctionToolCall(
+                            id="call_1", type="function", function=Function(name="f", arguments='{"x": 1}')
+                        )
                     ],
                 ),
             ),

@@ -4,8 +4,9 @@ workers import them through the ``sys.path`` they inherit).
 :class:`TinyLM` is a real, tiny torch language model (an embedding and a linear layer over 12 token
 ids) behind the full interface: a sharded synthetic dataset, sampling, log-probs, SGD steps, and the
 ``evaluate``, ``offload`` and ``checkpoint`` hooks.
-The crash and timeout tests use :mod:`protocol_flaky`, which spares their workers torch's import. Every request and hook appends to ``events``,
-which ``spec`` returns, so the tests see what ran and in which order.
+The crash and timeout tests use :mod:`protocol_flaky`, which spares their workers torch's import.
+Every request and hook appends to ``events``, which ``spec`` returns, so the tests see what ran and
+in which order.
 """
 
 from __future__ import annotations

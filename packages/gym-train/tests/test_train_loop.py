@@ -4,7 +4,8 @@ the real model, one tiny GRPO step, the new policy served and collected from.
 One asynchronous run (4 tasks x 4 repeats, 2 steps, max staleness 1, 12 tokens per answer) is shared
 by the tests of this module: round 0 and round 1 are collected on the base policy (round 1 while step 1
 trains), step 2 trains on round 1 one version behind, and round 2 (the evaluation round) on the policy
-of step 2. Synchronous mode is the same code with staleness 0. A step learns only from a group whose rewards differ (else every advantage is 0): the base model answers
+of step 2. Synchronous mode is the same code with staleness 0. A step learns only from a group whose
+rewards differ (else every advantage is 0): the base model answers
 about half of these within the limit, so 4 groups of 4 all alike would take odds of ~1 in 1000."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The head server: publishes the resolved config so that servers and clients find each other.
 
 ``GET /global_config_dict_yaml`` (the config as YAML, secrets redacted), ``GET /server_instances`` (each instance
-with plugin, kind and URL; a replicated one with ``replicas``, each its name and URL), ``GET /health``. ``gym run`` serves it in a thread of the CLI process.
+with plugin, kind and URL; a replicated one with ``replicas``, each its name and URL), ``GET /health``.
+``gym run`` serves it in a thread of the CLI process.
 """
 
 from __future__ import annotations

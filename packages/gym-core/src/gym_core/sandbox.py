@@ -359,7 +359,8 @@ class Sandbox:
         assert self._bwrap is not None
         fds: list[int] = []
         try:
-            args = [self._bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            args = [self._bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+                    "--cap-drop", "ALL",
                     "--hostname", "sandbox", "--clearenv",
                     "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", SCRATCH,
                     "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONIOENCODING", "utf-8"]

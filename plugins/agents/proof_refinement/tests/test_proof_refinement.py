@@ -164,7 +164,8 @@ class TestProofRefinementOnMath(AgentServerTests):
         first, second = result["all_attempts"]
         assert first["error_feedback"] == "Your final answer -1000 is incorrect."
         sent = second["input"]
-        assert (sent["max_output_tokens"], sent["instructions"], sent["metadata"]) == (48, "Be brief.", body["responses_create_params"]["metadata"])
+        metadata = body["responses_create_params"]["metadata"]
+        assert (sent["max_output_tokens"], sent["instructions"], sent["metadata"]) == (48, "Be brief.", metadata)
         original = row["responses_create_params"]["input"]
         assert [(i.get("role"), i["content"] if isinstance(i["content"], str) else i["content"][0]["text"]) for i in sent["input"]] == [
             *[(i["role"], i["content"]) for i in original],
@@ -232,7 +233,8 @@ class TestProofRefinementOnMath(AgentServerTests):
             assert attempt["input"] == {"input": [{"type": "message", "role": "user", "content": "Fix the proof."}]}
 
     def test_no_correction_without_needs_correction(self, gym_servers: RunningServers):
-        for verdict in ({"reward": 0.0, "correction_prompt": "Fix it."}, {"reward": 0.0, "needs_correction": False, "correction_prompt": "Fix it."}):
+        for verdict in ({"reward": 0.0, "correction_prompt": "Fix it."},
+                        {"reward": 0.0, "needs_correction": False, "correction_prompt": "Fix it."}):
             result = gym_servers.caller("judged").post("/run", verdicts_task(verdict, RETRY)).json()
             assert (result["total_turns"], result["attempt_rewards"]) == (1, [0.0])
 

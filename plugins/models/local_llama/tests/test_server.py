@@ -256,7 +256,8 @@ class TestTokenHistory:
         # The chat route reads the same fields on assistant messages.
         chat = gym_servers.caller().post("/v1/chat/completions", {
             "messages": [{"role": "user", "content": "Say hello."},
-                         {"role": "assistant", "content": "x", **{k: last[k] for k in ("prompt_token_ids", "generation_token_ids", "generation_log_probs")}},
+                         {"role": "assistant", "content": "x",
+                          **{k: last[k] for k in ("prompt_token_ids", "generation_token_ids", "generation_log_probs")}},
                          new],
             "max_tokens": 4, "return_token_ids": True}).json()
         assert chat["choices"][0]["message"]["prompt_token_ids"] == second["prompt_token_ids"]

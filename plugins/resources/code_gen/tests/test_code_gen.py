@@ -252,7 +252,8 @@ class TestCodeGen(ResourcesServerTests):
         assert slow_module["result"] == [-4]
 
     def test_a_call_that_swallows_the_alarm_is_still_stopped(self, gym_servers: RunningServers):
-        code = "def maxProfit(prices):\n    while True:\n        try:\n            while True:\n                pass\n        except BaseException:\n            pass"
+        code = ("def maxProfit(prices):\n    while True:\n        try:\n            while True:\n                pass\n"
+                "        except BaseException:\n            pass")
         assert self.verify(gym_servers, task(PROFIT), fenced(code))["result"] == [-3]
 
     def test_a_forged_result_fails(self, gym_servers: RunningServers):

@@ -26,7 +26,7 @@ PERSON = {
 PERSON_STR = json.dumps(PERSON)
 
 
-# --- reading the response (gym_core's OUTPUT_TEXT, as this environment reads it) -----------------------------------------------------------------------
+# --- reading the response (gym_core's OUTPUT_TEXT, as this environment reads it) -----------------------------------
 
 
 def test_output_text_concatenates_output_text_parts_without_separator_and_without_stripping():
@@ -61,7 +61,8 @@ def test_strict_schema_requires_every_property_and_forbids_others_at_every_depth
     strict = strict_schema(schema)
     assert strict["required"] == ["a", "c"] and strict["additionalProperties"] is False
     assert strict["properties"]["a"]["required"] == ["b"]
-    assert strict["$defs"]["d"] == {"type": "object", "properties": {"e": {"type": "integer"}}, "required": ["e"], "additionalProperties": False}
+    assert strict["$defs"]["d"] == {"type": "object", "properties": {"e": {"type": "integer"}}, "required": ["e"],
+                                    "additionalProperties": False}
     assert strict["anyOf"][0]["required"] == ["f"]
     assert strict["items"]["items"]["additionalProperties"] is False
     assert schema["required"] == ["a"] and "additionalProperties" not in schema  # the input is untouched

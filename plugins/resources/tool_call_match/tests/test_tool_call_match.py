@@ -206,7 +206,8 @@ class TestToolCallMatch(ResourcesServerTests):
     )
     def test_an_expected_message_rewards_answering_without_a_call(self, gym_servers: RunningServers, response, reward, reason):
         verdict = self.verdict(gym_servers, task(expected_action={"type": "message", "content": "21 degrees"}), response)
-        assert (verdict["reward"], verdict["reason"], verdict["expected_type"], verdict["expected_calls"]) == (reward, reason, "message", [])
+        got = (verdict["reward"], verdict["reason"], verdict["expected_type"], verdict["expected_calls"])
+        assert got == (reward, reason, "message", [])
 
     @pytest.mark.parametrize(
         ("expected", "response", "reward"),

@@ -18,8 +18,6 @@ import yaml
 
 from gym_core import PluginManager, ServerClient
 from gym_core.testing import (
-    NOT_AN_OBJECT,
-    NOT_JSON,
     HTTPCaller,
     ResourcesServerTests,
     RunningServers,
@@ -29,6 +27,7 @@ from gym_core.testing import (
     read_rows,
     running_servers,
 )
+from gym_core.testing.kit import NOT_AN_OBJECT, NOT_JSON
 
 import gym_workplace_assistant.plugin
 
@@ -123,14 +122,16 @@ class TestWorkplaceAssistant(ResourcesServerTests):
         }
         # Another session does not see it.
         other = self.seeded(gym_servers)
-        assert other.post("/tools/email_search_emails", {"query": "hi ben", "date_min": "2023-11-30"}).json() == {"output": "No emails found."}
+        found = other.post("/tools/email_search_emails", {"query": "hi ben", "date_min": "2023-11-30"}).json()
+        assert found == {"output": "No emails found."}
 
     def test_failures_are_outputs_not_errors(self, gym_servers: RunningServers):
         caller = self.seeded(gym_servers)
         cases = {
             ("email_send_email", json.dumps({"recipient": "nobody", "subject": "s", "body": "b"})): "Invalid recipient email address.",
             ("email_send_email", json.dumps({**SEND, "cc": "x@y.z"})): (
-                "Error executing tool 'email_send_email': WorkplaceAssistantServer.email_send_email() got an unexpected keyword argument 'cc'"
+                "Error executing tool 'email_send_email': "
+                "WorkplaceAssistantServer.email_send_email() got an unexpected keyword argument 'cc'"
             ),
             ("email_search_emails", json.dumps({"date_min": "last week"})): (
                 "Error executing tool 'email_search_emails': Invalid isoformat string: 'last week'"
@@ -153,7 +154,8 @@ class TestWorkplaceAssistant(ResourcesServerTests):
 
     def test_a_pathological_directory_pattern_is_an_error_not_a_stall(self, gym_servers: RunningServers):
         caller = self.seeded(gym_servers)
-        assert caller.post("/tools/company_directory_find_email_address", {"name": "PRIYA"}).json() == {"output": ["priya.raman@lumenfield.com"]}
+        found = caller.post("/tools/company_directory_find_email_address", {"name": "PRIYA"}).json()
+        assert found == {"output": ["priya.raman@lumenfield.com"]}
         reply = caller.post("/tools/company_directory_find_email_address", {"name": r"(.?){13}(.?){13}\1\2\W\W"}).json()["output"]
         assert reply.startswith("Error executing tool 'company_directory_find_email_address'"), reply
         assert caller.post("/tools/company_directory_find_email_address", {"name": "("}).json()["output"].startswith("Error executing tool")

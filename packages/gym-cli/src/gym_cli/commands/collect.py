@@ -62,7 +62,8 @@ async def _collect(head: str, tasks: TaskFile, pairs: Iterable[tuple[int, int]],
 @click.option("--temperature", type=float, help="Override the sampling temperature of every task.")
 @click.option("--top-p", type=float, help="Override top_p of every task.")
 @click.option("--max-output-tokens", type=click.IntRange(min=1), help="Override max_output_tokens of every task.")
-@click.option("--failures", "failures_path", type=click.Path(path_type=Path), help="Failed rollouts (default: OUTPUT with .failures.jsonl).")
+@click.option("--failures", "failures_path", type=click.Path(path_type=Path),
+              help="Failed rollouts (default: OUTPUT with .failures.jsonl).")
 @serve_options
 @click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True,
               help="Retries of a rollout that failed for an infrastructure reason (server down or restarting, 5xx, timeout).")
@@ -120,7 +121,8 @@ def collect(input_path, output_path, agent, repeats, parallel, limit, temperatur
     # supervisor writes to sys.stdout, and the profile) goes to stderr.
     quiet_stdout = contextlib.redirect_stdout(sys.stderr) if progress_mode == "json" else contextlib.nullcontext()
     failures_path = failures_path or output_path.with_name(output_path.stem + ".failures.jsonl")
-    sampling = {k: v for k, v in {"temperature": temperature, "top_p": top_p, "max_output_tokens": max_output_tokens}.items() if v is not None}
+    given = {"temperature": temperature, "top_p": top_p, "max_output_tokens": max_output_tokens}
+    sampling = {k: v for k, v in given.items() if v is not None}
     # One checking pass; then each task is read from the file when its rollout starts, and what is done
     # is a bit per (task, rollout): a million rows × 16 repeats cost ~10 MB, not every row decoded.
     tasks = scan_tasks(input_path, limit)

@@ -17,5 +17,6 @@ def gym_register_servers(register):
         kind="agent",
         server="gym_token_preserving.server:TokenPreservingAgent",
         config=TokenPreservingConfig,
-        description="seed_session, then model -> tools with token ids sent back (prompt = previous prompt + generated + new tokens), then verify",
+        description="seed_session, then model -> tools with token ids sent back "
+                    "(prompt = previous prompt + generated + new tokens), then verify",
     )

@@ -309,7 +309,8 @@ class LlamaEngine:
         # seed=None: the engine's own generator, used only by the thread that decodes.
         rng = np.random.default_rng(seed) if seed is not None else self._rng
         return Decoding(
-            prompt_ids, n_ctx=self.n_ctx, eog_token_ids=self.eog_token_ids, detokenize=self.llm.detokenize, tools=tools, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+            prompt_ids, n_ctx=self.n_ctx, eog_token_ids=self.eog_token_ids, detokenize=self.llm.detokenize, tools=tools,
+            temperature=temperature, top_p=top_p, max_tokens=max_tokens,
             stop_bytes=stop_bytes, rng=rng, return_token_ids=return_token_ids, return_logprobs=return_logprobs,
         )
 

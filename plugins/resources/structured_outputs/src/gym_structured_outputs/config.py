@@ -29,5 +29,6 @@ class StructuredOutputsConfig(ServerConfig, kw_only=True):
     ] = None
     verify_memory_limit_mb: Annotated[
         Annotated[int, Meta(ge=256)] | None,
-        Meta(description="address-space limit of each worker (None: no limit); a document needing more scores 0 with error_type 'memory_limit'"),
+        Meta(description="address-space limit of each worker (None: no limit); "
+                         "a document needing more scores 0 with error_type 'memory_limit'"),
     ] = 2048

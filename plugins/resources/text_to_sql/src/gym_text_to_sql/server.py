@@ -7,7 +7,8 @@ Task rows: ``responses_create_params``, ``sql`` (the gold query), ``sql_dialect`
 ignored.
 
 ``/verify``: the SQL is taken from OUTPUT_TEXT by spider2_lite's rule (:mod:`gym_sql.extract`,
-linear), inline, or for a long text in a worker process under ``extract_timeout_s``. The judge is asked with A = gold, B = the model's query; after an
+linear), inline, or for a long text in a worker process under ``extract_timeout_s``. The judge is
+asked with A = gold, B = the model's query; after an
 *equal* verdict, with ``check_twice_swap``, again with the two swapped. Rewards: 1.0 when every
 verdict asked says equal; ``reward_if_swap_fails`` when only the first does; 0.0 otherwise, and
 without asking the judge when there is no text or no SQL. A judge that cannot be asked raises

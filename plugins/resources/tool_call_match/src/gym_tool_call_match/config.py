@@ -26,7 +26,8 @@ class ToolCallMatchConfig(ServerConfig, kw_only=True):
     ] = False
     string_match: Annotated[
         Literal["exact", "normalized"],
-        Meta(description="exact: strings equal character for character; normalized: after NFKC, case folding, trimming and collapsing whitespace"),
+        Meta(description="exact: strings equal character for character; "
+                         "normalized: after NFKC, case folding, trimming and collapsing whitespace"),
     ] = "exact"
     numeric_strings: Annotated[bool, Meta(description='a string holding a JSON number equals that number ("10" == 10)')] = False
     number_tolerance: Annotated[
@@ -37,5 +38,6 @@ class ToolCallMatchConfig(ServerConfig, kw_only=True):
     ] = "ordered"
     partial_credit: Annotated[
         bool,
-        Meta(description="instead of 0 for a near miss: the F1 of the best pairing of calls, a same-name call counting the share of its arguments that agree"),
+        Meta(description="instead of 0 for a near miss: the F1 of the best pairing of calls, "
+                         "a same-name call counting the share of its arguments that agree"),
     ] = False

@@ -213,7 +213,9 @@ class WorkplaceAssistantServer(ResourcesServer):
         return self._run("email_forward_email", locals())
 
     @tool
-    def email_reply_email(self, session: Session, email_id: EmailId, body: Annotated[str, _arg("The body of the reply.")]) -> dict[str, Any]:
+    def email_reply_email(
+        self, session: Session, email_id: EmailId, body: Annotated[str, _arg("The body of the reply.")]
+    ) -> dict[str, Any]:
         """Reply to an email's sender/recipient (subject 'RE: <subject>')."""
         return self._run("email_reply_email", locals())
 

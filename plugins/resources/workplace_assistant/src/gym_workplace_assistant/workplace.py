@@ -253,7 +253,8 @@ class Workplace:
         return _paginate(table.records(rows), "events", page, page_size)
 
     def calendar_create_event(
-        self, event_name: str | None = None, participant_email: str | None = None, event_start: str | None = None, duration: str | None = None
+        self, event_name: str | None = None, participant_email: str | None = None, event_start: str | None = None,
+        duration: str | None = None,
     ) -> str:
         if not event_name:
             return "Event name not provided."
@@ -544,7 +545,8 @@ TOOL_NAMES = tuple(
     name
     for name, value in vars(Workplace).items()
     if inspect.isfunction(value)
-    and name.startswith(("company_directory_", "email_", "calendar_", "analytics_", "project_management_", "customer_relationship_manager_"))
+    and name.startswith(("company_directory_", "email_", "calendar_", "analytics_", "project_management_",
+                         "customer_relationship_manager_"))
 )
 # The tools that change a table; replaying the others cannot change the outcome, so verify skips them.
 WRITE_TOOLS = frozenset(

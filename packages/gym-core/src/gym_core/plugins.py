@@ -6,17 +6,18 @@ Plugins are found through the entry-point group ``gym``. Environment variables c
 - ``GYM_DISABLE_PLUGINS``: a comma-separated block-list of entry-point names.
 - ``GYM_TRACE_HOOKS=1``: log every hook call, its arguments and its result (debugging plugins).
 
-Every hook is called through pluggy's hook caller, so tracing and hook wrappers apply to all of
-them. Tests skip entry points (``PluginManager(load_entry_points=False)``) and register plugins
-explicitly.
+Every hook is called through pluggy's hook callers, so tracing applies to all of them. The hooks
+whose results belong to a plugin (``gym_register_servers``, ``gym_register_commands``,
+``gym_aggregate_metrics``) run one plugin at a time (:meth:`PluginManager._each_plugin`; a plugin's
+hook wrapper runs around its own implementation), so the manager knows which plugin registered what.
+Tests skip entry points (``PluginManager(load_entry_points=False)``) and register plugins explicitly.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -105,14 +106,10 @@ class PluginManager:
         if self._servers is not None:
             return self._servers
         registry = ServerRegistry()
-        hook = self._pm.hook.gym_register_servers
-        providers = _providers(hook)
-
-        def register(**registration: Any) -> None:
-            registry.provider = _calling_plugin(providers)
-            registry.register(**registration)
-
-        hook(register=register)
+        for plugin_name, call in self._each_plugin("gym_register_servers"):
+            registry.provider = plugin_name
+            call(register=registry.register)
+        registry.provider = ""
         self._servers = registry
         return registry
 
@@ -125,14 +122,10 @@ class PluginManager:
     def commands(self) -> dict[str, Any]:
         """Every registered CLI command by name."""
         registry = CommandRegistry()
-        hook = self._pm.hook.gym_register_commands
-        providers = _providers(hook)
-
-        def register(command: Any) -> None:
-            registry.provider = _calling_plugin(providers)
-            registry.register(command)
-
-        hook(register=register)
+        for plugin_name, call in self._each_plugin("gym_register_commands"):
+            registry.provider = plugin_name
+            call(register=registry.register)
+        registry.provider = ""
         return dict(registry)
 
     def aggregate_metrics(self, rollouts: list[dict[str, Any]]) -> dict[str, float]:
@@ -147,50 +140,34 @@ class PluginManager:
             if server_type.kind == "resources":
                 own.setdefault(server_type.provider, set()).add(server_type.name)
         merged: dict[str, float] = {}
-        for impl in self._pm.hook.gym_aggregate_metrics.get_hookimpls():
-            environments = own.get(impl.plugin_name)
+        for plugin_name, call in self._each_plugin("gym_aggregate_metrics"):
+            environments = own.get(plugin_name)
             rows = rollouts if environments is None else [r for r in rollouts if r.get("environment") in environments]
             if environments is not None and not rows:
                 continue
-            others = [p for p in self._pm.get_plugins() if p is not impl.plugin]
-            # One plugin at a time, through pluggy's hook caller: tracing and wrappers still apply.
-            for result in self._pm.subset_hook_caller("gym_aggregate_metrics", others)(rollouts=rows):
+            for result in call(rollouts=rows):
                 for key, value in (result or {}).items():
                     if key in merged:
-                        raise PluginError(f"two plugins contribute the aggregate metric {key!r} (the second: {impl.plugin_name!r})")
+                        raise PluginError(f"two plugins contribute the aggregate metric {key!r} (the second: {plugin_name!r})")
                     merged[key] = value
         return merged
 
+    def _each_plugin(self, hook_name: str) -> Iterator[tuple[str, Any]]:
+        """Each plugin that implements hook ``hook_name``, in the order a call of the hook runs them
+        (the last registered first), by name, with a caller of the hook that runs that plugin's
+        implementation alone (and its wrapper, if it has one).
 
-def _providers(hook: Any) -> dict[tuple[Any, int | None], str]:
-    """Each implementation of ``hook`` by (code object, bound instance) -> its plugin's name."""
-    providers = {}
-    for impl in hook.get_hookimpls():
-        function = impl.function
-        owner = getattr(function, "__self__", None)
-        code = getattr(getattr(function, "__func__", function), "__code__", None)
-        providers[(code, None if owner is None else id(owner))] = impl.plugin_name
-    return providers
-
-
-def _calling_plugin(providers: dict[tuple[Any, int | None], str]) -> str:
-    """The plugin whose hook implementation is calling ``register``, found on the call stack.
-
-    ``register`` is handed to every implementation in one call through pluggy's hook caller (so
-    that tracing and wrappers apply), so the call stack is what says which plugin is registering.
-    """
-    frame = sys._getframe(2)
-    for _ in range(32):
-        if frame is None:
-            break
-        owner = frame.f_locals.get("self") if frame.f_code.co_argcount else None
-        name = providers.get((frame.f_code, id(owner))) if owner is not None else None
-        if name is None:
-            name = providers.get((frame.f_code, None))
-        if name is not None:
-            return name
-        frame = frame.f_back
-    return ""
+        The callers are pluggy's (``subset_hook_caller``), so tracing applies; and since each runs
+        one plugin, whatever its implementation passes to a ``register`` callback is known to be
+        that plugin's.
+        """
+        plugins: list[object] = []
+        for impl in reversed(getattr(self._pm.hook, hook_name).get_hookimpls()):
+            if all(impl.plugin is not seen for seen in plugins):
+                plugins.append(impl.plugin)
+        for plugin in plugins:
+            others = [other for other in self._pm.get_plugins() if other is not plugin]
+            yield self._pm.get_name(plugin) or "", self._pm.subset_hook_caller(hook_name, others)
 
 
 def hook_names() -> list[str]:

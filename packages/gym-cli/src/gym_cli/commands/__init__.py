@@ -11,6 +11,7 @@ def gym_register_commands(register):
     from gym_cli.commands.collect import collect
     from gym_cli.commands.config import config
     from gym_cli.commands.examples import examples
+    from gym_cli.commands.export import export
     from gym_cli.commands.plugin import plugin
     from gym_cli.commands.profile import profile
     from gym_cli.commands.report import report
@@ -21,5 +22,6 @@ def gym_register_commands(register):
     from gym_cli.commands.test import test
     from gym_cli.commands.workspace import workspace
 
-    for command in (run, status, stop, collect, reverify, profile, report, config, plugin, test, workspace, examples):
+    for command in (run, status, stop, collect, reverify, profile, report, export, config, plugin, test, workspace,
+                    examples):
         register(command)

@@ -407,7 +407,8 @@ def reward_diff(rows: list[RolloutRow], output: Path) -> dict[str, Any]:
     """The rewards of the output (this run's rows and earlier runs') against those of the rollouts
     file, matched by ``(task_index, rollout_index)``: ``overall`` and ``by_environment``, each with
     ``rows``, ``up``, ``down``, ``changed``, ``mean_before`` and ``mean_after``."""
-    before = {row.pair: row for row in rows}
+    # Looked up with whatever pair an output row holds (the output may hold rows of other runs).
+    before: dict[tuple[Any, Any], RolloutRow] = {row.pair: row for row in rows}
     overall, groups = _Diff(), {}
     for _, new, problem in (iter_jsonl(output) if output.exists() else ()):
         if problem or not isinstance(new, dict) or not _is_number(new.get("reward")):

@@ -36,7 +36,7 @@ from array import array
 from collections.abc import Awaitable, Callable, Container, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, overload
 
 import msgspec
 
@@ -488,7 +488,12 @@ def _add_new(done: DonePairs | set[tuple[int, int]], rows: list[_RowPair]) -> li
     return again
 
 
-def read_done(output: Path, done: Done | None = None) -> tuple[Done, int]:
+@overload
+def read_done(output: Path) -> tuple[set[tuple[int, int]], int]: ...
+@overload
+def read_done(output: Path, done: Done) -> tuple[Done, int]: ...
+def read_done(output: Path, done: DonePairs | set[tuple[int, int]] | None = None
+              ) -> tuple[DonePairs | set[tuple[int, int]], int]:
     """The (task, rollout) pairs already in the output, added to ``done`` (a :class:`DonePairs`, or by
     default a new set), and how many duplicate rows were dropped.
 
@@ -802,7 +807,7 @@ async def run_parallel(items: Iterable[T], parallel: int, handle: Callable[[T], 
 
 async def collect_rollouts(
     client: ServerClient,
-    tasks: Sequence[dict[str, Any]],
+    tasks: TaskFile | Sequence[dict[str, Any]],
     pairs: Iterable[tuple[int, int]],
     options: CollectOptions,
     summary: CollectSummary,

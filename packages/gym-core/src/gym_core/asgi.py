@@ -24,7 +24,7 @@ import asyncio
 import hmac
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import msgspec
 from litestar import Request, Response
@@ -33,6 +33,9 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from gym_core.client import REQUEST_DEADLINE
 from gym_core.failures import FINAL_HEADER
 from gym_core.sessions import Session, SessionSigner
+
+if TYPE_CHECKING:
+    from litestar.types import Scope
 
 __all__ = [
     "build_stack",
@@ -273,7 +276,7 @@ class JSONRoutes:
         scope["app"] = scope["litestar_app"] = self.app
         scope["route_handler"] = handler
         scope["path_params"] = {}
-        request = _BodyRequest(scope, receive, send)
+        request = _BodyRequest(cast("Scope", scope), receive, send)  # an HTTP scope, as Litestar's router passes
         budget = _caller_budget(scope)
         try:
             request._gym_body = await self._read_body(scope, receive)
@@ -303,7 +306,7 @@ class JSONRoutes:
         except Exception as exc:
             result = self.on_error(request, exc)
         if isinstance(result, Response):
-            await result.to_asgi_response(None, request)(scope, receive, send)
+            await result.to_asgi_response(None, request)(cast("Scope", scope), receive, send)
             return
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})

@@ -1,4 +1,5 @@
-"""A plugin module adding `gym export`: one line per rollout, in a trainer's format."""
+"""A plugin module adding `gym my-export`: one line per rollout, in a trainer's format. (gym's own
+`gym export` writes TRL's formats; a command name registered twice is an error.)"""
 
 import json
 
@@ -7,9 +8,9 @@ import click
 from gym_core import hookimpl
 
 
-@click.command()
+@click.command("my-export")
 @click.argument("rollouts", type=click.Path(exists=True))
-def export(rollouts):
+def my_export(rollouts):
     """Export rollouts to my trainer's format."""
     with open(rollouts) as lines:
         for line in lines:
@@ -19,4 +20,4 @@ def export(rollouts):
 
 @hookimpl
 def gym_register_commands(register):
-    register(export)
+    register(my_export)

@@ -134,7 +134,7 @@ def test_the_export_command_example(tmp_path):
     rollouts.write_text(
         '{"task_index": 0, "rollout_index": 0, "reward": 1.0}\n{"task_index": 1, "rollout_index": 0, "reward": 0.0}\n'
     )
-    result = CliRunner().invoke(plugins.commands()["export"], [str(rollouts)])
+    result = CliRunner().invoke(plugins.commands()["my-export"], [str(rollouts)])
     assert result.exit_code == 0, result.output
     assert [json.loads(line) for line in result.output.splitlines()] == [
         {"task": 0, "reward": 1.0},

@@ -104,8 +104,8 @@ DROP_REASONS = {
     "end with an assistant turn",
     "pass_rate": "its task's pass rate is outside --min-pass-rate..--max-pass-rate",
     "below_threshold": "reward below --min-reward",
-    "duplicate": "the same conversation (tool-call ids aside) as a row kept before it (dpo: of the same task; "
-    "prompts: a task already exported)",
+    "duplicate": "the same conversation as a row kept before it, tool-call ids aside (dpo: within its task; "
+    "prompts: another row of a task already exported)",
     "not_best": "not among the --best-of highest rewards of its task",
     "no_contrast": "its task has fewer than 2 distinct rewards, so no pair",
     "margin_too_small": "its task's best minus worst reward is below --min-margin",
@@ -641,6 +641,19 @@ def write_dataset(rows: list[dict[str, Any]], path: Path, mode: Mode) -> None:
         partial.unlink(missing_ok=True)
 
 
+# The options each mode reads, for the summary.
+_MODE_OPTIONS = {
+    "sft": ("min_reward", "best_of", "dedup"),
+    "dpo": ("min_margin", "dedup"),
+    "prompts": (),
+}
+
+
+def _options_of(mode: Mode, options: ExportOptions) -> dict[str, Any]:
+    names = ("pass_reward", "min_pass_rate", "max_pass_rate", *_MODE_OPTIONS[mode])
+    return {name: getattr(options, name) for name in names if getattr(options, name) is not None}
+
+
 def export(mode: Mode, inputs: Sequence[Path], output: Path, options: ExportOptions) -> ExportSummary:
     """Read ``inputs``, filter, and write ``output`` (its suffix picks the format). Raises
     :class:`~gym_core.errors.GymError` (exit 2) for bad input or an unusable output, before writing."""
@@ -653,9 +666,7 @@ def export(mode: Mode, inputs: Sequence[Path], output: Path, options: ExportOpti
     for path in inputs:
         if path.exists() and output.exists() and path.resolve() == output.resolve():
             raise GymError(f"-o {output} is one of the input files: write the dataset to another file")
-    summary = ExportSummary(
-        mode, [str(p) for p in inputs], str(output), options={k: v for k, v in vars(options).items() if v is not None}
-    )
+    summary = ExportSummary(mode, [str(p) for p in inputs], str(output), options=_options_of(mode, options))
     rows = export_rows(read_export_rows(inputs, mode), mode, options, summary)
     summary.rows_written = len(rows)
     if rows:

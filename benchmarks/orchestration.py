@@ -24,13 +24,13 @@ from typing import Any
 import aiohttp
 
 from gym_core import ClientConfig, ServerClient
+from gym_core.config import free_port
 from gym_core.http1 import Pool, origin_of
 
 from benchmarks._common import (
     COUNTER_TASKS,
     TimedClient,
     cpu_seconds,
-    free_port,
     gym_servers,
     percentile,
     spawn,

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from gym_core import ClientConfig, ServerClient
+from gym_core.config import free_port
 
-from benchmarks._common import COUNTER_TASKS, free_port, gym_servers, spawn, wait_http
+from benchmarks._common import COUNTER_TASKS, gym_servers, spawn, wait_http
 from benchmarks.orchestration import gym_config
 from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts, read_tasks, run_async
 

@@ -50,6 +50,8 @@ __all__ = [
     "INSTANCE_KEYS",
     "RayConfig",
     "ServerResources",
+    "free_port",
+    "port_is_free",
 ]
 
 RESERVED_KEYS = frozenset({"head_server", "ray_head_node_address", "ray", "server_restarts", "auth_token"})
@@ -600,6 +602,18 @@ def free_port(host: str = DEFAULT_HOST, avoid: Iterable[int] = ()) -> int:
         if port not in avoid:
             return port
     raise GymError("could not find a free port")
+
+
+def port_is_free(port: int, host: str = DEFAULT_HOST) -> bool:
+    """Whether ``port`` on ``host`` can be bound now (a port in TIME_WAIT counts as free, as it does
+    for a server, which binds with SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
 
 
 def assign_ports(config: GlobalConfig) -> None:

@@ -21,6 +21,7 @@ import pytest
 from aiohttp import web
 
 from gym_core import ConfigError, ResourcesServer, Session, ToolError, hookimpl, load_config, tool
+from gym_core.config import free_port
 from gym_core.schemas import SeedSessionRequest, VerifyRequest, VerifyResponse
 from gym_core.testing import AgentServerTests, RunningServers, conformance_reward, conformance_tool_calls
 
@@ -138,12 +139,6 @@ def service() -> ExternalService:
     if SERVICE is None:
         SERVICE = ExternalService()
     return SERVICE
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --- a tiny environment ------------------------------------------------------------------------

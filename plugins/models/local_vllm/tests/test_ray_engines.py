@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -27,7 +26,7 @@ from ray.util import placement_group_table  # noqa: E402
 from gym_core.auth import new_token
 from gym_core.config import load_config
 from gym_core.serving import ServerThread, build_server
-from gym_core.testing import HTTPCaller, plugin_manager
+from gym_core.testing import HTTPCaller, plugin_manager, wait_until
 
 import gym_local_vllm.plugin
 from gym_local_llama.engine import default_model_path
@@ -77,13 +76,6 @@ def serving(server: LocalVllmModel) -> Iterator[str]:
 def groups_of(instance: str) -> dict[str, dict]:
     """The placement groups of ``instance`` in the cluster's table (removed ones stay listed)."""
     return {row["name"]: row for row in placement_group_table().values() if row["name"].startswith(f"{instance}_dp_rank_")}
-
-
-def wait_until(condition, what: str, limit_s: float = 60.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, f"still not true after {limit_s:g} s: {what}"
-        time.sleep(0.2)
 
 
 def all_resources_free() -> bool:

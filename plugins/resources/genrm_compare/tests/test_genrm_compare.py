@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from gym_core.testing import (
     first_party,
     plugin_manager,
     running_servers,
+    wait_until,
 )
 
 import gym_genrm_compare.plugin
@@ -80,13 +80,6 @@ def row(answer: str, prompt: str = PROMPT, **fields: Any) -> dict[str, Any]:
 def concurrently(servers: RunningServers, instance: str, bodies: list[dict[str, Any]]) -> list[Any]:
     with ThreadPoolExecutor(len(bodies)) as pool:
         return list(pool.map(lambda body: servers.caller(instance).post("/verify", body), bodies))
-
-
-def wait_for(condition, what: str, limit_s: float = 30.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.01)
 
 
 class TestGenrmCompare(ResourcesServerTests):
@@ -195,7 +188,7 @@ class TestGenrmCompare(ResourcesServerTests):
         with ThreadPoolExecutor(3) as pool:
             first = [pool.submit(gym_servers.caller("cohort").post, "/verify", row(a)) for a in answers[:2]]
             # Both wait in one open cohort until the third arrives.
-            wait_for(lambda: any(len(c.candidates) == 2 for c in server.cohorts.values()), "two rollouts buffered")
+            wait_until(lambda: any(len(c.candidates) == 2 for c in server.cohorts.values()), "two rollouts buffered")
             assert not any(f.done() for f in first)
             last = pool.submit(gym_servers.caller("cohort").post, "/verify", row(answers[2]))
             replies = [f.result() for f in [*first, last]]
@@ -236,7 +229,7 @@ class TestGenrmCompare(ResourcesServerTests):
         server = gym_servers.servers["one_cohort"]
         with ThreadPoolExecutor(2) as pool:
             waiting = pool.submit(gym_servers.caller("one_cohort").post, "/verify", row("GOOD", prompt="A"))
-            wait_for(lambda: len(server.cohorts) == 1, "one open cohort")
+            wait_until(lambda: len(server.cohorts) == 1, "one open cohort")
             refused = gym_servers.caller("one_cohort").post("/verify", row("GOOD", prompt="B"))
             assert refused.status == 503 and refused.json()["error"]["type"] == "cohorts_full", refused.text
             done = gym_servers.caller("one_cohort").post("/verify", row("BAD", prompt="A")).json()

@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -125,12 +124,10 @@ _STATE_ORDER = ("exited", "restarting", "starting", "running")
 
 
 def _check_port_free(host: str, port: int, what: str, fix: str) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            raise GymError(f"port {port} on {host} is in use ({what}); {fix}") from None
+    from gym_core.config import port_is_free
+
+    if not port_is_free(port, host):
+        raise GymError(f"port {port} on {host} is in use ({what}); {fix}")
 
 
 def _maybe_start_ray(config: GlobalConfig, needs_ray: list[str], console: Console) -> RayCluster | None:

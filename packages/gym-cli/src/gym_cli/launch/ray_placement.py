@@ -192,23 +192,15 @@ class ServerHost:
 
     def free_port(self, host: str, avoid: list[int]) -> int:
         """A port free on ``host`` of this node now, not in ``avoid``."""
-        for _ in range(100):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind((host, 0))
-                port = sock.getsockname()[1]
-            if port not in avoid:
-                return int(port)
-        raise GymError(f"no free port on {host}")
+        from gym_core.config import free_port
+
+        return free_port(host, avoid)
 
     def port_free(self, host: str, port: int) -> bool:
         """Whether ``port`` on ``host`` of this node can be bound now."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((host, port))
-            except OSError:
-                return False
-        return True
+        from gym_core.config import port_is_free
+
+        return port_is_free(port, host)
 
     def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> int:
         """Start ``argv`` with this node's environment plus ``env``; its pid (also its process group)."""

@@ -1,6 +1,7 @@
 """Testing gym plugins: real servers on loopback, in threads of the test process, and the conformance kit.
 
 - :func:`running_servers`: a head server and every instance of a config, started and stopped.
+- :func:`wait_until`: poll a condition until it holds, failing the test after a timeout.
 - The conformance kit: one base test class per server kind, :class:`ResourcesServerTests`,
   :class:`ModelServerTests` and :class:`AgentServerTests`. A plugin's test module subclasses one and
   sets a few class attributes; pytest then checks the whole contract of that kind against the
@@ -46,6 +47,7 @@ from gym_core.testing.running import (
     plugin_manager,
     running_servers,
     start_servers,
+    wait_until,
 )
 
 __all__ = [
@@ -68,5 +70,6 @@ __all__ = [
     "read_rows",
     "first_party",
     "plugin_manager",
+    "wait_until",
 ]
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -156,3 +157,16 @@ def plugin_manager(*plugins: object) -> PluginManager:
         manager.register(plugin, name=getattr(plugin, "__name__", None) or type(plugin).__qualname__)
     return manager
 
+
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], T], what: str, timeout_s: float = 60.0, interval_s: float = 0.05) -> T:
+    """Call ``condition`` every ``interval_s`` until it returns something true, and return that; the
+    test fails, naming ``what``, when ``timeout_s`` passes first."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s:g} s")
+        time.sleep(interval_s)
+    return value

@@ -13,7 +13,6 @@ import collections
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,12 +32,6 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 class EngineProcess:
     """One engine process on the actor's node: :meth:`start`, :meth:`poll`, :meth:`stop`."""
 
@@ -54,9 +47,11 @@ class EngineProcess:
         the actor's environment. Returns its ``url`` (API root with ``/v1``), ``pid``, ``node_ip``."""
         import ray  # the actor runs inside Ray
 
+        from gym_core.config import free_port
+
         node_ip = ray.util.get_node_ip_address()
         host = host or node_ip
-        port = _free_port(host)
+        port = free_port(host)
         command = fill_placeholders(argv, {**values, "python": sys.executable, "host": host, "port": str(port)})
         self._process = subprocess.Popen(
             command,

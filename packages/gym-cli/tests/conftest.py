@@ -6,62 +6,114 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import CliRunner, Result
 
 from gym_core.client import ServerClient
+from gym_core.config import free_port
+
+from gym_cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+class GymProcess(subprocess.Popen[str]):
+    """A real ``python -m gym_cli`` process (see :meth:`Gym.start`)."""
+
+    def read_until(self, text: str, timeout_s: float) -> list[str]:
+        """The lines printed until one holds ``text``; the test fails if the process exits first or
+        ``timeout_s`` passes."""
+        lines: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        assert self.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.stdout.readline()
+            if not line:
+                pytest.fail("gym exited early:\n" + "".join(lines))
+            lines.append(line)
+            if text in line:
+                return lines
+        pytest.fail(f"{text!r} not seen within {timeout_s} s:\n" + "".join(lines))
+
+    def read_on(self, into: list[str] | None = None) -> None:
+        """Keep reading the output in a thread (appending to ``into``), so that the process and its
+        servers never block on a full pipe."""
+        assert self.stdout is not None
+        stdout = self.stdout
+        threading.Thread(target=(stdout.read if into is None else lambda: into.extend(stdout)), daemon=True).start()
+
+    def stop(self, timeout_s: float = 30) -> None:
+        """Ctrl+C, as a user stops it; its session killed when it has not ended within ``timeout_s``."""
+        if self.poll() is None:
+            self.send_signal(signal.SIGINT)
+            try:
+                self.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.pid, signal.SIGKILL)
+                self.wait()
+
+
+class Gym:
+    """The ``gym`` command, as the tests run it: in this process (``gym(...)``, click's test runner),
+    as a real process to talk to while it runs (:meth:`start`), or as one run to its end (:meth:`run`).
+    ``env`` is added to the environment (for a real process, None removes a variable, and the output
+    is 200 columns wide)."""
+
+    def __call__(self, *args: str, env: Mapping[str, str] | None = None) -> Result:
+        """``gym ARGS`` in this process; a bug's exception propagates (gym's own errors become exit codes)."""
+        return CliRunner().invoke(cli(), list(args), env=env, catch_exceptions=False)
+
+    def start(self, *args: str, env: Mapping[str, str | None] | None = None, **popen: Any) -> GymProcess:
+        """``python -m gym_cli ARGS`` started from the repository root in a session of its own, stdout
+        and stderr together in ``proc.stdout`` (``popen`` overrides, ``stdout=subprocess.DEVNULL`` say)."""
+        options: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "cwd": ROOT,
+                                   "start_new_session": True, **popen}
+        return GymProcess([sys.executable, "-m", "gym_cli", *args], env=_environ(env), **options)
+
+    def run(self, *args: str, env: Mapping[str, str | None] | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess:
+        """``python -m gym_cli ARGS`` run to its end: its exit status, stdout and stderr."""
+        return subprocess.run([sys.executable, "-m", "gym_cli", *args], capture_output=True, text=True, cwd=ROOT,
+                              env=_environ(env), timeout=timeout_s)
+
+
+def _environ(env: Mapping[str, str | None] | None) -> dict[str, str]:
+    """The test process's environment, 200 columns wide, with ``env`` on top (None: a variable removed)."""
+    merged: dict[str, str | None] = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return {key: value for key, value in merged.items() if value is not None}
+
+
+@pytest.fixture(scope="session")
+def gym() -> Gym:
+    """:class:`Gym`: ``gym("collect", ...)`` in this process, ``gym.start("run", ...)`` and
+    ``gym.run("stop")`` as real processes."""
+    return Gym()
 
 
 @pytest.fixture
-def gym_run() -> Iterator[Callable[..., str]]:
+def gym_run(gym: Gym) -> Iterator[Callable[..., str]]:
     """Start ``gym run CONFIG --isolation none`` as a user would (a real process); the head's URL once
     all servers are ready. Stopped with Ctrl+C at the end of the test."""
-    procs: list[subprocess.Popen] = []
+    procs: list[GymProcess] = []
 
     def start(config: Path, *overrides: str) -> str:
-        port = _free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gym_cli", "run", str(config), "--isolation", "none", f"head_server.port={port}",
-             *overrides],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        )
+        port = free_port()
+        proc = gym.start("run", str(config), "--isolation", "none", f"head_server.port={port}", *overrides)
         procs.append(proc)
-        seen = []
-        deadline = time.monotonic() + 120
-        assert proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                pytest.fail("gym run exited early:\n" + "".join(seen))
-            seen.append(line)
-            if "All servers ready" in line:
-                # Keep reading, so that the servers never block on a full pipe.
-                threading.Thread(target=proc.stdout.read, daemon=True).start()
-                return f"http://127.0.0.1:{port}"
-        pytest.fail("gym run was not ready in time:\n" + "".join(seen))
+        proc.read_until("All servers ready", 120)
+        proc.read_on()
+        return f"http://127.0.0.1:{port}"
 
     yield start
     for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
+        proc.stop()
 
 
 # --- rollouts for gym report (test_report.py, test_report_browser.py) ------------------------------
@@ -103,16 +155,12 @@ def hostile_answer() -> str:
 
 
 @pytest.fixture(scope="session")
-def report_runs(tmp_path_factory) -> dict[str, Path]:
+def report_runs(tmp_path_factory, gym: Gym) -> dict[str, Path]:
     """``REPORT_RUNS`` collected for real (counter, simple_agent, scripted model, in-thread servers):
     run name → rollouts file, with its ``.failures.jsonl`` beside it."""
     import json
 
-    from click.testing import CliRunner
-
     from gym_core.testing import running_servers
-
-    from gym_cli.main import cli
 
     folder = tmp_path_factory.mktemp("report_runs")
     config = {"counter": {"plugin": "counter"}, "policy": {"plugin": "scripted", "model_name": "scripted-policy"},
@@ -122,9 +170,8 @@ def report_runs(tmp_path_factory) -> dict[str, Path]:
         for name, tasks in REPORT_RUNS.items():
             tasks_file, output = folder / f"{name}.tasks.jsonl", folder / f"{name}.jsonl"
             tasks_file.write_text("".join(json.dumps(t) + "\n" for t in tasks))
-            result = CliRunner().invoke(cli(), ["collect", "--input", str(tasks_file), "--output", str(output),
-                                                "--repeats", "3", "--head", running.head_url, "--no-profile",
-                                                "--retries", "0"], catch_exceptions=False)
+            result = gym("collect", "--input", str(tasks_file), "--output", str(output), "--repeats", "3",
+                         "--head", running.head_url, "--no-profile", "--retries", "0")
             assert result.exit_code == (1 if name == "before" else 0), result.output
             outputs[name] = output
     return outputs
@@ -134,19 +181,17 @@ class CounterCollection:
     """``gym collect`` of the counter's example tasks against a running head (as a user runs it), and
     the checks the replica tests share: every (task, rollout) scored once, on its own seeded state."""
 
-    TASKS = Path(__file__).resolve().parents[3] / "plugins/resources/counter/data/example.jsonl"
+    TASKS = ROOT / "plugins/resources/counter/data/example.jsonl"
 
     def __init__(self, repeats: int, parallel: int):
         self.repeats, self.parallel = repeats, parallel
         self.n_tasks = len(self.TASKS.read_text().splitlines())
 
     def start(self, head: str, out: Path, *extra: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-m", "gym_cli", "collect", "--input", str(self.TASKS), "--output", str(out),
-             "--agent", "agent", "--head", head, "--repeats", str(self.repeats), "--parallel", str(self.parallel),
-             "--no-profile", *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
+        return Gym().start("collect", "--input", str(self.TASKS), "--output", str(out), "--agent", "agent",
+                           "--head", head, "--repeats", str(self.repeats), "--parallel", str(self.parallel),
+                           "--no-profile", *extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           start_new_session=False)
 
     @staticmethod
     def rows(path: Path) -> list[dict]:
@@ -196,32 +241,14 @@ def _gym_run_process(config: Path, ready_timeout_s: float, stop_timeout_s: float
     """``gym run CONFIG --isolation none`` in a session of its own, kept for a whole module, once all
     servers are ready (its output read on, so the servers never block on a full pipe); stopped with
     Ctrl+C, then killed, at the end."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_cli", "run", str(config), "--isolation", "none", f"head_server.port={port}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    lines: list[str] = []
-    assert proc.stdout is not None
-    deadline = time.monotonic() + ready_timeout_s
-    while not any("All servers ready" in line for line in lines):
-        line = proc.stdout.readline()
-        if not line or time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail("gym run did not get ready:\n" + "".join(lines))
-        lines.append(line)
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()  # type: ignore[arg-type]
+    port = free_port()
+    proc = Gym().start("run", str(config), "--isolation", "none", f"head_server.port={port}")
     try:
+        lines = proc.read_until("All servers ready", ready_timeout_s)
+        proc.read_on(lines)
         yield GymRun(proc, f"http://127.0.0.1:{port}", lines)
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        proc.stop(stop_timeout_s)
 
 
 @pytest.fixture(scope="session")

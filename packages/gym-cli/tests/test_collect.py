@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from litestar import Litestar, Request, post
 
 from gym_core.client import TIMEOUT_HEADER, ServerClient
@@ -27,9 +26,8 @@ from gym_core.head import build_head_app
 from gym_core.options import ClientConfig
 from gym_core.plugins import get_plugin_manager
 from gym_core.serving import ServerThread, build_server
-from gym_core.testing import running_servers
+from gym_core.testing import running_servers, wait_until
 
-from gym_cli.main import cli
 from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts, run_async
 
 HERE = Path(__file__).resolve()
@@ -52,14 +50,10 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli(), list(args), catch_exceptions=False)
-
-
-def test_collect_writes_scored_rows_and_profile(tmp_path):
+def test_collect_writes_scored_rows_and_profile(tmp_path, gym):
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config()) as config:
-        result = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
+        result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
                         "--repeats", "3", "--parallel", "4", "--head", config.head_url, "--temperature", "0.3")
     assert result.exit_code == 0, result.output
     collected = rows(out)
@@ -82,16 +76,16 @@ def test_collect_writes_scored_rows_and_profile(tmp_path):
     assert "pass@1" in profile["overall"]
 
 
-def test_rerun_resumes_without_duplicates(tmp_path):
+def test_rerun_resumes_without_duplicates(tmp_path, gym):
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config()) as config:
-        first = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
+        first = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
                        "--repeats", "2", "--head", config.head_url, "--no-profile")
         assert first.exit_code == 0
         # A torn last line, as a kill during a write leaves it.
         with out.open("a") as f:
             f.write('{"task_index": 0, "rollout_ind')
-        second = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
+        second = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
                         "--repeats", "3", "--head", config.head_url, "--no-profile")
     assert second.exit_code == 0, second.output
     keys = [(r["task_index"], r["rollout_index"]) for r in rows(out)]
@@ -100,15 +94,15 @@ def test_rerun_resumes_without_duplicates(tmp_path):
     assert "resuming" in second.output
 
 
-def test_kill_9_midway_loses_nothing(tmp_path):
+def test_kill_9_midway_loses_nothing(tmp_path, gym):
     """Kill the collector hard while rollouts are in flight; the re-run ends with exactly tasks × repeats."""
     out = tmp_path / "out.jsonl"
     repeats = 20
     args = ["--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent", "--repeats", str(repeats),
             "--parallel", "4", "--no-profile"]
     with running_servers(counter_config(delay_s=0.02)) as config:
-        proc = subprocess.Popen([sys.executable, "-m", "gym_cli", "collect", *args, "--head", config.head_url],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = gym.start("collect", *args, "--head", config.head_url, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_bytes().splitlines()) < 10):
             time.sleep(0.05)
@@ -117,7 +111,7 @@ def test_kill_9_midway_loses_nothing(tmp_path):
         partial = len(rows_tolerant(out))
         n_tasks = len(COUNTER_TASKS.read_text().splitlines())
         assert 0 < partial < n_tasks * repeats
-        result = invoke("collect", *args, "--head", config.head_url)
+        result = gym("collect", *args, "--head", config.head_url)
     assert result.exit_code == 0, result.output
     keys = [(r["task_index"], r["rollout_index"]) for r in rows(out)]
     assert len(keys) == len(set(keys)) == n_tasks * repeats
@@ -133,11 +127,11 @@ def rows_tolerant(path: Path) -> list[dict]:
     return found
 
 
-def test_malformed_input_reports_line_numbers(tmp_path):
+def test_malformed_input_reports_line_numbers(tmp_path, gym):
     tasks = tmp_path / "tasks.jsonl"
     good = json.dumps({"responses_create_params": {"input": "hi"}})
     tasks.write_text("\n".join([good, "{not json", good, json.dumps({"no_params": 1}), "[1, 2]"]) + "\n")
-    result = invoke("collect", "--input", str(tasks), "--output", str(tmp_path / "o.jsonl"), "--agent", "a",
+    result = gym("collect", "--input", str(tasks), "--output", str(tmp_path / "o.jsonl"), "--agent", "a",
                     "--head", "http://127.0.0.1:9")
     assert result.exit_code == 2
     assert f"{tasks}:2: not valid JSON" in result.output
@@ -146,14 +140,14 @@ def test_malformed_input_reports_line_numbers(tmp_path):
     assert not (tmp_path / "o.jsonl").exists()
 
 
-def test_failing_rollouts_go_to_failures_file_and_run_goes_on(tmp_path):
+def test_failing_rollouts_go_to_failures_file_and_run_goes_on(tmp_path, gym):
     tasks = tmp_path / "tasks.jsonl"
     good = {"responses_create_params": {"input": "add"}, "initial_count": 0, "expected_count": 3}
     bad = {"responses_create_params": {"input": "add"}, "initial_count": "not a number", "expected_count": 3}
     tasks.write_text("\n".join(json.dumps(r) for r in [good, bad, good]) + "\n")
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config()) as config:
-        result = invoke("collect", "--input", str(tasks), "--output", str(out), "--agent", "agent",
+        result = gym("collect", "--input", str(tasks), "--output", str(out), "--agent", "agent",
                         "--head", config.head_url, "--no-profile")
     assert result.exit_code == 1  # some rollouts failed
     assert sorted(r["task_index"] for r in rows(out)) == [0, 2]
@@ -164,18 +158,18 @@ def test_failing_rollouts_go_to_failures_file_and_run_goes_on(tmp_path):
     assert "initial_count" in failures[0]["message"]
 
 
-def test_unknown_agent_is_refused_before_any_rollout(tmp_path):
+def test_unknown_agent_is_refused_before_any_rollout(tmp_path, gym):
     """--agent is checked against the running config first, not by failing every
     row; so is a task's agent_ref."""
     out = tmp_path / "out.jsonl"
     named = tmp_path / "named.jsonl"
     named.write_text(json.dumps({"responses_create_params": {"input": "hi"}, "agent_ref": {"name": "agnet"}}) + "\n")
     with running_servers(counter_config()) as config:
-        result = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agnt",
+        result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agnt",
                         "--head", config.head_url, "--limit", "2", "--no-profile")
-        not_agent = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "counter",
+        not_agent = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "counter",
                            "--head", config.head_url, "--no-profile")
-        by_ref = invoke("collect", "--input", str(named), "--output", str(out), "--head", config.head_url, "--no-profile")
+        by_ref = gym("collect", "--input", str(named), "--output", str(out), "--head", config.head_url, "--no-profile")
     assert result.exit_code == 2, result.output
     assert "--agent: no server instance named 'agnt' (did you mean 'agent'?)" in result.output
     assert "agents: agent" in result.output
@@ -184,19 +178,19 @@ def test_unknown_agent_is_refused_before_any_rollout(tmp_path):
     assert not out.exists() and not (tmp_path / "out.failures.jsonl").exists()
 
 
-def test_no_head_server_is_a_clear_error(tmp_path):
-    result = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(tmp_path / "o.jsonl"),
+def test_no_head_server_is_a_clear_error(tmp_path, gym):
+    result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(tmp_path / "o.jsonl"),
                     "--agent", "agent", "--head", "http://127.0.0.1:9", "--no-profile")
     assert result.exit_code == 1  # a server does not answer
     assert "head" in result.output and "127.0.0.1:9" in result.output and "gym run" in result.output
 
 
-def test_collect_against_gym_run_uses_its_only_agent(tmp_path, gym_run):
+def test_collect_against_gym_run_uses_its_only_agent(tmp_path, gym_run, gym):
     """The README tour, `gym run CONFIG` then `gym collect --input --output` with no
     --agent and tasks without agent_ref, runs every task through the config's only agent."""
     head = gym_run(COUNTER_SCRIPTED)
     out = tmp_path / "out.jsonl"
-    result = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--head", head, "--no-profile")
+    result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--head", head, "--no-profile")
     assert result.exit_code == 0, result.output
     collected = rows(out)
     assert len(collected) == len(COUNTER_TASKS.read_text().splitlines())
@@ -205,7 +199,7 @@ def test_collect_against_gym_run_uses_its_only_agent(tmp_path, gym_run):
     assert rows(tmp_path / "out.failures.jsonl") == []
 
 
-def test_several_agents_and_tasks_naming_none_is_a_usage_error(tmp_path):
+def test_several_agents_and_tasks_naming_none_is_a_usage_error(tmp_path, gym):
     """With several agents, no --agent and tasks without agent_ref, collect stops before any rollout
     (exit 2) and names the agents; tasks that name theirs run."""
     config = {**counter_config(), "other_agent": {"plugin": "simple_agent", "model_server": "policy",
@@ -215,9 +209,9 @@ def test_several_agents_and_tasks_naming_none_is_a_usage_error(tmp_path):
     named.write_text("".join(json.dumps({**json.loads(line), "agent_ref": {"name": "other_agent"}}) + "\n"
                              for line in COUNTER_TASKS.read_text().splitlines()))
     with running_servers(config) as running:
-        refused = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--head", running.head_url,
+        refused = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--head", running.head_url,
                          "--no-profile")
-        accepted = invoke("collect", "--input", str(named), "--output", str(tmp_path / "named_out.jsonl"),
+        accepted = gym("collect", "--input", str(named), "--output", str(tmp_path / "named_out.jsonl"),
                           "--head", running.head_url, "--no-profile")
     assert refused.exit_code == 2, refused.output
     assert "2 agents (agent, other_agent)" in refused.output and "--agent NAME" in refused.output
@@ -226,14 +220,12 @@ def test_several_agents_and_tasks_naming_none_is_a_usage_error(tmp_path):
     assert {row["agent"] for row in rows(tmp_path / "named_out.jsonl")} == {"other_agent"}
 
 
-def test_interrupted_collect_exits_130_and_keeps_its_rows(tmp_path):
+def test_interrupted_collect_exits_130_and_keeps_its_rows(tmp_path, gym):
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config(delay_s=0.05)) as config:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gym_cli", "collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent",
-             "agent", "--repeats", "50", "--parallel", "2", "--no-profile", "--head", config.head_url],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
+        proc = gym.start("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
+                         "--repeats", "50", "--parallel", "2", "--no-profile", "--head", config.head_url,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_bytes().splitlines()) < 4):
             time.sleep(0.05)
@@ -245,25 +237,15 @@ def test_interrupted_collect_exits_130_and_keeps_its_rows(tmp_path):
     assert 4 <= len(kept) < len(COUNTER_TASKS.read_text().splitlines()) * 50
 
 
-def test_sigterm_to_collect_serve_stops_the_servers_it_started(tmp_path):
+def test_sigterm_to_collect_serve_stops_the_servers_it_started(tmp_path, gym):
     """`timeout`, a batch scheduler or `kill` sends SIGTERM: the servers `--serve` started must stop
     with it, not live on as orphans."""
     config = tmp_path / "slow.yaml"
     config.write_text(json.dumps({**counter_config(delay_s=30.0), "head_server": {"port": 0}}))
     out = tmp_path / "out.jsonl"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_cli", "collect", "--serve", str(config), "--isolation", "none", "--input",
-         str(COUNTER_TASKS), "--output", str(out), "--no-profile"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    seen = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        seen.append(line)
-        if not line or "All servers ready" in line:
-            break
-    assert "All servers ready" in "".join(seen), "".join(seen)
+    proc = gym.start("collect", "--serve", str(config), "--isolation", "none", "--input", str(COUNTER_TASKS),
+                     "--output", str(out), "--no-profile")
+    seen = proc.read_until("All servers ready", 120)
     # Children are listed under the thread that forked them (the supervisor's spawner thread): read every thread's.
     children = [int(p) for task in Path(f"/proc/{proc.pid}/task").iterdir() for p in (task / "children").read_text().split()]
     assert len(children) == 3  # counter, policy, agent
@@ -279,17 +261,9 @@ def test_sigterm_to_collect_serve_stops_the_servers_it_started(tmp_path):
 N_TASKS = len(COUNTER_TASKS.read_text().splitlines())
 
 
-def collect_argv(out: Path, head: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "gym_cli", "collect", "--input", str(COUNTER_TASKS), "--output", str(out),
-            "--agent", "agent", "--head", head, "--no-profile", *extra]
-
-
-def wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
+def collect_args(out: Path, head: str, *extra: str) -> list[str]:
+    return ["collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent", "--head", head,
+            "--no-profile", *extra]
 
 
 def open_files(pid: int) -> set[str]:
@@ -303,20 +277,19 @@ def open_files(pid: int) -> set[str]:
 # --- one collection per output file ----------------------------------------------------------------
 
 
-def test_second_collect_on_the_same_output_fails_fast_naming_the_first(tmp_path):
+def test_second_collect_on_the_same_output_fails_fast_naming_the_first(tmp_path, gym):
     """Two real processes: while the first collects into out.jsonl, a second on the same file exits 2
     at once, saying who holds it; the first goes on undisturbed."""
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config(delay_s=20.0)) as config:  # the first stays busy
-        first = subprocess.Popen(collect_argv(out, config.head_url, "--limit", "1"),
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        first = gym.start(*collect_args(out, config.head_url, "--limit", "1"), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE)
         try:
             # The first is collecting once it holds the output (today: the output file, open to append).
-            wait_for(lambda: first.poll() is not None or any(p.startswith(str(out)) for p in open_files(first.pid)),
-                     "the first collection to open its output")
+            wait_until(lambda: first.poll() is not None or any(p.startswith(str(out)) for p in open_files(first.pid)),
+                       "the first collection to open its output")
             assert first.poll() is None
-            second = subprocess.run(collect_argv(out, config.head_url, "--limit", "1"), capture_output=True,
-                                    text=True, timeout=60)
+            second = gym.run(*collect_args(out, config.head_url, "--limit", "1"), timeout_s=60)
         finally:
             first.send_signal(signal.SIGINT)
             first.communicate(timeout=60)
@@ -328,32 +301,32 @@ def test_second_collect_on_the_same_output_fails_fast_naming_the_first(tmp_path)
     assert not out.exists() or rows(out) == []  # the second wrote nothing
 
 
-def test_the_lock_is_released_when_its_holder_is_killed(tmp_path):
+def test_the_lock_is_released_when_its_holder_is_killed(tmp_path, gym):
     """kill -9 cannot leave a stale lock: the next collection on the same output runs."""
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config(delay_s=20.0)) as config:
-        first = subprocess.Popen(collect_argv(out, config.head_url, "--limit", "1"),
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: any(p.startswith(str(out)) for p in open_files(first.pid)), "the first to open its output")
+        first = gym.start(*collect_args(out, config.head_url, "--limit", "1"), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+        wait_until(lambda: any(p.startswith(str(out)) for p in open_files(first.pid)), "the first to open its output")
         first.kill()
         first.wait()
     with running_servers(counter_config()) as config:
-        result = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
+        result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
                         "--head", config.head_url, "--no-profile")
     assert result.exit_code == 0, result.output
     assert len(rows(out)) == N_TASKS
 
 
-def test_resume_drops_duplicate_rows_and_says_how_many(tmp_path):
+def test_resume_drops_duplicate_rows_and_says_how_many(tmp_path, gym):
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config()) as config:
         args = ["collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
                 "--head", config.head_url, "--no-profile"]
-        assert invoke(*args).exit_code == 0
+        assert gym(*args).exit_code == 0
         lines = out.read_text().splitlines(keepends=True)
         with out.open("a") as f:  # what two concurrent collections used to leave
             f.writelines([lines[0], lines[2], lines[0]])
-        second = invoke(*args, "--repeats", "2")
+        second = gym(*args, "--repeats", "2")
     assert second.exit_code == 0, second.output
     assert "dropped 3 duplicate rows" in second.output
     keys = [(r["task_index"], r["rollout_index"]) for r in rows(out)]
@@ -383,7 +356,7 @@ def servers_except(config: dict[str, Any], missing: str) -> Iterator[GlobalConfi
 
 
 @pytest.mark.parametrize("victim", ["agent", "counter", "policy"])
-def test_kill_9_of_a_server_mid_collection_ends_with_every_rollout_once_in_one_run(tmp_path, victim):
+def test_kill_9_of_a_server_mid_collection_ends_with_every_rollout_once_in_one_run(tmp_path, victim, gym):
     """`gym collect --serve`, one of its servers killed with -9 while rollouts are in flight and
     restarted by the launcher on its port: the rollouts that failed meanwhile are retried, and the
     same run ends with every (task, rollout) exactly once and no failure."""
@@ -391,15 +364,13 @@ def test_kill_9_of_a_server_mid_collection_ends_with_every_rollout_once_in_one_r
     config.write_text(json.dumps({**counter_config(delay_s=0.05), "head_server": {"port": 0}}))
     out = tmp_path / "out.jsonl"
     repeats = 8
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gym_cli", "collect", "--serve", str(config), "--isolation", "none", "--input",
-         str(COUNTER_TASKS), "--output", str(out), "--agent", "agent", "--repeats", str(repeats), "--parallel", "4",
-         "--retries", "6", "--retry-backoff", "1", "--no-profile"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
+    proc = gym.start("collect", "--serve", str(config), "--isolation", "none", "--input", str(COUNTER_TASKS),
+                     "--output", str(out), "--agent", "agent", "--repeats", str(repeats), "--parallel", "4",
+                     "--retries", "6", "--retry-backoff", "1", "--no-profile", stdout=subprocess.DEVNULL,
+                     stderr=subprocess.PIPE)
     try:
-        wait_for(lambda: proc.poll() is not None or (out.exists() and len(out.read_bytes().splitlines()) >= 4),
-                 "the first rows", timeout_s=180)
+        wait_until(lambda: proc.poll() is not None or (out.exists() and len(out.read_bytes().splitlines()) >= 4),
+                   "the first rows", timeout_s=180)
         assert proc.poll() is None
         children = [int(p) for task in Path(f"/proc/{proc.pid}/task").iterdir()
                     for p in (task / "children").read_text().split()]
@@ -417,7 +388,7 @@ def test_kill_9_of_a_server_mid_collection_ends_with_every_rollout_once_in_one_r
     assert "were retried" in err
 
 
-def test_sessions_lost_in_a_restart_are_retried_not_scored(tmp_path):
+def test_sessions_lost_in_a_restart_are_retried_not_scored(tmp_path, gym):
     """The resources server restarts while rollouts wait on the model: their sessions are gone, the
     agent fails them with a typed reason (session_expired / invalid_session, not a 5xx), and the
     collector retries them in the same run: every row is scored on its own seeded state."""
@@ -434,12 +405,9 @@ def test_sessions_lost_in_a_restart_are_retried_not_scored(tmp_path):
     restarted = None
     try:
         counter_thread = ServerThread(first.build_app(), counter.host, counter.port).start()
-        collector = subprocess.Popen(
-            collect_argv(out, config.head_url, "--limit", "3", "--parallel", "3", "--retries", "2",
-                         "--retry-backoff", "0.1"),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        wait_for(lambda: len(first.sessions) >= 3, "three seeded sessions")  # the rollouts now wait on the model
+        collector = gym.start(*collect_args(out, config.head_url, "--limit", "3", "--parallel", "3", "--retries", "2",
+                                            "--retry-backoff", "0.1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_until(lambda: len(first.sessions) >= 3, "three seeded sessions")  # the rollouts now wait on the model
         counter_thread.stop()
         restarted = ServerThread(build_server(config, "counter", plugins).build_app(), counter.host, counter.port).start()
         _, err = collector.communicate(timeout=120)
@@ -454,12 +422,12 @@ def test_sessions_lost_in_a_restart_are_retried_not_scored(tmp_path):
     assert "were retried" in err
 
 
-def test_a_rollout_is_retried_at_most_n_times_then_recorded_as_failed(tmp_path):
+def test_a_rollout_is_retried_at_most_n_times_then_recorded_as_failed(tmp_path, gym):
     """The agent never comes up: each rollout is tried 1 + --retries times, then goes to the failures
     file with its typed reason and the number of attempts."""
     out = tmp_path / "out.jsonl"
     with servers_except(counter_config(), "agent") as config:
-        result = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
+        result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
                         "--head", config.head_url, "--limit", "2", "--retries", "2", "--retry-backoff", "0.01",
                         "--no-profile")
     assert result.exit_code == 1, result.output
@@ -470,13 +438,13 @@ def test_a_rollout_is_retried_at_most_n_times_then_recorded_as_failed(tmp_path):
     assert "4 attempts failed for an infrastructure reason and were retried" in result.output
 
 
-def test_a_task_error_is_not_retried(tmp_path):
+def test_a_task_error_is_not_retried(tmp_path, gym):
     """A 4xx (the task itself is bad) fails at once: retrying cannot help."""
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"responses_create_params": {"input": "add"}, "initial_count": "x",
                                  "expected_count": 3}) + "\n")
     with running_servers(counter_config()) as config:
-        result = invoke("collect", "--input", str(tasks), "--output", str(tmp_path / "out.jsonl"), "--agent",
+        result = gym("collect", "--input", str(tasks), "--output", str(tmp_path / "out.jsonl"), "--agent",
                         "agent", "--head", config.head_url, "--retries", "3", "--no-profile")
     assert result.exit_code == 1, result.output
     [failure] = rows(tmp_path / "out.failures.jsonl")
@@ -486,22 +454,21 @@ def test_a_task_error_is_not_retried(tmp_path):
 # --- the per-rollout deadline (the collector's half) ---------------------------------------------------
 
 
-def test_the_rollout_deadline_is_enforced(tmp_path):
+def test_the_rollout_deadline_is_enforced(tmp_path, gym):
     """The model is slow (3 s per answer): with --rollout-timeout 1 the rollout fails as a timeout
     rather than wait for it (the collector's old limits allowed two hours)."""
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config(delay_s=3.0)) as config:
-        result = subprocess.run(collect_argv(out, config.head_url, "--limit", "1", "--rollout-timeout", "1"),
-                                capture_output=True, text=True, timeout=25)
+        result = gym.run(*collect_args(out, config.head_url, "--limit", "1", "--rollout-timeout", "1"), timeout_s=25)
     assert result.returncode == 1, result.stderr
     [failure] = rows(tmp_path / "out.failures.jsonl")
     assert failure["reason"] == "ServerTimeoutError"
     assert not rows(out)
 
 
-def test_rollout_timeout_must_be_positive(tmp_path):
+def test_rollout_timeout_must_be_positive(tmp_path, gym):
     for bad in ("0", "-5"):
-        result = invoke("collect", "--input", str(COUNTER_TASKS), "--output", str(tmp_path / "o.jsonl"),
+        result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(tmp_path / "o.jsonl"),
                         "--agent", "agent", "--head", "http://127.0.0.1:9", "--rollout-timeout", bad)
         assert result.exit_code == 2
         assert "--rollout-timeout" in result.output
@@ -541,7 +508,7 @@ def unwritable_path(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("case", ["directory", "under a file", "unwritable"])
-def test_an_unusable_output_is_refused_before_the_servers_start(tmp_path, case):
+def test_an_unusable_output_is_refused_before_the_servers_start(tmp_path, case, gym):
     """Checked before --serve starts anything: the servers would otherwise start (minutes, for a
     real model) only for a traceback at the first row."""
     (tmp_path / "a_file").write_text("x")
@@ -552,27 +519,27 @@ def test_an_unusable_output_is_refused_before_the_servers_start(tmp_path, case):
     }[case]
     config = tmp_path / "servers.yaml"
     config.write_text(json.dumps({**counter_config(), "head_server": {"port": 0}}))
-    result = invoke("collect", "--serve", str(config), "--isolation", "none", "--input", str(COUNTER_TASKS),
+    result = gym("collect", "--serve", str(config), "--isolation", "none", "--input", str(COUNTER_TASKS),
                     "--output", str(output), "--no-profile")
     assert result.exit_code == 2, result.output
     assert f"--output {output}" in result.output and message in result.output
     assert "All servers ready" not in result.output
 
 
-def test_a_bad_port_is_a_config_error_not_a_traceback(tmp_path):
+def test_a_bad_port_is_a_config_error_not_a_traceback(tmp_path, gym):
     config = tmp_path / "servers.yaml"
     config.write_text("counter:\n  plugin: counter\n  port: 11803x\nhead_server:\n  port: 0\n")
-    result = invoke("run", str(config), "--isolation", "none")
+    result = gym("run", str(config), "--isolation", "none")
     assert result.exit_code == 2, result.output
     assert "counter.port: '11803x' is not a port number" in result.output
-    head = invoke("run", str(config), "--isolation", "none", "counter.port=0", "head_server.port=70000")
+    head = gym("run", str(config), "--isolation", "none", "counter.port=0", "head_server.port=70000")
     assert head.exit_code == 2, head.output
     assert "head_server.port: 70000 is out of range" in head.output
 
 
-def test_a_misspelt_option_reads_as_an_unknown_option(tmp_path):
+def test_a_misspelt_option_reads_as_an_unknown_option(tmp_path, gym):
     """`gym run --isolaton none CONFIG` used to read as "config file not found: --isolaton"."""
-    result = invoke("run", "--isolaton", "none", str(COUNTER_SCRIPTED))
+    result = gym("run", "--isolaton", "none", str(COUNTER_SCRIPTED))
     assert result.exit_code == 2, result.output
     assert "No such option '--isolaton'" in result.output and "Did you mean '--isolation'?" in result.output
     assert "config file not found" not in result.output

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from click.testing import CliRunner
 from rich.console import Console
 from rich.text import Text
 
@@ -29,7 +28,6 @@ from gym_cli.live import (
     make_reporter,
     progress_event,
 )
-from gym_cli.main import cli
 from gym_cli.rollouts import CollectSummary
 
 COUNTER_TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]
@@ -69,12 +67,12 @@ def servers():
         yield config
 
 
-def collect(tmp_path: Path, head: str, *args: str, env: dict[str, str] | None = None):
+def collect(gym, tmp_path: Path, head: str, *args: str, env: dict[str, str] | None = None):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
     out = tmp_path / "out.jsonl"
-    result = CliRunner().invoke(cli(), ["collect", "--input", str(tasks), "--output", str(out), "--head", head,
-                                        "--repeats", str(REPEATS), "--parallel", "3", *args], env=env, catch_exceptions=False)
+    result = gym("collect", "--input", str(tasks), "--output", str(out), "--head", head, "--repeats", str(REPEATS),
+                 "--parallel", "3", *args, env=env)
     return result, out
 
 
@@ -82,8 +80,8 @@ def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_json_progress_events_add_up_and_end_with_the_summary(tmp_path, servers):
-    result, out = collect(tmp_path, servers.head_url, "--progress", "json", "--progress-interval", "0.01")
+def test_json_progress_events_add_up_and_end_with_the_summary(tmp_path, servers, gym):
+    result, out = collect(gym, tmp_path, servers.head_url, "--progress", "json", "--progress-interval", "0.01")
     assert result.exit_code == 1, result.stderr  # the refused counter task failed
     # stdout is nothing but events: every line decodes strictly as one.
     events = [msgspec.json.decode(line, type=ProgressEvent) for line in result.stdout.splitlines()]
@@ -118,17 +116,17 @@ def test_json_progress_events_add_up_and_end_with_the_summary(tmp_path, servers)
     assert "reward profile" in result.stderr and (tmp_path / "out.profile.json").exists()
 
 
-def test_json_progress_of_a_finished_collection_is_one_done_event(tmp_path, servers):
-    first, _ = collect(tmp_path, servers.head_url, "--progress", "json", "--no-profile")
-    again, _ = collect(tmp_path, servers.head_url, "--progress", "json", "--no-profile")
+def test_json_progress_of_a_finished_collection_is_one_done_event(tmp_path, servers, gym):
+    first, _ = collect(gym, tmp_path, servers.head_url, "--progress", "json", "--no-profile")
+    again, _ = collect(gym, tmp_path, servers.head_url, "--progress", "json", "--no-profile")
     assert first.exit_code == again.exit_code == 1  # the refused task fails each time
     events = [msgspec.json.decode(line, type=ProgressEvent) for line in again.stdout.splitlines()]
     assert events[-1].event == "done"
     assert (events[-1].skipped, events[-1].done, events[-1].failed) == (5 * REPEATS, 0, REPEATS)
 
 
-def test_plain_progress_prints_readable_lines_and_a_final_line(tmp_path, servers):
-    result, out = collect(tmp_path, servers.head_url, "--progress", "plain", "--progress-interval", "0.01", "--no-profile")
+def test_plain_progress_prints_readable_lines_and_a_final_line(tmp_path, servers, gym):
+    result, out = collect(gym, tmp_path, servers.head_url, "--progress", "plain", "--progress-interval", "0.01", "--no-profile")
     assert result.exit_code == 1, result.stderr
     progress = [line for line in result.stderr.splitlines() if line.startswith("collecting ")]
     assert progress and progress[0].startswith(f"collecting 0/{len(TASKS) * REPEATS} (0%)")
@@ -144,9 +142,9 @@ def test_plain_progress_prints_readable_lines_and_a_final_line(tmp_path, servers
     assert result.stdout == ""  # nothing to stdout without --profile
 
 
-def test_auto_progress_on_a_terminal_is_the_live_panel(tmp_path, servers):
+def test_auto_progress_on_a_terminal_is_the_live_panel(tmp_path, servers, gym):
     """FORCE_COLOR makes rich treat stderr as a terminal, as a person's shell is."""
-    result, _ = collect(tmp_path, servers.head_url, "--no-profile", env={"FORCE_COLOR": "1", "COLUMNS": "160"})
+    result, _ = collect(gym, tmp_path, servers.head_url, "--no-profile", env={"FORCE_COLOR": "1", "COLUMNS": "160"})
     assert result.exit_code == 1, result.stderr
     text = Text.from_ansi(result.stderr).plain  # without the colour and cursor codes
     last_panel = text[text.rindex("gym collect"):]
@@ -168,12 +166,10 @@ def test_auto_progress_without_a_terminal_is_plain():
         make_reporter("fancy", console)
 
 
-def test_progress_interval_must_be_positive(tmp_path):
-    result = CliRunner().invoke(cli(), ["collect", "--input", "x.jsonl", "--output", str(tmp_path / "o.jsonl"),
-                                        "--progress-interval", "0"])
+def test_progress_interval_must_be_positive(tmp_path, gym):
+    result = gym("collect", "--input", "x.jsonl", "--output", str(tmp_path / "o.jsonl"), "--progress-interval", "0")
     assert result.exit_code == 2 and "--progress-interval" in result.output
-    result = CliRunner().invoke(cli(), ["collect", "--input", "x.jsonl", "--output", str(tmp_path / "o.jsonl"),
-                                        "--progress", "fancy"])
+    result = gym("collect", "--input", "x.jsonl", "--output", str(tmp_path / "o.jsonl"), "--progress", "fancy")
     assert result.exit_code == 2 and "--progress" in result.output and "plain" in result.output
 
 

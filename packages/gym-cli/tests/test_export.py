@@ -283,6 +283,7 @@ def test_sft_filters_and_counts_each_dropped_row_once(tmp_path):
         rollout(0, 1.0, [call("x2", "f", "{}"), output("x2", "1"), say("D")]),  # the same but for the call id
         answer(1, 1.0, "E", status="incomplete"),  # cut off
         rollout(1, 1.0, [call("y", "f", "{}"), output("y", "1")]),  # ends with a tool output
+        answer(1, 1.0, "none") | {"response": None},  # no trajectory at all
         rollout(1, 1.0, [say("F")], status="failed"),
         {"task_index": 1, "rollout_index": 3, "reason": "server_unavailable", "message": "down", "attempts": 4},
         answer(2, 0.0, "G"),
@@ -298,8 +299,8 @@ def test_sft_filters_and_counts_each_dropped_row_once(tmp_path):
     ]
     assert texts == [["A"], ["B"], ["D"], ["I"]]
     summary = json.loads((tmp_path / "s.json").read_text())
-    assert summary["dropped"] == {"failed": 2, "incomplete": 2, "below_threshold": 3, "duplicate": 2}
-    assert (summary["rows_read"], summary["kept"], summary["rows_written"], summary["tasks"]) == (13, 4, 4, 3)
+    assert summary["dropped"] == {"failed": 2, "incomplete": 3, "below_threshold": 3, "duplicate": 2}
+    assert (summary["rows_read"], summary["kept"], summary["rows_written"], summary["tasks"]) == (14, 4, 4, 3)
     assert "below_threshold" in result.output and "reward below --min-reward" in result.output
 
     # Best of 2 per task (the earlier row on a tie); the pass-rate window drops task 2 (1 of 3 pass) whole.
@@ -324,7 +325,7 @@ def test_sft_filters_and_counts_each_dropped_row_once(tmp_path):
     assert summary["dropped"] == {
         "failed": 2,
         "pass_rate": 3,
-        "incomplete": 2,
+        "incomplete": 3,
         "below_threshold": 1,
         "duplicate": 2,
         "not_best": 1,

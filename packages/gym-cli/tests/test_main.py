@@ -3,24 +3,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 
 from gym_core.errors import ConfigError, GymError, ServerUnavailableError
 
 from gym_cli.exits import CommandFailed, ExitCode
 from gym_cli.launch.supervisor import ChildExitedError
-from gym_cli.main import cli, exit_code
+from gym_cli.main import exit_code
 from gym_cli.rollouts import InputError
-
-
-def gym(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym_cli", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize(
@@ -47,28 +40,28 @@ def test_a_bug_is_not_hidden_behind_an_exit_code():
         exit_code(ZeroDivisionError("a bug"))
 
 
-def test_help_documents_the_exit_codes():
-    result = CliRunner().invoke(cli(), ["--help"])
+def test_help_documents_the_exit_codes(gym):
+    result = gym("--help")
     assert result.exit_code == ExitCode.OK
     assert "Exit status:" in result.output
     for code in ("0", "1", "2", "130"):
         assert f"  {code} " in result.output
 
 
-def test_usage_errors_exit_2():
-    missing = gym("collect", "--output", "rollouts.jsonl")
+def test_usage_errors_exit_2(gym):
+    missing = gym.run("collect", "--output", "rollouts.jsonl")
     assert missing.returncode == 2 and "Missing option '--input'" in missing.stderr
-    unknown = gym("nosuchcommand")
+    unknown = gym.run("nosuchcommand")
     assert unknown.returncode == 2 and "No such command" in unknown.stderr
 
 
-def test_bad_input_exits_2_with_one_error_line(tmp_path: Path):
-    proc = gym("profile", str(tmp_path / "missing.jsonl"))
+def test_bad_input_exits_2_with_one_error_line(tmp_path: Path, gym):
+    proc = gym.run("profile", str(tmp_path / "missing.jsonl"))
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: rollouts file not found: {tmp_path / 'missing.jsonl'}"
 
 
-def test_a_failed_check_exits_1(tmp_path: Path):
-    proc = gym("status", "--head", "http://127.0.0.1:9")
+def test_a_failed_check_exits_1(tmp_path: Path, gym):
+    proc = gym.run("status", "--head", "http://127.0.0.1:9")
     assert proc.returncode == 1
     assert "no gym servers are running at http://127.0.0.1:9" in proc.stderr

@@ -9,18 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from gym_cli.main import cli
-
 REPO = Path(__file__).resolve().parents[3]
 
 
-def gym(*args: str, env: dict[str, str] | None = None):
-    return CliRunner().invoke(cli(), list(args), env=env)
-
-
-def test_show_json_has_kind_plugin_and_described_options():
+def test_show_json_has_kind_plugin_and_described_options(gym):
     result = gym("plugin", "show", "math", "--json")
     assert result.exit_code == 0, result.output
     info = json.loads(result.stdout)
@@ -33,7 +25,7 @@ def test_show_json_has_kind_plugin_and_described_options():
     assert options["port"]["inherited"] and options["port"]["description"]
 
 
-def test_show_text_names_required_options_and_references():
+def test_show_text_names_required_options_and_references(gym):
     result = gym("plugin", "show", "simple_agent", env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert result.output.startswith("simple_agent (agent server type)\n  plugin:      gym-simple-agent ")
@@ -41,13 +33,13 @@ def test_show_text_names_required_options_and_references():
     assert "model server name" in line and "required" in line
 
 
-def test_show_unknown_name_is_a_usage_error():
+def test_show_unknown_name_is_a_usage_error(gym):
     result = gym("plugin", "show", "mth")
     assert result.exit_code == 2
     assert "unknown server type 'mth' (did you mean 'math'?)" in result.output
 
 
-def test_list_verbose_shows_each_server_types_own_options():
+def test_list_verbose_shows_each_server_types_own_options(gym):
     result = gym("plugin", "list", "--verbose", env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "math (resources): its own options" in result.output

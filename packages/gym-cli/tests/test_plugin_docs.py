@@ -9,11 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gym_cli.catalog import find_catalog
 from gym_cli.commands.plugin_new import render_template
-from gym_cli.main import cli
 from gym_cli.plugin_docs import (
     HEADINGS,
     check_package,
@@ -26,10 +24,6 @@ from gym_cli.venvs import find_uv
 
 REPO = Path(__file__).resolve().parents[3]
 FIX = "run `uv run gym plugin docs` from the repository root (it rewrites the Options tables) and fix what it lists"
-
-
-def gym(*args: str):
-    return CliRunner().invoke(cli(), list(args))
 
 
 def catalog_packages() -> list[Path]:
@@ -52,7 +46,7 @@ def test_every_plugin_readme_has_its_sections_and_current_options_tables():
     assert not report, "\n".join(report) + f"\n\n{FIX}"
 
 
-def test_the_markdown_of_gym_plugin_show_is_the_readme_s_table():
+def test_the_markdown_of_gym_plugin_show_is_the_readme_s_table(gym):
     result = gym("plugin", "show", "math", "--markdown")
     assert result.exit_code == 0, result.output
     readme = (REPO / "plugins" / "resources" / "math" / "README.md").read_text()
@@ -62,7 +56,7 @@ def test_the_markdown_of_gym_plugin_show_is_the_readme_s_table():
     assert "| `grading_mode` | `'library' \\| 'boxed'` | `\"library\"` |" in result.output
 
 
-def test_show_refuses_json_and_markdown_together():
+def test_show_refuses_json_and_markdown_together(gym):
     result = gym("plugin", "show", "math", "--markdown", "--json")
     assert result.exit_code == 2
     assert "exclude each other" in result.output
@@ -149,7 +143,7 @@ def _break_readme(package: Path) -> None:
     (package / "data" / "example.jsonl").unlink()
 
 
-def test_docs_check_names_what_is_missing_and_docs_regenerates_the_table(package):
+def test_docs_check_names_what_is_missing_and_docs_regenerates_the_table(package, gym):
     _break_readme(package)
     result = gym("plugin", "docs", "--check", str(package))
     assert result.exit_code == 1, result.output
@@ -171,7 +165,7 @@ def test_docs_check_names_what_is_missing_and_docs_regenerates_the_table(package
     assert result.exit_code == 0, result.output
 
 
-def test_a_table_is_added_where_none_is_and_a_stale_one_removed(package):
+def test_a_table_is_added_where_none_is_and_a_stale_one_removed(package, gym):
     readme = package / "README.md"
     text = re.sub(
         r"<!-- options my_env: begin.*?<!-- options my_env: end -->\n", "", readme.read_text(), flags=re.DOTALL
@@ -198,7 +192,7 @@ def test_a_package_that_does_not_load_is_noted_not_failed(tmp_path):
     assert "do not load" in notes[0] and "gym_pkg" in notes[0]
 
 
-def test_gym_test_fails_on_a_readme_that_lacks_its_sections(package):
+def test_gym_test_fails_on_a_readme_that_lacks_its_sections(package, gym):
     _break_readme(package)
     result = gym("test", str(package), "--isolation", "none", "--quiet")
     assert result.exit_code == 1, result.output
@@ -213,7 +207,7 @@ def test_gym_test_fails_on_a_readme_that_lacks_its_sections(package):
 
 
 @pytest.mark.skipif(find_uv() is None, reason="gym plugin build needs uv")
-def test_build_refuses_a_readme_that_lacks_its_sections(package, tmp_path):
+def test_build_refuses_a_readme_that_lacks_its_sections(package, tmp_path, gym):
     _break_readme(package)
     out = tmp_path / "dist"
     result = gym("plugin", "build", str(package), "--out", str(out))

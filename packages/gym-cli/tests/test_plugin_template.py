@@ -18,9 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gym_cli.main import cli
 from gym_cli.venvs import find_uv
 
 REPO = Path(__file__).resolve().parents[3]
@@ -34,16 +32,12 @@ KINDS = [
 ]
 
 
-def gym(*args: str, env: dict[str, str] | None = None):
-    return CliRunner().invoke(cli(), list(args), env=env)
-
-
 def files_under(directory: Path) -> set[str]:
     return {str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
 
 @pytest.mark.parametrize(("kind", "name", "plugin_name", "module"), KINDS)
-def test_generated_plugin_passes_its_own_tests(tmp_path, kind, name, plugin_name, module):
+def test_generated_plugin_passes_its_own_tests(tmp_path, kind, name, plugin_name, module, gym):
     target = tmp_path / plugin_name
     result = gym("plugin", "new", kind, name, "--output-dir", str(target))
     assert result.exit_code == 0, result.output
@@ -110,7 +104,7 @@ print(json.dumps({
 """
 
 
-def test_new_refuses_an_existing_directory(tmp_path):
+def test_new_refuses_an_existing_directory(tmp_path, gym):
     (tmp_path / "taken").mkdir()
     result = gym("plugin", "new", "model", "fresh", "--output-dir", str(tmp_path / "taken"))
     assert result.exit_code != 0
@@ -119,20 +113,20 @@ def test_new_refuses_an_existing_directory(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["Bad Name", "1st", "a--b", "x_"])
-def test_new_rejects_bad_names(tmp_path, name):
+def test_new_rejects_bad_names(tmp_path, name, gym):
     result = gym("plugin", "new", "model", name, "--output-dir", str(tmp_path / "x"))
     assert result.exit_code != 0
     assert "not a valid plugin name" in result.output
     assert not (tmp_path / "x").exists()
 
 
-def test_new_refuses_the_name_of_a_known_plugin(tmp_path):
+def test_new_refuses_the_name_of_a_known_plugin(tmp_path, gym):
     result = gym("plugin", "new", "resources", "counter", "--output-dir", str(tmp_path / "counter"))
     assert result.exit_code != 0
     assert "already" in result.output and "counter" in result.output
 
 
-def test_new_default_directory_in_a_workspace(tmp_path):
+def test_new_default_directory_in_a_workspace(tmp_path, gym):
     (tmp_path / "workspace.toml").write_text("[plugins]\n")
     result = gym("plugin", "new", "agent", "gym-planner", env={"GYM_WORKSPACE": str(tmp_path)})
     assert result.exit_code == 0, result.output
@@ -143,7 +137,7 @@ def test_new_default_directory_in_a_workspace(tmp_path):
     assert "gym plugin install" in result.output and not (tmp_path / "pyproject.toml").exists()
 
 
-def test_new_default_directory_outside_a_workspace(tmp_path, monkeypatch):
+def test_new_default_directory_outside_a_workspace(tmp_path, monkeypatch, gym):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("GYM_WORKSPACE", raising=False)
     result = gym("plugin", "new", "model", "solo")
@@ -192,7 +186,7 @@ def test_list_json_names_kinds_without_heavy_imports(tmp_path):
     assert counter["version"] and counter["in_catalog"] and counter["venv"] == "not built"
 
 
-def test_list_table(tmp_path):
+def test_list_table(tmp_path, gym):
     result = gym("plugin", "list", env={"GYM_HOME": str(tmp_path)})
     assert result.exit_code == 0, result.output
     for name in ("counter", "scripted", "simple_agent"):
@@ -209,7 +203,7 @@ def one_line_error(result) -> str:
     return lines[0]
 
 
-def test_install_path_without_pyproject(tmp_path):
+def test_install_path_without_pyproject(tmp_path, gym):
     (tmp_path / "not_a_package").mkdir()
     result = gym("plugin", "install", str(tmp_path / "not_a_package"), env={"GYM_HOME": str(tmp_path / "home")})
     assert result.exit_code != 0
@@ -217,13 +211,13 @@ def test_install_path_without_pyproject(tmp_path):
     assert not (tmp_path / "home").exists()
 
 
-def test_install_missing_directory(tmp_path):
+def test_install_missing_directory(tmp_path, gym):
     result = gym("plugin", "install", str(tmp_path / "nowhere"), env={"GYM_HOME": str(tmp_path / "home")})
     assert result.exit_code != 0
     assert "is not a directory" in one_line_error(result)
 
 
-def test_install_package_without_gym_entry_point(tmp_path):
+def test_install_package_without_gym_entry_point(tmp_path, gym):
     package = tmp_path / "plain"
     package.mkdir()
     (package / "pyproject.toml").write_text('[project]\nname = "plain"\nversion = "1.0"\n')
@@ -232,7 +226,7 @@ def test_install_package_without_gym_entry_point(tmp_path):
     assert "declares no entry point in group 'gym'" in one_line_error(result)
 
 
-def test_install_outside_a_workspace_records_in_the_user_catalog_only_what_installed(tmp_path, monkeypatch):
+def test_install_outside_a_workspace_records_in_the_user_catalog_only_what_installed(tmp_path, monkeypatch, gym):
     """Outside a workspace the catalog is $GYM_HOME/workspace.toml; a package no index has is a clear
     error that records nothing (UV_OFFLINE: the answer comes from uv's cache, not the network)."""
     monkeypatch.chdir(tmp_path)
@@ -249,7 +243,7 @@ def test_install_outside_a_workspace_records_in_the_user_catalog_only_what_insta
 
 
 @pytest.mark.skipif(find_uv() is None, reason="needs uv")
-def test_install_then_test_in_the_isolated_environment(tmp_path):
+def test_install_then_test_in_the_isolated_environment(tmp_path, gym):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "workspace.toml").write_text(f'[core]\npath = "{REPO / "packages" / "gym-core"}"\n')
@@ -304,7 +298,7 @@ def comment_lines(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if line.lstrip().startswith("#")]
 
 
-def test_new_registers_the_plugin_in_the_workspace(tmp_path):
+def test_new_registers_the_plugin_in_the_workspace(tmp_path, gym):
     from gym_cli.workspace import check, register_member
 
     root = copy_of_workspace(tmp_path)
@@ -329,7 +323,7 @@ def test_new_registers_the_plugin_in_the_workspace(tmp_path):
     assert ((root / "pyproject.toml").read_text(), (root / "workspace.toml").read_text()) == before
 
 
-def test_new_outside_the_workspace_directory_registers_nothing(tmp_path):
+def test_new_outside_the_workspace_directory_registers_nothing(tmp_path, gym):
     root = copy_of_workspace(tmp_path)
     before = (root / "pyproject.toml").read_text(), (root / "workspace.toml").read_text()
     result = gym("plugin", "new", "model", "elsewhere", "--output-dir", str(tmp_path / "elsewhere"),
@@ -339,7 +333,7 @@ def test_new_outside_the_workspace_directory_registers_nothing(tmp_path):
     assert "gym plugin install" in result.output
 
 
-def test_a_member_outside_the_member_globs_is_added_to_them(tmp_path):
+def test_a_member_outside_the_member_globs_is_added_to_them(tmp_path, gym):
     from gym_cli.workspace import check, find_members
 
     root = copy_of_workspace(tmp_path)
@@ -352,7 +346,7 @@ def test_a_member_outside_the_member_globs_is_added_to_them(tmp_path):
     assert check(root) == []  # its kind came from `gym plugin new`, recorded in workspace.toml
 
 
-def test_workspace_check_reports_drift_and_sync_repairs_it(tmp_path):
+def test_workspace_check_reports_drift_and_sync_repairs_it(tmp_path, gym):
     root = copy_of_workspace(tmp_path)
     env = {"GYM_WORKSPACE": str(root)}
     assert gym("workspace", "check", env=env).exit_code == 0
@@ -383,7 +377,7 @@ def test_workspace_check_reports_drift_and_sync_repairs_it(tmp_path):
     assert gym("workspace", "sync", env=env).output.strip().endswith("was in sync already")
 
 
-def test_workspace_check_outside_a_workspace_is_a_usage_error(tmp_path, monkeypatch):
+def test_workspace_check_outside_a_workspace_is_a_usage_error(tmp_path, monkeypatch, gym):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("GYM_WORKSPACE", raising=False)
     result = gym("workspace", "check")
@@ -392,7 +386,7 @@ def test_workspace_check_outside_a_workspace_is_a_usage_error(tmp_path, monkeypa
 
 
 @pytest.mark.skipif(find_uv() is None, reason="needs uv")
-def test_uv_run_pytest_runs_a_new_plugin_s_tests(tmp_path):
+def test_uv_run_pytest_runs_a_new_plugin_s_tests(tmp_path, gym):
     """End to end, as a user would: `gym plugin new`, then `uv run pytest` installs the new member
     and runs its tests. A small workspace (gym-core and the new plugin) keeps its venv quick to build."""
     root = tmp_path / "ws"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import textwrap
 import threading
@@ -13,6 +12,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
+from gym_core.config import free_port, port_is_free
 
 from gym_cli.launch.supervisor import ChildExitedError, ChildSpec, ReadyTimeoutError, Supervisor
 
@@ -44,22 +45,6 @@ SERVER = textwrap.dedent(
         print("interrupted, bye")
     """
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 def answers_ready(port: int) -> bool:

@@ -8,11 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gym_core.testing import running_servers
 
-from gym_cli.main import cli
 from gym_cli.reward_profile import build_profile
 from gym_cli.rollouts import read_rollouts
 
@@ -41,13 +39,12 @@ TOKENS = {"agent_a": (7, 4, 3), "agent_b": (4, 1, 3), "agent_c": (2, 1, 1)}
 
 
 @pytest.fixture(scope="module")
-def collected(tmp_path_factory) -> Path:
+def collected(tmp_path_factory, gym) -> Path:
     folder = tmp_path_factory.mktemp("profile")
     tasks, out = folder / "tasks.jsonl", folder / "rollouts.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
     with running_servers(CONFIG) as running:
-        result = CliRunner().invoke(cli(), ["collect", "--input", str(tasks), "--output", str(out), "--repeats", "2",
-                                            "--head", running.head_url, "--no-profile"], catch_exceptions=False)
+        result = gym("collect", "--input", str(tasks), "--output", str(out), "--repeats", "2", "--head", running.head_url, "--no-profile")
     assert result.exit_code == 0, result.output
     return out
 
@@ -108,10 +105,9 @@ def test_rows_without_a_record_have_no_costs(collected: Path):
     assert groups["agent_a"]["turns_per_rollout"] == 2.0
 
 
-def test_the_command_prints_and_writes_the_grouping(collected: Path, tmp_path: Path):
+def test_the_command_prints_and_writes_the_grouping(collected: Path, tmp_path: Path, gym):
     output = tmp_path / "p.json"
-    result = CliRunner().invoke(cli(), ["profile", str(collected), "--by", "model", "-k", "1", "--output", str(output)],
-                                catch_exceptions=False)
+    result = gym("profile", str(collected), "--by", "model", "-k", "1", "--output", str(output))
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert any(line.strip() == "by model" for line in lines)
@@ -120,7 +116,7 @@ def test_the_command_prints_and_writes_the_grouping(collected: Path, tmp_path: P
         "model-b", "1.0", "0.0", "4.0", "1.0", "3.0"]
     written = json.loads(output.read_text())
     assert written["grouped_by"] == "model" and written["groups"]["model-b"]["tokens_per_rollout"]["total"] == 4.0
-    wrong = CliRunner().invoke(cli(), ["profile", str(collected), "--by", "task"])
+    wrong = gym("profile", str(collected), "--by", "task")
     assert wrong.exit_code == 2 and "'task' is not one of" in wrong.output
 
 

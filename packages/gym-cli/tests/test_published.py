@@ -14,11 +14,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gym_cli.commands.plugin_new import render_template
 from gym_cli.distributions import check_core_requirement, check_wheel
-from gym_cli.main import cli
 from gym_cli.venvs import find_uv
 from gym_cli.venvs.wheels import installed_wheel
 
@@ -111,10 +109,10 @@ def _package(directory: Path, *, entry_point: str, readme: bool, core: str) -> P
     return directory
 
 
-def test_build_refuses_a_package_listing_every_problem_and_writes_nothing(tmp_path):
+def test_build_refuses_a_package_listing_every_problem_and_writes_nothing(tmp_path, gym):
     package = _package(tmp_path / "bad", entry_point="gym_bad.plugins", readme=False, core="gym-core")
     out = tmp_path / "dist"
-    result = CliRunner().invoke(cli(), ["plugin", "build", str(package), "--out", str(out)])
+    result = gym("plugin", "build", str(package), "--out", str(out))
     assert result.exit_code == 1, result.output
     assert "gym_bad-0.1.0-py3-none-any.whl cannot be published" in result.output
     assert "names module 'gym_bad.plugins', which the wheel does not contain" in result.output
@@ -124,34 +122,33 @@ def test_build_refuses_a_package_listing_every_problem_and_writes_nothing(tmp_pa
     assert [p.name for p in out.iterdir()] == []  # nothing half-checked to install or publish
 
 
-def test_build_writes_the_sdist_and_wheel_of_a_good_package(tmp_path):
+def test_build_writes_the_sdist_and_wheel_of_a_good_package(tmp_path, gym):
     package = _package(tmp_path / "good", entry_point="gym_bad.plugin", readme=True, core="gym-core>=0.1")
     out = tmp_path / "dist"
-    result = CliRunner().invoke(cli(), ["plugin", "build", str(package), "--out", str(out)])
+    result = gym("plugin", "build", str(package), "--out", str(out))
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == ["gym_bad-0.1.0-py3-none-any.whl", "gym_bad-0.1.0.tar.gz"]
     assert f"gym plugin install gym-bad --find-links {out}" in result.output
 
 
-def test_build_of_a_catalog_plugin_installed_from_a_requirement_is_refused(tmp_path, monkeypatch):
+def test_build_of_a_catalog_plugin_installed_from_a_requirement_is_refused(tmp_path, monkeypatch, gym):
     (tmp_path / "workspace.toml").write_text('[plugins.far]\nkind = "resources"\nrequirement = "gym-far"\n')
     monkeypatch.setenv("GYM_WORKSPACE", str(tmp_path))
-    result = CliRunner().invoke(cli(), ["plugin", "build", "far"])
+    result = gym("plugin", "build", "far")
     assert result.exit_code == 2
     assert "installed from gym-far, not from a package directory" in result.output
 
 
-def test_install_options_are_checked_before_anything_is_built(tmp_path, monkeypatch):
+def test_install_options_are_checked_before_anything_is_built(tmp_path, monkeypatch, gym):
     monkeypatch.setenv("GYM_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    missing = CliRunner().invoke(cli(), ["plugin", "install", "gym-x", "--find-links", str(tmp_path / "nowhere")])
+    missing = gym("plugin", "install", "gym-x", "--find-links", str(tmp_path / "nowhere"))
     assert missing.exit_code == 2
     assert f"--find-links {tmp_path / 'nowhere'}: no such directory" in missing.output
-    on_a_path = CliRunner().invoke(cli(), ["plugin", "install", str(ROOT / "plugins" / "resources" / "counter"),
-                                         "--find-links", str(tmp_path)])
+    on_a_path = gym("plugin", "install", str(ROOT / "plugins" / "resources" / "counter"), "--find-links", str(tmp_path))
     assert on_a_path.exit_code == 2
     assert "--find-links and --index-url apply to a requirement" in on_a_path.output
-    secret = CliRunner().invoke(cli(), ["plugin", "install", "gym-x", "--index-url", "https://me:s3cret@pkgs.example/simple"])
+    secret = gym("plugin", "install", "gym-x", "--index-url", "https://me:s3cret@pkgs.example/simple")
     assert secret.exit_code == 2
     assert "--index-url: the URL holds credentials" in secret.output and "s3cret" not in secret.output
     assert not (tmp_path / "home" / "venvs").exists()
@@ -173,7 +170,7 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
     return output
 
 
-def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path):
+def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path, gym):
     """gym and three plugins built into local package directories; a fresh venv with gym installed from
     them; in a directory holding only a config: install, collect, test. gym-core comes from no index:
     the plugins' venvs get the wheel gym rebuilds from its own installed gym-core."""
@@ -190,7 +187,7 @@ def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path)
     for package in ("gym-core", "gym-cli"):
         _run([uv, "build", "--wheel", "--no-sources", "--out-dir", str(gym_wheels), str(ROOT / "packages" / package)], ROOT, env)
     for package in ("resources/counter", "agents/simple_agent", "models/scripted"):
-        built = CliRunner().invoke(cli(), ["plugin", "build", str(ROOT / "plugins" / package), "--out", str(plugins)])
+        built = gym("plugin", "build", str(ROOT / "plugins" / package), "--out", str(plugins))
         assert built.exit_code == 0, built.output
     assert not any(p.name.startswith("gym_core") for p in plugins.iterdir())  # gym-core is not offered there
 

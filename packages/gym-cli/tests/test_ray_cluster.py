@@ -84,11 +84,10 @@ def test_bad_ray_and_resources_keys_are_reported_by_path():
     assert "resources" not in config.instances["c"].options
 
 
-def test_gym_config_validate_names_the_bad_resources(tmp_path: Path):
+def test_gym_config_validate_names_the_bad_resources(tmp_path: Path, gym):
     config = tmp_path / "servers.yaml"
     config.write_text(json.dumps({"ray": {}, "counter": {"plugin": "counter", "resources": {"num_gpu": 1}}}))
-    done = subprocess.run([sys.executable, "-m", "gym_cli", "config", "validate", str(config)],
-                          capture_output=True, text=True, timeout=120)
+    done = gym.run("config", "validate", str(config))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "counter.resources.num_gpu: unknown key (did you mean 'num_gpus'?)" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
@@ -319,15 +318,14 @@ def test_a_replica_killed_mid_collection_is_restarted_in_its_actor_and_nothing_i
     assert any("server 'counter#1'" in line and "restarting it" in line for line in run.lines)
 
 
-def test_resources_no_node_has_are_a_config_error_before_anything_starts(cluster: Nodes, tmp_path: Path):
+def test_resources_no_node_has_are_a_config_error_before_anything_starts(cluster: Nodes, tmp_path: Path, gym):
     config = tmp_path / "servers.yaml"
     config.write_text(json.dumps({
         "ray": {"address": cluster.address},
         "counter": {"plugin": "counter", "resources": {"custom": {"gpu_box": 1}}},
         "policy": {"plugin": "scripted", "turns": TURNS, "resources": {"node": "no-such-node"}},
     }))
-    done = subprocess.run([sys.executable, "-m", "gym_cli", "run", str(config), "--isolation", "none",
-                           "head_server.port=0"], capture_output=True, text=True, timeout=180)
+    done = gym.run("run", str(config), "--isolation", "none", "head_server.port=0", timeout_s=180)
     output = done.stdout + done.stderr
     assert done.returncode == 2, output
     assert "counter.resources: no node of the Ray cluster has gpu_box 1; its nodes: " in output
@@ -336,9 +334,8 @@ def test_resources_no_node_has_are_a_config_error_before_anything_starts(cluster
     assert "Traceback" not in output and "placing" not in output  # nothing was placed or started
 
 
-def test_gym_status_says_which_node_each_server_runs_on(run, cluster: Nodes):
-    shown = subprocess.run([sys.executable, "-m", "gym_cli", "status", "--head", run.head],
-                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "250"})
+def test_gym_status_says_which_node_each_server_runs_on(run, cluster: Nodes, gym):
+    shown = gym.run("status", "--head", run.head, env={"COLUMNS": "250"}, timeout_s=60)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert "Ray node" in shown.stdout
     rows = {line.split("│")[1].strip(): line for line in shown.stdout.splitlines() if line.count("│") > 5}
@@ -348,11 +345,10 @@ def test_gym_status_says_which_node_each_server_runs_on(run, cluster: Nodes):
         assert cluster.head[:12] in rows[name] and cluster.worker[:12] not in rows[name]
 
 
-def test_gym_stop_leaves_no_server_and_no_actor(run):
+def test_gym_stop_leaves_no_server_and_no_actor(run, gym):
     servers = [r["pid"] for r in run.row("counter")["replicas"]] + [run.row(n)["pid"] for n in ("policy", "agent")]
     actors = {parent_of(pid) for pid in servers}
-    done = subprocess.run([sys.executable, "-m", "gym_cli", "stop", "--head", run.head, "--timeout", "60"],
-                          capture_output=True, text=True, timeout=120)
+    done = gym.run("stop", "--head", run.head, "--timeout", "60")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "left running" not in done.stdout + done.stderr  # gym run stopped them itself, in order
     assert run.proc.wait(timeout=60) is not None

@@ -9,8 +9,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -46,7 +44,7 @@ def collection(counter_collection):
     return counter_collection(repeats=10, parallel=8)
 
 
-def test_three_processes_behind_one_name_published_and_shown_by_status(run):
+def test_three_processes_behind_one_name_published_and_shown_by_status(run, gym):
     row = run.row("counter")
     replicas = row["replicas"]
     assert [r["name"] for r in replicas] == ["counter#0", "counter#1", "counter#2"]
@@ -56,8 +54,7 @@ def test_three_processes_behind_one_name_published_and_shown_by_status(run):
     ready_table = "".join(run.lines)
     assert all(r["url"] in ready_table for r in replicas)  # the table at start names each replica
 
-    status = subprocess.run([sys.executable, "-m", "gym_cli", "status", "--head", run.head, "--json"],
-                            capture_output=True, text=True, timeout=60)
+    status = gym.run("status", "--head", run.head, "--json", timeout_s=60)
     assert status.returncode == 0, status.stdout + status.stderr
     shown = {r["name"]: r for r in json.loads(status.stdout)}
     assert set(shown) == {"counter#0", "counter#1", "counter#2", "policy", "agent"}

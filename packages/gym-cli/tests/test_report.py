@@ -13,17 +13,11 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 
-from gym_cli.main import cli
 from gym_cli.report.data import default_ks, load_runs, reward_ci
 
 PLOTS = ["reward_histogram", "pass_at_k", "reward_by_group", "turns", "tokens"]
-
-
-def gym(*args: str):
-    return CliRunner().invoke(cli(), list(args), catch_exceptions=False)
 
 
 class Tables(HTMLParser):
@@ -83,7 +77,7 @@ def old_runs(report_runs, tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def two_runs(old_runs, tmp_path_factory) -> tuple[Path, Path, str]:
+def two_runs(old_runs, tmp_path_factory, gym) -> tuple[Path, Path, str]:
     """The report of both runs (labels before/after) with --png: its path, the PNG folder, its HTML."""
     folder = tmp_path_factory.mktemp("report")
     output, pngs = folder / "report.html", folder / "plots"
@@ -155,7 +149,7 @@ def test_plots_inline_and_as_png(two_runs):
             assert image.format == "PNG" and image.width > 300 and image.height > 200
 
 
-def test_output_is_deterministic(two_runs, old_runs, tmp_path):
+def test_output_is_deterministic(two_runs, old_runs, tmp_path, gym):
     again = tmp_path / "again.html"
     assert gym("report", str(old_runs["before"]), str(old_runs["after"]), "-o", str(again),
                "--png", str(tmp_path)).exit_code == 0
@@ -163,7 +157,7 @@ def test_output_is_deterministic(two_runs, old_runs, tmp_path):
     assert all((tmp_path / f"{name}.png").read_bytes() == (two_runs[1] / f"{name}.png").read_bytes() for name in PLOTS)
 
 
-def test_labels_title_and_grouping(report_runs, tmp_path):
+def test_labels_title_and_grouping(report_runs, tmp_path, gym):
     output = tmp_path / "by_model.html"
     result = gym("report", str(report_runs["before"]), str(report_runs["after"]), "--label", "step 0",
                  "--label", "step 100", "--title", "Counter <before/after>", "--by", "model", "-o", str(output), "-k", "2")
@@ -177,7 +171,7 @@ def test_labels_title_and_grouping(report_runs, tmp_path):
     assert "Reward by model" in html
 
 
-def test_collected_rows_get_a_latency_plot(report_runs, tmp_path):
+def test_collected_rows_get_a_latency_plot(report_runs, tmp_path, gym):
     """gym collect records each rollout's latency_s: a report of a fresh collection plots it."""
     result = gym("report", str(report_runs["after"]), "-o", str(tmp_path / "report.html"))
     assert result.exit_code == 0, result.output
@@ -189,7 +183,7 @@ def test_collected_rows_get_a_latency_plot(report_runs, tmp_path):
     assert 0 <= p50 <= p99  # shown to 10 ms: a fast in-thread rollout may show as 0.00
 
 
-def test_majority_and_latency_when_rows_record_them(report_runs, tmp_path):
+def test_majority_and_latency_when_rows_record_them(report_runs, tmp_path, gym):
     """Rows with an extracted answer get majority@k; rows with latency_s a latency plot and p50/p99."""
     rows = [json.loads(line) for line in report_runs["after"].read_text().splitlines()]
     for row in rows:
@@ -223,7 +217,7 @@ def test_default_ks_and_confidence_interval():
     ('{"task_index": 0}\n', "{path}:1: not a rollout row (needs task_index and reward)"),
     ('{"task_index": 0, "reward": "high"}\n', "{path}: cannot profile its rows (row 0 has no numeric reward: 'high')"),
 ])
-def test_bad_rollouts_file(tmp_path, content, message):
+def test_bad_rollouts_file(tmp_path, content, message, gym):
     path = tmp_path / "rollouts.jsonl"
     if content is not None:
         path.write_text(content)
@@ -233,7 +227,7 @@ def test_bad_rollouts_file(tmp_path, content, message):
     assert not (tmp_path / "out.html").exists()
 
 
-def test_bad_failures_file_and_labels(report_runs, tmp_path):
+def test_bad_failures_file_and_labels(report_runs, tmp_path, gym):
     path = tmp_path / "run.jsonl"
     path.write_text(report_runs["before"].read_text())
     (tmp_path / "run.failures.jsonl").write_text('{"task_index": 3, "reason": "timeout"}\n[1, 2]\n')

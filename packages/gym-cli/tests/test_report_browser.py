@@ -12,10 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from PIL import Image, ImageStat
-
-from gym_cli.main import cli
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -26,10 +23,9 @@ RUN_COLOURS = [(0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)]
 
 
 @pytest.fixture(scope="module")
-def report(report_runs, tmp_path_factory) -> Path:
+def report(report_runs, tmp_path_factory, gym) -> Path:
     output = tmp_path_factory.mktemp("browser") / "report.html"
-    result = CliRunner().invoke(cli(), ["report", str(report_runs["before"]), str(report_runs["after"]), "-o", str(output)],
-                                catch_exceptions=False)
+    result = gym("report", str(report_runs["before"]), str(report_runs["after"]), "-o", str(output))
     assert result.exit_code == 0, result.output
     return output
 

@@ -9,13 +9,11 @@ import contextlib
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gym_core import Session, tool
 from gym_core.client import ServerClient
@@ -26,7 +24,6 @@ from gym_core.plugins import get_plugin_manager
 from gym_core.servers import GymServer
 from gym_core.serving import ServerThread, build_server
 
-from gym_cli.main import cli
 from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts, pending_pairs, run_async
 from gym_counter.server import CounterServer, CounterVerifyRequest, CounterVerifyResponse
 
@@ -108,10 +105,6 @@ def calls_of(server: GymServer, method: str) -> list[object]:
     return calls
 
 
-def invoke(*args: str):
-    return CliRunner().invoke(cli(), list(args), catch_exceptions=False)
-
-
 def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -141,12 +134,12 @@ def collected(tmp_path_factory) -> Path:
     return out
 
 
-def test_changed_verifier_rescores_every_row_without_calling_the_model(collected, tmp_path):
+def test_changed_verifier_rescores_every_row_without_calling_the_model(collected, tmp_path, gym):
     out = tmp_path / "reverified.jsonl"
     with serve(CONFIG, {"counter": ShiftedCounter}) as (config, servers):
         model_calls = calls_of(servers["policy"], "responses")
         agent_runs = calls_of(servers["agent"], "run")
-        result = invoke("reverify", str(collected), "--output", str(out), "--head", config.head_url)
+        result = gym("reverify", str(collected), "--output", str(out), "--head", config.head_url)
     assert result.exit_code == 0, result.output
     assert model_calls == [] and agent_runs == []  # the recorded responses were verified, nothing regenerated
     assert servers["counter"].verified == len(TASKS) * REPEATS
@@ -170,10 +163,10 @@ def test_changed_verifier_rescores_every_row_without_calling_the_model(collected
     assert rows(tmp_path / "reverified.failures.jsonl") == []
 
 
-def test_only_failed_copies_the_passed_rows_unchanged(collected, tmp_path):
+def test_only_failed_copies_the_passed_rows_unchanged(collected, tmp_path, gym):
     out = tmp_path / "reverified.jsonl"
     with serve(CONFIG, {"counter": ShiftedCounter}) as (config, servers):
-        result = invoke("reverify", str(collected), "--output", str(out), "--only-failed", "--head", config.head_url)
+        result = gym("reverify", str(collected), "--output", str(out), "--only-failed", "--head", config.head_url)
     assert result.exit_code == 0, result.output
     before, after = by_pair(rows(collected)), by_pair(rows(out))
     assert after.keys() == before.keys()
@@ -187,14 +180,14 @@ def test_only_failed_copies_the_passed_rows_unchanged(collected, tmp_path):
     assert f"{len(passed)} copied unchanged" in result.output
 
 
-def test_replay_follows_the_environment_and_reports_changed_tools(collected, tmp_path):
+def test_replay_follows_the_environment_and_reports_changed_tools(collected, tmp_path, gym):
     """Rows of `counter` re-verified on the only instance of that environment running now (another
     name), whose increment_counter changed: the replayed state follows the new tool, and the rows whose
     tool outputs differ from the recorded ones are reported."""
     out = tmp_path / "reverified.jsonl"
     config = {"counter_v2": {"plugin": "counter"}}
     with serve(config, {"counter_v2": DoublingCounter}) as (running, _):
-        result = invoke("reverify", str(collected), "--output", str(out), "--head", running.head_url)
+        result = gym("reverify", str(collected), "--output", str(out), "--head", running.head_url)
     assert result.exit_code == 0, result.output
     for pair, new in by_pair(rows(out)).items():
         task = TASKS[pair[0]]
@@ -205,16 +198,13 @@ def test_replay_follows_the_environment_and_reports_changed_tools(collected, tmp
     assert f"{len(TASKS) * REPEATS} rows got other tool outputs than they recorded" in result.output
 
 
-def test_interrupted_reverify_resumes_without_repeating_rows(collected, tmp_path):
+def test_interrupted_reverify_resumes_without_repeating_rows(collected, tmp_path, gym):
     out = tmp_path / "reverified.jsonl"
     total = len(TASKS) * REPEATS
     with serve(CONFIG, {"counter": ShiftedCounter}) as (config, servers):
         servers["counter"].delay_s = 0.3
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gym_cli", "reverify", str(collected), "--output", str(out), "--parallel", "1",
-             "--head", config.head_url],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
+        proc = gym.start("reverify", str(collected), "--output", str(out), "--parallel", "1", "--head", config.head_url,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_bytes().splitlines()) < 2):
             time.sleep(0.05)
@@ -226,7 +216,7 @@ def test_interrupted_reverify_resumes_without_repeating_rows(collected, tmp_path
         assert 2 <= len(kept) < total
         servers["counter"].delay_s = 0.0
         verified_before = servers["counter"].verified
-        result = invoke("reverify", str(collected), "--output", str(out), "--head", config.head_url)
+        result = gym("reverify", str(collected), "--output", str(out), "--head", config.head_url)
     assert result.exit_code == 0, result.output
     assert f"resuming: {len(kept)} of {total} rows already in" in result.output
     assert servers["counter"].verified - verified_before == total - len(kept)  # the kept rows were not redone
@@ -235,7 +225,7 @@ def test_interrupted_reverify_resumes_without_repeating_rows(collected, tmp_path
     assert all(r["reward"] == shifted_reward(TASKS[r["task_index"]]) for r in after)
 
 
-def test_infrastructure_failures_are_retried_then_written_aside_never_scored(collected, tmp_path):
+def test_infrastructure_failures_are_retried_then_written_aside_never_scored(collected, tmp_path, gym):
     """The head lists the counter but nothing answers on its port: each row is tried 1 + --retries
     times, then goes to the failures file with its typed reason; the command exits 1."""
     out = tmp_path / "reverified.jsonl"
@@ -243,7 +233,7 @@ def test_infrastructure_failures_are_retried_then_written_aside_never_scored(col
     config = load_config(base={"head_server": {"port": 0}, "counter": {"plugin": "counter"}}, env_file=None,
                          server_types=plugins.servers(), load_errors=plugins.load_errors)
     with ServerThread(build_head_app(config), port=config.head_port):
-        result = invoke("reverify", str(collected), "--output", str(out), "--head", config.head_url,
+        result = gym("reverify", str(collected), "--output", str(out), "--head", config.head_url,
                         "--retries", "1", "--retry-backoff", "0")
     assert result.exit_code == 1, result.output
     assert rows(out) == []
@@ -253,14 +243,14 @@ def test_infrastructure_failures_are_retried_then_written_aside_never_scored(col
     assert "re-run the same command to retry them" in result.output
 
 
-def test_a_row_the_environment_refuses_fails_at_once_and_the_others_go_on(collected, tmp_path):
+def test_a_row_the_environment_refuses_fails_at_once_and_the_others_go_on(collected, tmp_path, gym):
     source = tmp_path / "rollouts.jsonl"
     kept = rows(collected)[:3]
     kept[1]["initial_count"] = "seven"  # the counter answers 422: the row, not the server, is wrong
     source.write_text("".join(json.dumps(r) + "\n" for r in kept))
     out = tmp_path / "reverified.jsonl"
     with serve({"counter": {"plugin": "counter"}}) as (config, _):
-        result = invoke("reverify", str(source), "--output", str(out), "--head", config.head_url, "--retries", "3")
+        result = gym("reverify", str(source), "--output", str(out), "--head", config.head_url, "--retries", "3")
     assert result.exit_code == 1, result.output
     assert sorted(by_pair(rows(out))) == sorted((r["task_index"], r["rollout_index"]) for r in (kept[0], kept[2]))
     [failure] = rows(tmp_path / "reverified.failures.jsonl")
@@ -268,14 +258,14 @@ def test_a_row_the_environment_refuses_fails_at_once_and_the_others_go_on(collec
     assert "initial_count" in failure["message"]
 
 
-def test_rows_whose_environment_is_not_running_stop_before_any_row(collected, tmp_path):
+def test_rows_whose_environment_is_not_running_stop_before_any_row(collected, tmp_path, gym):
     out = tmp_path / "reverified.jsonl"
     with serve({"policy": {"plugin": "scripted", "turns": TURNS}, "other": {"plugin": "counter"},
                 "other2": {"plugin": "counter"}}) as (config, servers):
-        missing = invoke("reverify", str(collected), "--output", str(out), "--head", config.head_url)
-        unknown = invoke("reverify", str(collected), "--output", str(out), "--head", config.head_url,
+        missing = gym("reverify", str(collected), "--output", str(out), "--head", config.head_url)
+        unknown = gym("reverify", str(collected), "--output", str(out), "--head", config.head_url,
                          "--resources-server", "otehr")
-        wrong_kind = invoke("reverify", str(collected), "--output", str(out), "--head", config.head_url,
+        wrong_kind = gym("reverify", str(collected), "--output", str(out), "--head", config.head_url,
                             "--resources-server", "policy")
     assert missing.exit_code == 2, missing.output
     assert f"lines 1, 2, 3, 4, 5, 6, 7, 8 and {len(TASKS) * REPEATS - 8} more" in missing.output
@@ -286,7 +276,7 @@ def test_rows_whose_environment_is_not_running_stop_before_any_row(collected, tm
     assert not out.exists() and not (tmp_path / "reverified.failures.jsonl").exists()
 
 
-def test_bad_rows_are_named_by_line_before_anything_runs(collected, tmp_path):
+def test_bad_rows_are_named_by_line_before_anything_runs(collected, tmp_path, gym):
     good = rows(collected)[0]
     lines = [
         json.dumps(good),
@@ -300,7 +290,7 @@ def test_bad_rows_are_named_by_line_before_anything_runs(collected, tmp_path):
     source = tmp_path / "rollouts.jsonl"
     source.write_text("\n".join(lines) + "\n")
     out = tmp_path / "reverified.jsonl"
-    result = invoke("reverify", str(source), "--output", str(out), "--head", "http://127.0.0.1:9")
+    result = gym("reverify", str(source), "--output", str(out), "--head", "http://127.0.0.1:9")
     assert result.exit_code == 2, result.output
     assert f"{source}:2: not valid JSON" in result.output
     assert f"{source}:3: not a rollout row of gym collect: missing response" in result.output
@@ -310,17 +300,17 @@ def test_bad_rows_are_named_by_line_before_anything_runs(collected, tmp_path):
     assert f"{source}:6: cannot be re-verified: a gymnasium rollout" in result.output
     assert f"{source}:7: a rollout row must be a JSON object, got list" in result.output
     assert not out.exists()
-    same = invoke("reverify", str(collected), "--output", str(collected), "--head", "http://127.0.0.1:9")
+    same = gym("reverify", str(collected), "--output", str(collected), "--head", "http://127.0.0.1:9")
     assert same.exit_code == 2 and "is the rollouts file itself" in same.output
 
 
-def test_serve_starts_the_environment_for_the_run(collected, tmp_path):
+def test_serve_starts_the_environment_for_the_run(collected, tmp_path, gym):
     """--serve: the launcher starts the config's environment (not its model nor its agent: nothing
     here calls them), re-verifies on it and stops it; an unchanged verifier gives every row its reward again."""
     config = tmp_path / "counter.yaml"
     config.write_text(json.dumps(CONFIG))
     out = tmp_path / "reverified.jsonl"
-    result = invoke("reverify", str(collected), "--output", str(out), "--serve", str(config), "--isolation", "none",
+    result = gym("reverify", str(collected), "--output", str(out), "--serve", str(config), "--isolation", "none",
                     "--set", "head_server.port=0")
     assert result.exit_code == 0, result.output
     assert "left out policy (model), agent (agent): only resources servers" in result.output

@@ -11,14 +11,12 @@ import random
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from litestar import Litestar, Request, post
 
 from gym_core.client import ServerClient
 from gym_core.options import ClientConfig
 from gym_core.serving import ServerThread
 
-from gym_cli.main import cli
 from gym_cli.rollouts import (
     CollectOptions,
     CollectSummary,
@@ -204,16 +202,15 @@ def test_read_done_reads_indices_as_it_always_did_and_refuses_other_files(tmp_pa
             read_done(out)
 
 
-def test_resuming_an_output_of_a_larger_run_with_limit_collects_nothing_and_keeps_the_file(tmp_path):
+def test_resuming_an_output_of_a_larger_run_with_limit_collects_nothing_and_keeps_the_file(tmp_path, gym):
     """Every pair of the smaller run is done: no server is needed (the head given answers nothing),
     the rows of the larger run stay, and its duplicate rows are dropped."""
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [task(i) for i in range(5)])
     out = tmp_path / "out.jsonl"
     rows = [rollout_row(t, r) for r in range(2) for t in range(5)]
     out.write_text("\n".join(rows + [rows[7]]) + "\n")
-    result = CliRunner().invoke(cli(), ["collect", "--input", str(tasks), "--output", str(out), "--limit", "3",
-                                        "--repeats", "2", "--agent", "agent", "--head", "http://127.0.0.1:9",
-                                        "--no-profile", "--progress", "plain"], catch_exceptions=False)
+    result = gym("collect", "--input", str(tasks), "--output", str(out), "--limit", "3", "--repeats", "2", "--agent", "agent",
+                 "--head", "http://127.0.0.1:9", "--no-profile", "--progress", "plain")
     assert result.exit_code == 0, result.output
     assert "dropped 1 duplicate rows" in result.output
     assert "resuming: 6 of 6 rollouts already in" in result.output and "0 rollouts collected" in result.output

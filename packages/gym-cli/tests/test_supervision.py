@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from gym_core.config import free_port
+from gym_core.testing import wait_until
+
 from gym_cli.launch.runstate import RunStateFile, clean_stale_runs, process_identity
 from gym_cli.launch.supervisor import ChildSpec, RestartPolicy, Supervisor
 
@@ -23,17 +26,7 @@ PY = sys.executable
 TESTS = Path(__file__).parent
 
 sys.path.insert(0, str(TESTS))
-from test_processes import SERVER, Collector, answers_ready, free_port, pid_alive  # noqa: E402
-
-
-def wait_until(predicate, timeout_s: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    pytest.fail(f"{what} not met within {timeout_s} s")
+from test_processes import SERVER, Collector, answers_ready, pid_alive  # noqa: E402
 
 
 @pytest.fixture

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from gym_cli.main import cli
 from gym_cli.plugin_tests import TEST_REQUIREMENTS, pytest_arguments, requirements_for_tests
 
 REPO = Path(__file__).resolve().parents[3]
-
-
-def gym(*args: str, env: dict[str, str] | None = None):
-    return CliRunner().invoke(cli(), list(args), env=env)
 
 
 def summary_row(result, plugin: str) -> list[str]:
@@ -22,14 +15,14 @@ def summary_row(result, plugin: str) -> list[str]:
     return [cell.strip() for cell in row.strip("│").split("│")]
 
 
-def test_counter_in_this_environment():
+def test_counter_in_this_environment(gym):
     result = gym("test", "counter", "--isolation", "none")
     assert result.exit_code == 0, result.output
     plugin, outcome, passed, failed = summary_row(result, "counter")[:4]
     assert outcome.startswith(("passed", "no tests")) and failed == "0"
 
 
-def test_unknown_plugin_suggests_a_name():
+def test_unknown_plugin_suggests_a_name(gym):
     result = gym("test", "countr", "--isolation", "none")
     assert result.exit_code != 0
     assert "unknown plugin 'countr' (did you mean 'counter'?)" in result.output
@@ -46,7 +39,7 @@ def make_package(root: Path, body: str) -> Path:
     return package
 
 
-def test_a_failing_plugin_fails_the_run(tmp_path):
+def test_a_failing_plugin_fails_the_run(tmp_path, gym):
     package = make_package(tmp_path, "def test_ok():\n    pass\n\ndef test_broken():\n    assert 1 == 2\n")
     result = gym("test", str(package), "--isolation", "none", "--quiet")
     assert result.exit_code == 1, result.output
@@ -54,7 +47,7 @@ def test_a_failing_plugin_fails_the_run(tmp_path):
     assert summary_row(result, "pkg")[:4] == ["pkg", "failed", "1", "1"]
 
 
-def test_async_tests_run_in_auto_mode(tmp_path):
+def test_async_tests_run_in_auto_mode(tmp_path, gym):
     package = make_package(tmp_path, "import asyncio\n\nasync def test_sleep():\n    await asyncio.sleep(0)\n")
     result = gym("test", str(package), "--isolation", "none")
     assert result.exit_code == 0, result.output

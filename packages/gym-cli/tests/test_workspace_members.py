@@ -10,11 +10,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from gym_core.errors import GymError
 
-from gym_cli.main import cli
 from gym_cli.workspace import check, find_members, sync
 
 REPO = Path(__file__).resolve().parents[3]
@@ -92,8 +90,8 @@ def test_an_opted_out_member_found_in_the_root_lists_is_reported_and_removed(wor
     assert check(workspace) == []
 
 
-def test_the_command_agrees(workspace):
-    result = CliRunner().invoke(cli(), ["workspace", "check"], env={"GYM_WORKSPACE": str(workspace)})
+def test_the_command_agrees(workspace, gym):
+    result = gym("workspace", "check", env={"GYM_WORKSPACE": str(workspace)})
     assert result.exit_code == 0, result.output
     assert "in sync" in result.output
 

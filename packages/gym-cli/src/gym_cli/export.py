@@ -293,6 +293,8 @@ def rollout_conversation(row: Mapping[str, Any]) -> Conversation:
     ``responses_create_params`` or ``response`` is not what a rollout holds."""
     params = _decoded_params(row)
     response = row.get("response")
+    if response is None and "response" in row:  # an agent that returned no trajectory: nothing to train on
+        return _conversation(params, ())
     if not isinstance(response, dict):
         what = "missing" if response is None else f"must be a Responses object, got {type(response).__name__}"
         raise ValueError(f"field `response`: {what}")
@@ -345,7 +347,7 @@ def _is_number(value: Any) -> bool:
 
 
 def _status(row: Mapping[str, Any], conversation: Conversation) -> Literal["ok", "failed", "incomplete"]:
-    response = row["response"]
+    response = row["response"] or {}
     if response.get("status") == "failed" or response.get("error"):
         return "failed"
     if response.get("status") == "incomplete" or not conversation.completion:

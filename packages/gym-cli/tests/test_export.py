@@ -222,7 +222,8 @@ def test_sft_of_every_environments_example_rollouts(tmp_path):
         assert len(calls) == sum(1 for i in items if i.get("type") == "function_call")
         assert len(outputs) == sum(1 for i in items if i.get("type") == "function_call_output")
         assert all(m["content"] is not None for m in messages)
-        offered = original["responses_create_params"].get("tools")
+        # The task's tools, else those the agent offered (the model server echoes them in its response).
+        offered = original["responses_create_params"].get("tools") or (original.get("response") or {}).get("tools")
         assert (row["tools"] is None) == (not offered)
         if offered:
             assert [t["function"]["name"] for t in json.loads(row["tools"])] == [t["name"] for t in offered]

@@ -57,6 +57,7 @@ __all__ = [
     "tools_to_chat",
     "text_format_to_response_format",
     "response_format_to_text_format",
+    "echo_params",
 ]
 
 _TRAINING_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
@@ -289,11 +290,11 @@ def chat_completion_to_response(completion: ChatCompletion, params: ResponseCrea
         response.status = "incomplete"
         response.incomplete_details = IncompleteDetails(reason="max_output_tokens")
     if params is not None:
-        _echo_params(response, params)
+        echo_params(response, params)
     return response
 
 
-def _echo_params(response: Response, params: ResponseCreateParams) -> None:
+def echo_params(response: Response, params: ResponseCreateParams) -> None:
     """OpenAI echoes the request's settings in the response; clients read them back."""
     if isinstance(params.instructions, str):
         response.instructions = params.instructions

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from gym_core import ModelServer, ToolError
+from gym_core.convert import echo_params
 from gym_core.schemas import (
     FunctionCall,
     Message,
@@ -116,8 +117,10 @@ class ScriptedModel(ModelServer):
             )
         words_in = len(params.input.split()) if isinstance(params.input, str) else len(params.input)
         words_out = len((turn.text or "").split()) + len(turn.tool_calls)
-        return Response(
+        response = Response(
             model=self.model_name,
             output=output,
             usage=Usage(input_tokens=words_in, output_tokens=words_out, total_tokens=words_in + words_out),
         )
+        echo_params(response, params)  # as OpenAI does: the tools offered, instructions, metadata...
+        return response

@@ -76,9 +76,9 @@ def _requirements() -> list[str]:
     return args + others
 
 
-def _venv_key(requirements: list[str]) -> str:
+def _venv_key(requirements: list[str], key_files: tuple[Path, ...] = ()) -> str:
     material = hashlib.sha256()
-    for path in (GYM_TRAIN / "pyproject.toml", GYM_CORE / "pyproject.toml"):
+    for path in (GYM_TRAIN / "pyproject.toml", GYM_CORE / "pyproject.toml", *key_files):
         material.update(path.read_bytes())
     material.update("\n".join(requirements).encode())
     material.update(f"{sys.version_info.major}.{sys.version_info.minor}".encode())
@@ -100,25 +100,35 @@ def _run(args: list[str], cwd: Path, timeout_s: float, what: str) -> subprocess.
 
 def training_venv() -> Path:
     """The training venv, built on first use (serialised by a lock file; complete once it has the marker)."""
+    return build_venv("gym-train", [_requirements()])
+
+
+def build_venv(prefix: str, installs: list[list[str]], key_files: tuple[Path, ...] = ()) -> Path:
+    """A venv under ``$GYM_HOME/venvs/<prefix>-<key>``: ``uv venv``, then one ``uv pip install`` per
+    entry of ``installs`` (each a list of arguments, in order), each bounded; reused while it holds
+    the completion marker. The key hashes the installs, ``key_files``, gym-train's and gym-core's
+    pyproject.toml, the local wheels and the Python version."""
     uv = find_uv()
     assert uv is not None, "uv is needed to build the training venv: pip install uv"
-    requirements = _requirements()
-    name = f"gym-train-{_venv_key(requirements)}"
+    # One install keys as its arguments did before (the training venv's key stays); later ones after a "|".
+    material = [arg for number, args in enumerate(installs) for arg in (["|"] if number else []) + args]
+    name = f"{prefix}-{_venv_key(material, key_files)}"
     venv = default_home() / "venvs" / name
     if (venv / MARKER).is_file():
         return venv
     with FileLock(default_home() / "venvs" / ".locks" / f"{name}.lock"):
         if (venv / MARKER).is_file():
             return venv
-        _run([uv, "venv", "--clear", "--python", sys.executable, str(venv)], REPO, 120, "creating the training venv")
+        _run([uv, "venv", "--clear", "--python", sys.executable, str(venv)], REPO, 120, f"creating the {prefix} venv")
         find_links = ["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.is_dir() else []
         # llama-cpp-python (gym-local-llama, in the test group) compiled with the workspace's portable
         # build variables: the wheel the root `uv sync` built, as gym's own plugin venvs take it.
         for directory in Wheelhouse(default_home() / "wheels").find_links(build_variables(None, REPO)[0], REPO, uv):
             find_links += ["--find-links", str(directory)]
         # From the workspace root: uv then applies its [tool.uv.extra-build-variables] to anything it compiles.
-        _run([uv, "pip", "install", "--python", str(venv_python(venv)), *find_links, *requirements], REPO,
-             BUILD_TIMEOUT_S, "installing gym-train and its test group into the training venv")
+        for args in installs:
+            _run([uv, "pip", "install", "--python", str(venv_python(venv)), *find_links, *args], REPO,
+                 BUILD_TIMEOUT_S, f"installing into the {prefix} venv")
         (venv / MARKER).write_text("")
     return venv
 
@@ -147,3 +157,66 @@ def test_the_root_venv_has_no_torch():
     proc = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('torch') is None)"],
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "True", proc.stdout + proc.stderr
+
+
+# --- the veRL and OpenRLHF adapters (gym_train.verl, gym_train.openrlhf), each in a venv of its own ---
+#
+# Neither trainer can be a gym-train extra: veRL's transformers range and OpenRLHF's exact pins (CUDA-only
+# flash-attn, deepspeed, ray, transformers) would enter the workspace lock. Their adapter tests live in
+# packages/gym-train/tests/adapters (ignored where the trainer is not installed) and run here.
+ADAPTER_TESTS = GYM_TRAIN / "tests" / "adapters"
+# What the adapter tests import from the workspace: the adapters, and the served config's plugins.
+ADAPTER_MEMBERS = ("packages/gym-core", "packages/gym-cli", "packages/gym-train", "plugins/models/local_llama",
+                   "plugins/agents/token_preserving", "plugins/resources/counter")
+# veRL 0.9.1 with transformers in its range; cachetools and fastapi: verl.experimental.agent_loop imports
+# them (through verl.workers.rollout) without verl declaring them.
+VERL_REQUIREMENTS = ("verl==0.9.1", "transformers>=5.5.3,<5.11", "cachetools", "fastapi")
+# OpenRLHF 0.11.2 without its dependencies (flash-attn is CUDA-only): openrlhf.utils.agent imports aiohttp,
+# and openrlhf.utils' __init__ torch, transformers (its pin), sympy and pylatexenc.
+OPENRLHF_PACKAGE = "openrlhf==0.11.2"
+OPENRLHF_REQUIREMENTS = ("transformers==5.15.0", "aiohttp", "sympy", "pylatexenc")
+
+
+def _adapter_base() -> list[str]:
+    args = []
+    for member in ADAPTER_MEMBERS:
+        args += ["-e", str(REPO / member)]
+    args += ["pytest>=8", "pytest-timeout>=2.3"]
+    wheel = _torch_wheel()
+    if wheel is not None:
+        args.append(f"torch=={wheel.name.split('-')[1]}")  # the local CPU wheel, never PyPI's CUDA build
+    return args
+
+
+def verl_venv() -> Path:
+    """gym-train, the served plugins and veRL 0.9.1 (see VERL_REQUIREMENTS)."""
+    return build_venv("gym-verl", [_adapter_base() + list(VERL_REQUIREMENTS)])
+
+
+def openrlhf_venv() -> Path:
+    """gym-train, the served plugins, OpenRLHF 0.11.2 installed without its dependencies and the few
+    its agent module imports (see OPENRLHF_REQUIREMENTS)."""
+    return build_venv("gym-openrlhf", [_adapter_base() + list(OPENRLHF_REQUIREMENTS), ["--no-deps", OPENRLHF_PACKAGE]])
+
+
+def _run_adapter_tests(venv: Path, test_file: Path) -> None:
+    proc = subprocess.run([str(venv_python(venv)), "-m", "pytest", str(test_file.relative_to(GYM_TRAIN)), "-q",
+                           "-p", "no:cacheprovider"], cwd=GYM_TRAIN, env=_environ(), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, errors="replace", timeout=TESTS_TIMEOUT_S)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{test_file.name} failed in {venv}:\n{output[-8000:]}"
+    summary = proc.stdout.strip().splitlines()[-1]
+    passed = re.search(r"(\d+) passed", summary)
+    assert passed and not re.search(r"skipped|failed|error|deselected", summary), f"unexpected summary: {summary}"
+    expected = len(re.findall(r"^\s*def test_", test_file.read_text(), re.M))
+    assert int(passed.group(1)) >= expected > 0, output[-4000:]
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT_S + TESTS_TIMEOUT_S + 120)
+def test_verl_agent_loop_in_the_verl_venv():
+    _run_adapter_tests(verl_venv(), ADAPTER_TESTS / "test_verl.py")
+
+
+@pytest.mark.timeout(2 * BUILD_TIMEOUT_S + TESTS_TIMEOUT_S + 120)
+def test_openrlhf_agent_executor_in_the_openrlhf_venv():
+    _run_adapter_tests(openrlhf_venv(), ADAPTER_TESTS / "test_openrlhf.py")

@@ -132,7 +132,7 @@ async def run_rollout(
     try:
         trajectory = token_trajectory(result)
     except ValueError as exc:
-        raise RolloutFailed(name, "no_token_ids", str(exc)) from None
+        raise RolloutFailed(name, "not_token_faithful", str(exc)) from None
     resources = servers.config.instances[name].options.get("resources_server")
     environment = str(
         result.get("environment")

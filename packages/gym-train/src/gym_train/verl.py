@@ -36,7 +36,8 @@ gym's ``local_llama`` (see docs/training.md, "Train with veRL").
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
@@ -44,10 +45,36 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 from gym_train.agent_rollout import AgentRollout, RolloutFailed, parse_task, run_rollout, servers_from_env
 from gym_train.trl.servers import GymServers
 
-__all__ = ["AGENT_NAME", "GymAgentLoop", "RolloutFailed", "to_agent_loop_output"]
+__all__ = ["AGENT_NAME", "GymAgentLoop", "RolloutFailed", "to_agent_loop_output", "verl_row"]
 
 AGENT_NAME = "gym_agent"
 TASK_FIELD = "gym_task"
+
+
+def verl_row(task: Mapping[str, Any], *, data_source: str = "gym") -> dict[str, Any]:
+    """A row of veRL's RL dataset (a parquet row) for a gym task: ``prompt`` (the task's input as chat
+    messages: what veRL logs and measures; the agent renders the prompt itself), ``data_source``,
+    ``agent_name`` (``gym_agent``) and ``extra_info.gym_task`` (the task as JSON text)."""
+    task = parse_task(dict(task))
+    given = task["responses_create_params"].get("input")
+    messages = (
+        [{"role": "user", "content": given}]
+        if isinstance(given, str)
+        else [
+            {
+                "role": str(m.get("role")),
+                "content": m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content")),
+            }
+            for m in given or []
+            if isinstance(m, Mapping) and "role" in m
+        ]
+    )
+    return {
+        "data_source": data_source,
+        "prompt": messages,
+        "agent_name": AGENT_NAME,
+        "extra_info": {TASK_FIELD: json.dumps(task, ensure_ascii=False)},
+    }
 
 
 def to_agent_loop_output(rollout: AgentRollout, *, prompt_length: int, response_length: int) -> AgentLoopOutput:

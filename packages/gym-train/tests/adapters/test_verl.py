@@ -12,6 +12,7 @@ import asyncio
 import json
 
 import hydra
+import pandas
 import pytest
 from omegaconf import OmegaConf
 from rollout_checks import CONFIG, EXAMPLES, check_against_the_row, tasks, tokenizer  # noqa: E402
@@ -25,7 +26,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 
 from gym_train.agent_rollout import AgentRollout, RolloutFailed
 from gym_train.trl.servers import GymServers
-from gym_train.verl import AGENT_NAME, GymAgentLoop
+from gym_train.verl import AGENT_NAME, GymAgentLoop, verl_row
 
 PROMPT_LENGTH, RESPONSE_LENGTH = 1024, 1024
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
@@ -83,19 +84,39 @@ def _row(task) -> dict:
     }
 
 
+def _dataset_samples(tmp_path, hf_tokenizer, n: int) -> list[dict]:
+    """Samples of veRL's own RLHFDataset, read from a parquet file of ``verl_row``s: the keyword arguments
+    AgentLoopWorker gives ``run`` (the non-tensor fields but ``agent_name``, which picks the loop)."""
+    path = tmp_path / "train.parquet"
+    pandas.DataFrame([verl_row(task, data_source="counter") for task in tasks(n)]).to_parquet(path)
+    dataset = RLHFDataset(
+        data_files=[str(path)],
+        tokenizer=hf_tokenizer,
+        config=OmegaConf.create({"max_prompt_length": PROMPT_LENGTH, "cache_dir": str(tmp_path / "cache")}),
+    )
+    samples = []
+    for index in range(len(dataset)):
+        item = dataset[index]
+        assert item.pop("agent_name") == AGENT_NAME
+        item.pop("dummy_tensor")
+        samples.append(item)
+    return samples
+
+
 def test_the_loop_is_registered_by_its_decorator():
     import verl.experimental.agent_loop.agent_loop as agent_loop
 
     assert agent_loop._agent_loop_registry[AGENT_NAME]["_target_"] == "gym_train.verl.GymAgentLoop"
 
 
-def test_the_loop_returns_the_gym_rollouts_ids_mask_log_probs_and_reward(servers, hf_tokenizer):
+def test_the_loop_returns_the_gym_rollouts_ids_mask_log_probs_and_reward(servers, hf_tokenizer, tmp_path):
+    """Samples from veRL's dataset (verl_row rows), each run by a loop of its own, 3 per task."""
     rollouts: list[AgentRollout] = []
+    samples = [sample for sample in _dataset_samples(tmp_path, hf_tokenizer, 3) for _ in range(3)]
 
     async def run_all():
-        samples = [t for t in tasks(3) for _ in range(3)]
         loops = [_agent_loop(servers, hf_tokenizer, on_rollout=rollouts.append) for _ in samples]
-        return await asyncio.gather(*(loop.run(dict(SAMPLING), **_row(task)) for loop, task in zip(loops, samples)))
+        return await asyncio.gather(*(loop.run(dict(SAMPLING), **sample) for loop, sample in zip(loops, samples)))
 
     outputs: list[AgentLoopOutput] = asyncio.run(run_all())
     assert len(rollouts) == len(outputs) == 9

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -44,7 +45,7 @@ def test_the_executor_returns_the_gym_rollouts_ids_mask_log_probs_and_reward(ser
     rollouts: list[AgentRollout] = []
     executor = _load_agent_file()(servers=servers, on_rollout=rollouts.append)
     hf_tokenizer = tokenizer()
-    labels = [t for t in tasks(3) for _ in range(3)]
+    labels = [json.dumps(t) for t in tasks(3) for _ in range(3)]  # as gym export prompts writes gym_task
 
     async def run_all():
         return await asyncio.gather(

@@ -32,7 +32,15 @@ from gym_train.trl.data import TASK_COLUMN, task_of
 from gym_train.trl.rollouts import TokenTrajectory, token_trajectory
 from gym_train.trl.servers import GymServers
 
-__all__ = ["HEAD_URL_ENV", "AgentRollout", "RolloutFailed", "parse_task", "run_rollout", "servers_from_env"]
+__all__ = [
+    "HEAD_URL_ENV",
+    "AgentRollout",
+    "RolloutFailed",
+    "connect_servers",
+    "parse_task",
+    "run_rollout",
+    "servers_from_env",
+]
 
 HEAD_URL_ENV = "GYM_HEAD_URL"
 
@@ -86,6 +94,12 @@ def servers_from_env(head_url: str | None = None) -> GymServers:
         if servers is None:
             servers = _connected[head_url] = GymServers.connect(head_url)
         return servers
+
+
+async def connect_servers(head_url: str | None = None) -> GymServers:
+    """:func:`servers_from_env` from a coroutine: connecting runs an event loop of its own, so it runs
+    in a worker thread, not on the caller's loop (veRL's and OpenRLHF's hooks run on theirs)."""
+    return await asyncio.to_thread(servers_from_env, head_url)
 
 
 async def run_rollout(

@@ -38,7 +38,7 @@ from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase
 
-from gym_train.agent_rollout import AgentRollout, RolloutFailed, parse_task, run_rollout, servers_from_env
+from gym_train.agent_rollout import AgentRollout, RolloutFailed, connect_servers, parse_task, run_rollout
 from gym_train.trl.servers import GymServers
 
 __all__ = ["AGENT_ENV", "GymAgentExecutor", "RolloutFailed", "to_executor_output"]
@@ -102,17 +102,11 @@ class GymAgentExecutor(AgentExecutorBase):
         on_rollout: Callable[[AgentRollout], None] | None = None,
     ):
         self.head_url = head_url
-        self._servers = servers
+        self.servers = servers
         self.agent = agent or os.environ.get(AGENT_ENV) or None
         self.deadline_s = deadline_s
         self.retries = retries
         self.on_rollout = on_rollout
-
-    @property
-    def servers(self) -> GymServers:
-        if self._servers is None:
-            self._servers = servers_from_env(self.head_url)
-        return self._servers
 
     async def execute(
         self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None
@@ -129,6 +123,8 @@ class GymAgentExecutor(AgentExecutorBase):
         max_tokens = getattr(sampling_params, "max_tokens", None)
         if max_tokens:
             sampling["max_output_tokens"] = int(max_tokens)
+        if self.servers is None:
+            self.servers = await connect_servers(self.head_url)
         rollout = await run_rollout(
             self.servers, task, agent=self.agent, sampling=sampling, deadline_s=self.deadline_s, retries=self.retries
         )

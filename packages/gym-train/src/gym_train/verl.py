@@ -42,7 +42,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
-from gym_train.agent_rollout import AgentRollout, RolloutFailed, parse_task, run_rollout, servers_from_env
+from gym_train.agent_rollout import AgentRollout, RolloutFailed, connect_servers, parse_task, run_rollout
 from gym_train.trl.servers import GymServers
 
 __all__ = ["AGENT_NAME", "GymAgentLoop", "RolloutFailed", "to_agent_loop_output", "verl_row"]
@@ -129,7 +129,9 @@ class GymAgentLoop(AgentLoopBase):
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
-        self.servers = servers if servers is not None else servers_from_env(head_url)
+        # Connected on the first run: veRL builds the loop on its worker's running event loop.
+        self.servers = servers
+        self.head_url = head_url
         self.agent = agent
         self.deadline_s = deadline_s
         self.retries = retries
@@ -157,6 +159,8 @@ class GymAgentLoop(AgentLoopBase):
             if value is not None
         }
         sampling["max_output_tokens"] = min(self.max_output_tokens or response_length, response_length)
+        if self.servers is None:
+            self.servers = await connect_servers(self.head_url)
         rollout = await run_rollout(
             self.servers, task, agent=self.agent, sampling=sampling, deadline_s=self.deadline_s, retries=self.retries
         )

@@ -3,7 +3,9 @@ gym rollout's own (its ``/run`` result, token for token)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +57,16 @@ def check_against_the_row(
         masked = decode([t for t, m in zip(response_ids, mask) if m == 0])
         assert "<tool_response>" in masked, masked
     return len(carriers)
+
+
+@contextlib.contextmanager
+def head_server(config: Any) -> Iterator[str]:
+    """A head server publishing ``config`` (what ``gym run`` serves), in a thread: its URL."""
+    from gym_core.head import build_head_app
+    from gym_core.serving import ServerThread
+
+    thread = ServerThread(build_head_app(config)).start()
+    try:
+        yield thread.url
+    finally:
+        thread.stop()

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from openrlhf.utils.agent import AgentExecutorBase
-from rollout_checks import CONFIG, EXAMPLES, check_against_the_row, tasks, tokenizer  # noqa: E402
+from rollout_checks import CONFIG, EXAMPLES, check_against_the_row, head_server, tasks, tokenizer  # noqa: E402
 
 from gym_train.agent_rollout import AgentRollout, RolloutFailed
 from gym_train.openrlhf import GymAgentExecutor, action_ranges
@@ -128,3 +128,28 @@ def test_a_failed_rollout_is_typed_never_a_reward(servers):
 def test_action_ranges_are_the_runs_of_generated_tokens():
     assert action_ranges([1, 1, 0, 0, 1, 0, 1], 10) == [(10, 12), (14, 15), (16, 17)]
     assert action_ranges([0, 0], 3) == []
+
+
+def test_the_agent_file_finds_a_running_gym_through_gym_head_url(servers, monkeypatch):
+    """As OpenRLHF builds it (no arguments), the executor connects to the servers $GYM_HEAD_URL's head
+    server publishes, as a `gym run` does, and $GYM_AGENT picks the agent."""
+    with head_server(servers.config) as url:
+        monkeypatch.setenv("GYM_HEAD_URL", url)
+        monkeypatch.setenv("GYM_AGENT", "counter_agent")
+        rollouts: list[AgentRollout] = []
+        executor = _load_agent_file()()
+        executor.on_rollout = rollouts.append
+        output = asyncio.run(
+            executor.execute(
+                "p",
+                json.dumps(tasks(1)[0]),
+                SimpleNamespace(temperature=1.0, top_p=1.0, max_tokens=16, logprobs=1, seed=0),
+                1024,
+                None,
+                _NoEngine(),
+            )
+        )
+    assert executor.servers is not servers and executor.agent == "counter_agent"
+    (rollout,) = rollouts
+    assert output["observation_tokens"] == rollout.trajectory.prompt_ids + rollout.trajectory.completion_ids
+    assert output["reward"] == float(rollout.result["reward"])

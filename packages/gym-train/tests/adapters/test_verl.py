@@ -15,7 +15,7 @@ import hydra
 import pandas
 import pytest
 from omegaconf import OmegaConf
-from rollout_checks import CONFIG, EXAMPLES, check_against_the_row, tasks, tokenizer  # noqa: E402
+from rollout_checks import CONFIG, EXAMPLES, check_against_the_row, head_server, tasks, tokenizer  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopOutput,
     DictConfigWrap,
@@ -53,6 +53,7 @@ def _trainer_config(response_length: int = RESPONSE_LENGTH):
 
 
 def _agent_loop(servers, hf_tokenizer, response_length: int = RESPONSE_LENGTH, **options) -> GymAgentLoop:
+    """The loop as AgentLoopWorker builds it; ``servers`` (unless None) given over the config's head_url."""
     for entry in OmegaConf.load(EXAMPLES / "verl_agent_loops.yaml"):
         _agent_loop_registry[entry.name] = entry
     config = _trainer_config(response_length)
@@ -66,7 +67,7 @@ def _agent_loop(servers, hf_tokenizer, response_length: int = RESPONSE_LENGTH, *
         dataset_cls=RLHFDataset,
         data_config=DictConfigWrap(config.data),
         tools=ToolListWrap([]),
-        servers=servers,
+        **({} if servers is None else {"servers": servers}),
         **options,
     )
     assert isinstance(loop, GymAgentLoop)
@@ -170,3 +171,18 @@ def test_a_failed_rollout_is_typed_never_a_reward(servers, hf_tokenizer):
     assert failure.value.agent == "counter_agent"
     with pytest.raises(ValueError, match="extra_info.gym_task"):
         asyncio.run(loop.run(dict(SAMPLING), raw_prompt=[], extra_info={}))
+
+
+def test_the_loop_finds_a_running_gym_through_gym_head_url(servers, hf_tokenizer, monkeypatch):
+    """With the example config's head_url null, each loop connects to the servers $GYM_HEAD_URL's head
+    server publishes, as a `gym run` does."""
+    rollouts: list[AgentRollout] = []
+    with head_server(servers.config) as url:
+        monkeypatch.setenv("GYM_HEAD_URL", url)
+        loop = _agent_loop(None, hf_tokenizer, on_rollout=rollouts.append)
+        output = asyncio.run(loop.run(dict(SAMPLING), **_row(tasks(1)[0])))
+    assert loop.servers is not servers
+    (rollout,) = rollouts
+    assert output.prompt_ids == rollout.trajectory.prompt_ids
+    assert output.response_ids == rollout.trajectory.completion_ids
+    assert output.reward_score == float(rollout.result["reward"])

@@ -8,8 +8,10 @@ A row of the adapter's datasets has the columns TRL's GRPOTrainer reads and one 
   different fields; as text they share one column type). TRL passes it to reward functions, which
   send it to the environment.
 
-``gym export prompts`` writes files of these rows; :func:`read_prompt_rows` reads them, and plain
-gym task files (rows with ``responses_create_params``) too. :class:`TaskMixture` draws rows from
+``gym export prompts`` writes files of these rows (with ``tools``, ``environment``, ``agent`` and
+``task_index`` beside them; the adapter reads ``agent`` and ``environment`` as hints of which
+instance plays a row whose task names none); :func:`read_prompt_rows` reads them, and plain gym
+task files (rows with ``responses_create_params``) too. :class:`TaskMixture` draws rows from
 several environments' tasks in fixed proportions, deterministically under a seed.
 """
 
@@ -23,11 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gym_core.convert import create_params_to_chat
 from gym_core.errors import GymError
-from gym_core.schemas import decode_create_params
+
+from gym_cli.export import task_conversation
 
 __all__ = [
+    "AGENT_COLUMN",
+    "ENVIRONMENT_COLUMN",
     "PROMPT_COLUMN",
     "TASK_COLUMN",
     "DatasetError",
@@ -43,6 +47,9 @@ __all__ = [
 
 PROMPT_COLUMN = "prompt"
 TASK_COLUMN = "gym_task"
+# Columns of `gym export prompts` rows: the agent that ran the task's rollouts, the environment that verified them.
+AGENT_COLUMN = "agent"
+ENVIRONMENT_COLUMN = "environment"
 
 
 class DatasetError(GymError):
@@ -57,17 +64,11 @@ class DatasetError(GymError):
         )
 
 
-def prompt_messages(task: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The chat messages of a task's ``responses_create_params`` (instructions first), each
-    ``{"role", "content"}`` with text content, as gym's converter renders them for a chat model."""
-    params = decode_create_params(dict(task["responses_create_params"]))
-    messages = []
-    for message in create_params_to_chat(params).messages:
-        content = message.content
-        if isinstance(content, list):
-            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        messages.append({"role": message.role, "content": content or ""})
-    return messages
+def prompt_messages(task: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The chat messages of a task's prompt (instructions first), as ``gym export`` writes them
+    (:func:`gym_cli.export.task_conversation`). ``ValueError`` naming the field when the task's
+    ``responses_create_params`` is not a Responses request."""
+    return task_conversation(task).prompt
 
 
 def prompt_row(task: Mapping[str, Any]) -> dict[str, Any]:

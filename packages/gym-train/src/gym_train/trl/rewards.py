@@ -236,6 +236,7 @@ class VerifyReward:
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self.on_failure = on_failure
+        self.retried = 0  # attempts that failed for an infrastructure reason and were made again
         self.seconds = 0.0  # spent verifying, all batches together
         self.batches = 0
         self.last: list[dict[str, Any]] = []  # the last batch: per sample, its environment, verdict or failure
@@ -254,6 +255,8 @@ class VerifyReward:
         completions: Sequence[Any],
         *,
         gym_task: Sequence[Any] | None = None,
+        agent: Sequence[Any] | None = None,
+        environment: Sequence[Any] | None = None,
         log_metric: Callable[[str, float], None] | None = None,
         trainer_state: Any = None,
         **_: Any,
@@ -268,7 +271,14 @@ class VerifyReward:
         for index, value in enumerate(gym_task):
             try:
                 task = task_of({TASK_COLUMN: value})
-                servers_of.append(self.servers.resources_server_of(task, self.resources_server))
+                servers_of.append(
+                    self.servers.resources_server_of(
+                        task,
+                        self.resources_server,
+                        agent_hint=agent[index] if agent is not None else None,
+                        environment_hint=environment[index] if environment is not None else None,
+                    )
+                )
             except ValueError as exc:
                 raise GymError(f"sample {index} of the batch: {exc}") from None
             tasks.append(task)
@@ -324,6 +334,9 @@ class VerifyReward:
             log_metric("gym/verify_seconds", elapsed)
         return rewards
 
+    def _retried(self) -> None:
+        self.retried += 1
+
     async def _verify_all(
         self, tasks: list[dict[str, Any]], servers_of: list[str], texts: list[str]
     ) -> list[tuple[dict[str, Any], float] | GaveUp]:
@@ -341,6 +354,7 @@ class VerifyReward:
                         backoff_s=self.retry_backoff_s,
                         backoff_max_s=8.0,
                         deadline=deadline,
+                        on_retry=self._retried,
                     )
                 except GaveUp as failure:
                     return failure

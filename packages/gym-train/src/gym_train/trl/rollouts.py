@@ -25,7 +25,8 @@ before each round (:mod:`gym_train.trl.policy_server`); against a running ``gym 
 model instance at a server the trainer updates (TRL's vLLM server mode on a GPU machine).
 
 Sampling: each ``/run`` asks for the trainer's ``temperature``, ``top_p`` and, per model call,
-``max_completion_length`` output tokens (the agent's ``max_steps`` bounds the calls). Failures are
+``max_completion_length`` output tokens (the agent's ``max_steps`` bounds the calls), and a ``seed``
+of its own (from the trainer's seed, the step and the rollout's place in the batch). Failures are
 handled as the reward's are (:mod:`gym_train.trl.rewards`): server failures retried within
 ``deadline_s``, then ``on_failure="raise"`` fails the step naming each rollout, ``"mask"`` gives the
 rollout an empty, fully masked completion and reward ``None`` (unscorable: advantage 0).
@@ -45,7 +46,7 @@ import msgspec
 from gym_core.errors import GymError, ServerCallError
 
 from gym_cli.rollouts import GaveUp, failure_fields, with_retries
-from gym_train.trl.data import PROMPT_COLUMN, TASK_COLUMN, prompt_key, task_of
+from gym_train.trl.data import AGENT_COLUMN, PROMPT_COLUMN, TASK_COLUMN, prompt_key, task_of
 from gym_train.trl.rewards import OnFailure, RolloutLog, VerificationFailed, environment_metrics
 from gym_train.trl.servers import GymServers
 
@@ -175,16 +176,18 @@ class AgentRollouts:
             from gym_train.trl.validation import validate_rows
 
             validate_rows(servers, rows, mode="rollout", agent=agent, max_concurrency=max_concurrency)
-        self.tasks: dict[str, str] = {}  # prompt key -> gym_task JSON
+        # prompt key -> (gym_task JSON, the row's agent column): TRL gives rollout_func the prompts only.
+        self.tasks: dict[str, tuple[str, Any]] = {}
         for row in rows:
             raw = (
                 row[TASK_COLUMN]
                 if isinstance(row[TASK_COLUMN], str)
                 else json.dumps(row[TASK_COLUMN], ensure_ascii=False)
             )
-            self.tasks.setdefault(prompt_key(row[PROMPT_COLUMN]), raw)
+            self.tasks.setdefault(prompt_key(row[PROMPT_COLUMN]), (raw, row.get(AGENT_COLUMN)))
         self.reward = RolloutReward()
-        self.log = RolloutLog(rollouts_path, list(self.tasks.values())) if rollouts_path else None
+        self.log = RolloutLog(rollouts_path, [raw for raw, _ in self.tasks.values()]) if rollouts_path else None
+        self.retried = 0  # attempts that failed for an infrastructure reason and were made again
         self.seconds = 0.0  # spent in rollouts, all rounds together
         self.last: list[dict[str, Any]] = []  # the last round: per sample, its /run result or failure
 
@@ -195,14 +198,15 @@ class AgentRollouts:
                 trainer.accelerator.unwrap_model(trainer.model) if hasattr(trainer, "accelerator") else trainer.model
             )
             self.servers.policy.bind(model, trainer.processing_class)
-        raws = []
+        raws, hints = [], []
         for index, prompt in enumerate(prompts):
-            raw = self.tasks.get(prompt_key(prompt))
-            if raw is None:
+            found = self.tasks.get(prompt_key(prompt))
+            if found is None:
                 raise GymError(
                     f"prompt {index} of the batch is not a prompt of the dataset the rollouts were built with"
                 )
-            raws.append(raw)
+            raws.append(found[0])
+            hints.append(found[1])
         tasks = [task_of({TASK_COLUMN: raw}) for raw in raws]
         args = getattr(trainer, "args", None)
         sampling = {
@@ -214,9 +218,16 @@ class AgentRollouts:
             )
             if value is not None
         }
-        agents = [self.servers.agent_of(task, self.agent) for task in tasks]
-        outcomes = self.servers.call(self._run_all(tasks, agents, sampling), self.deadline_s + 30.0, "the rollouts")
+        agents = [self.servers.agent_of(task, self.agent, hint=hint) for task, hint in zip(tasks, hints)]
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0) + 1
+        # A seed per rollout (the trainer's seed, the step, its place in the batch): the policy server
+        # samples each rollout from its own generator, so a round does not depend on how requests batch.
+        base = int(getattr(args, "seed", 0) or 0) * 1_000_003 + step * 10_007
+        outcomes = self.servers.call(
+            self._run_all(tasks, agents, sampling, [base + i for i in range(len(tasks))]),
+            self.deadline_s + 30.0,
+            "the rollouts",
+        )
         out: dict[str, list[Any]] = {
             k: []
             for k in (
@@ -280,35 +291,39 @@ class AgentRollouts:
             ids = ids["input_ids"]
         return TokenTrajectory(list(ids), [int(tokenizer.eos_token_id)], [0], [0.0], 0)
 
+    def _retried(self) -> None:
+        self.retried += 1
+
     async def _run_all(
-        self, tasks: list[dict[str, Any]], agents: list[str], sampling: dict[str, Any]
+        self, tasks: list[dict[str, Any]], agents: list[str], sampling: dict[str, Any], seeds: list[int]
     ) -> list[tuple[dict[str, Any], float] | GaveUp]:
         deadline = time.monotonic() + self.deadline_s
         limit = asyncio.Semaphore(self.max_concurrency)
         client = self.servers.client
 
-        async def attempt(task: dict[str, Any], agent: str) -> dict[str, Any]:
+        async def attempt(task: dict[str, Any], agent: str, seed: int) -> dict[str, Any]:
             left = deadline - time.monotonic()
-            body = {**task, "responses_create_params": {**task["responses_create_params"], **sampling}}
+            body = {**task, "responses_create_params": {**task["responses_create_params"], **sampling, "seed": seed}}
             result = await client.post(agent, "/run", body, timeout_s=max(left, 0.001))
             reward = result.get("reward") if isinstance(result, dict) else None
             if not isinstance(reward, (int, float)) or isinstance(reward, bool):
                 raise ServerCallError(agent, "/run", "the result has no numeric reward")
             return result
 
-        async def one(task: dict[str, Any], agent: str) -> tuple[dict[str, Any], float] | GaveUp:
+        async def one(task: dict[str, Any], agent: str, seed: int) -> tuple[dict[str, Any], float] | GaveUp:
             async with limit:
                 begun = time.monotonic()
                 try:
                     result = await with_retries(
-                        lambda: attempt(task, agent),
+                        lambda: attempt(task, agent, seed),
                         retries=self.retries,
                         backoff_s=self.retry_backoff_s,
                         backoff_max_s=8.0,
                         deadline=deadline,
+                        on_retry=self._retried,
                     )
                 except GaveUp as failure:
                     return failure
                 return result, time.monotonic() - begun
 
-        return await asyncio.gather(*(one(t, a) for t, a in zip(tasks, agents)))
+        return await asyncio.gather(*(one(t, a, s) for t, a, s in zip(tasks, agents, seeds)))

@@ -183,11 +183,12 @@ class GymServers:
     def plugin_of(self, instance: str) -> str:
         return self.config.instances[instance].plugin
 
-    def agent_of(self, task: Mapping[str, Any], default: str | None = None) -> str:
-        """The agent instance that runs ``task``: its ``agent_ref`` (or ``agent``), else ``default``,
+    def agent_of(self, task: Mapping[str, Any], agent: str | None = None, *, hint: Any = None) -> str:
+        """The agent instance that runs ``task``: ``agent`` when given, else the task's ``agent_ref``
+        (or ``agent``), else ``hint`` (a row's ``agent`` column, as ``gym export prompts`` writes),
         else the config's only agent. Raises ``ValueError`` saying why none fits."""
         agents = self.instances_of_kind("agent")
-        name = task_agent(dict(task)) or default
+        name = agent or task_agent(dict(task)) or (hint if isinstance(hint, str) and hint else None)
         if name is None:
             if len(agents) != 1:
                 raise ValueError(
@@ -201,30 +202,42 @@ class GymServers:
             )
         return name
 
-    def resources_server_of(self, task: Mapping[str, Any], default: str | None = None) -> str:
-        """The resources server instance that verifies ``task``: ``default`` when given, else the
-        row's ``resources_server`` field, else its agent's ``resources_server`` option (the agent of
-        ``agent_ref``), else the config's only resources server. Raises ``ValueError`` saying why none fits."""
+    def resources_server_of(
+        self,
+        task: Mapping[str, Any],
+        resources_server: str | None = None,
+        *,
+        agent_hint: Any = None,
+        environment_hint: Any = None,
+    ) -> str:
+        """The resources server instance that verifies ``task``: ``resources_server`` when given, else
+        the task's ``resources_server`` field, else the ``resources_server`` option of its agent (the
+        task's ``agent_ref``, else ``agent_hint``: a row's ``agent`` column), else the one instance of
+        ``environment_hint``'s type (a row's ``environment`` column), else the config's only resources
+        server. Raises ``ValueError`` saying why none fits."""
         servers = self.instances_of_kind("resources")
-        for name in (default, task.get("resources_server")):
+        listed = ", ".join(servers) or "none"
+        for name in (resources_server, task.get("resources_server")):
             if isinstance(name, str):
                 if name not in servers:
                     raise ValueError(
-                        f"{name!r} is not a resources server instance of the config "
-                        f"(resources servers: {', '.join(servers) or 'none'})"
+                        f"{name!r} is not a resources server instance of the config (resources servers: {listed})"
                     )
                 return name
         agents = self.instances_of_kind("agent")
-        agent = task_agent(dict(task))
-        if agent is not None and agent in agents:
-            named = self.config.instances[agent].options.get("resources_server")
-            if isinstance(named, str) and named in servers:
-                return named
+        for agent in (task_agent(dict(task)), agent_hint):
+            if isinstance(agent, str) and agent in agents:
+                named = self.config.instances[agent].options.get("resources_server")
+                if isinstance(named, str) and named in servers:
+                    return named
+        if isinstance(environment_hint, str):
+            of_type = [n for n in servers if self.plugin_of(n) == environment_hint]
+            if len(of_type) == 1:
+                return of_type[0]
         if len(servers) != 1:
             raise ValueError(
                 f"cannot tell which environment verifies the row: it names no resources_server and no "
-                f"agent with one, and the config has {len(servers)} resources servers "
-                f"({', '.join(servers) or 'none'})"
+                f"agent with one, and the config has {len(servers)} resources servers ({listed})"
             )
         return servers[0]
 
@@ -284,6 +297,14 @@ class _ServedForTraining(ServedConfig):
             )
         except GymError as exc:
             raise TrainError(f"the policy server {name!r} did not start on port {instance.port}: {exc}") from None
+
+    def stop_instance(self, name: str) -> None:
+        """Stop one instance's server (its port is free until :meth:`start_instance`)."""
+        self.threads.pop(name).stop()
+
+    def start_instance(self, name: str) -> None:
+        """Start one instance's server again, on its port, with its options."""
+        self._start(name, self.config)
 
     def start(self) -> _ServedForTraining:
         try:

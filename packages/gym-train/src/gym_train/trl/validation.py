@@ -28,7 +28,15 @@ from typing import Any, Literal
 from gym_core.errors import ServerHTTPError
 
 from gym_cli.rollouts import GaveUp, failure_fields, with_retries
-from gym_train.trl.data import PROMPT_COLUMN, TASK_COLUMN, DatasetError, prompt_key, task_of
+from gym_train.trl.data import (
+    AGENT_COLUMN,
+    ENVIRONMENT_COLUMN,
+    PROMPT_COLUMN,
+    TASK_COLUMN,
+    DatasetError,
+    prompt_key,
+    task_of,
+)
 from gym_train.trl.rewards import text_response, verify_text
 from gym_train.trl.servers import GymServers
 
@@ -78,11 +86,16 @@ def validate_rows(
             continue
         try:
             if mode == "rollout":
-                agent_name = servers.agent_of(task, agent)
+                agent_name = servers.agent_of(task, agent, hint=row.get(AGENT_COLUMN))
                 named = servers.config.instances[agent_name].options.get("resources_server")
                 environment = servers.resources_server_of(task, named if isinstance(named, str) else None)
             else:
-                environment = servers.resources_server_of(task, resources_server)
+                environment = servers.resources_server_of(
+                    task,
+                    resources_server,
+                    agent_hint=row.get(AGENT_COLUMN),
+                    environment_hint=row.get(ENVIRONMENT_COLUMN),
+                )
         except ValueError as exc:
             problems.append(f"{where}: {exc}")
             continue

@@ -18,7 +18,7 @@ from typing import Any
 from benchmarks._common import ROOT, load
 
 MEASUREMENTS = ("orchestration", "startup", "scale", "model_overhead", "worker_pool", "verify_throughput", "reliability",
-                "token_faithfulness", "sandbox", "collect_memory", "local_llama_batch", "replicas")
+                "token_faithfulness", "sandbox", "collect_memory", "local_llama_batch", "replicas", "trainer_overhead")
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -164,6 +164,26 @@ def markdown(results: dict[str, Any]) -> str:
                   "| --- | --- | --- | --- | --- |"]
         lines += [f"| {n} | {row['route_us']} | {row['pct_of_round_trip']} | {row['keys']} | "
                   f"{row['min_share_of_even']} / {row['max_share_of_even']} |" for n, row in r["routing"].items()] + [""]
+    if "trainer_overhead" in results:
+        t = results["trainer_overhead"]
+        lines += [
+            "## What gym's verification adds to a TRL GRPO step (SmolLM2-135M, CPU)",
+            "",
+            f"{t['steps']} steps × {t['repeats']} run(s) per variant, {t['batch']} completions a step "
+            f"(≤ {t['max_completion_length']} tokens), rewards of math's example tasks; same weights, seed and "
+            f"data, so the same completions (same rewards in both: {'yes' if t['same_rewards'] else 'NO'}).",
+            "",
+            "| rewards from | step s | reward s per step |",
+            "| --- | --- | --- |",
+            f"| gym's math server (/verify over HTTP) | {t['gym_step_s']} | {t['gym_reward_s_per_step']} |",
+            f"| the same grader in-process | {t['in_process_step_s']} | {t['in_process_reward_s_per_step']} |",
+            "",
+            f"step ratio {t['ratio']} (timing noise of the step itself); gym's reward call is "
+            f"{t['gym_reward_share_pct']} % of a step and adds {t['added_pct']} % over the in-process grader. "
+            f"32 completions verified one at a time: {t['concurrency_1_s']} s, 32 at once: "
+            f"{t['concurrency_32_s']} s (× {t['concurrency_speedup']}).",
+            "",
+        ]
     return "\n".join(lines)
 
 

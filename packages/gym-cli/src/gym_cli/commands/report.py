@@ -41,7 +41,7 @@ def report(rollouts: tuple[Path, ...], output: Path | None, png_dir: Path | None
 
     output = output or rollouts[0].with_name(rollouts[0].stem + ".report.html")
     result = write_report(list(rollouts), output, png_dir=png_dir, ks=ks, by=by, title=title, labels=labels)
-    console = Console()
+    console = Console(soft_wrap=True)  # paths stay whole, however long, on any width
     for line in result.missing_plots:
         console.print(f"[dim]{line}[/]")
     console.print(f"report of {result.runs} run{'s' if result.runs > 1 else ''} written to {result.html}")

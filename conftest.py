@@ -29,9 +29,9 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 # tier -> the tests it holds: a folder, a file, or FILE::NAME for a test (all its parameters) or a
 # class; paths from the repository root. A test may be in several tiers.
 TIERS: dict[str, tuple[str, ...]] = {
-    # Tens of seconds to minutes each: the benchmark harness, the training venv (torch) and gym-train's
-    # tests in it, a real browser, venvs built with uv (gym test, published packages, the template's
-    # plugins tested in their own venvs), real process trees killed with -9 and restarted.
+    # Seconds to minutes each: the benchmark harness, the training venv (torch) and gym-train's tests
+    # in it, a real browser, venvs built with uv (gym test, published packages, the template's plugins
+    # tested in their own venvs), real process trees killed with -9 or restarted.
     "slow": (
         "tests/benchmarks",
         "tests/test_train_venv.py",
@@ -55,7 +55,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "packages/gym-cli/tests/test_collect.py::test_the_lock_is_released_when_its_holder_is_killed",
         "packages/gym-cli/tests/test_collect.py::test_second_collect_on_the_same_output_fails_fast_naming_the_first",
     ),
-    # Start a Ray cluster (in the test process or under gym run).
+    # Start a Ray cluster (joined by the test process, or by gym run).
     "ray": (
         "packages/gym-cli/tests/test_ray_cluster.py::test_each_server_runs_in_an_actor_on_the_node_asked_for",
         "packages/gym-cli/tests/test_ray_cluster.py::test_rollouts_keep_to_one_replica_across_nodes",
@@ -71,6 +71,8 @@ TIERS: dict[str, tuple[str, ...]] = {
     "model": (
         "plugins/models/local_llama/tests",
         "tests/test_local_judge.py",
+        "tests/benchmarks/test_token_faithfulness.py",
+        "plugins/models/local_vllm/tests/test_ray_engines.py",  # llama-cpp-python's server as the engine
         "plugins/agents/token_preserving/tests/test_token_preserving.py::test_three_turns_with_local_llama_extend_the_previous_tokens_exactly",
         "plugins/agents/token_preserving/tests/test_token_preserving.py::test_a_rollout_with_local_llama_keeps_token_ids_on_every_generated_item",
         "plugins/models/openai_model/tests/test_openai_model.py::test_chat_completions",
@@ -83,6 +85,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "sandbox": (
         "packages/gym-core/tests/test_sandbox.py",
         "tests/test_sandbox_failures.py",
+        "tests/benchmarks/test_sandbox.py",
         "plugins/resources/code_gen/tests",
     ),
 }

@@ -92,8 +92,12 @@ TIERS: dict[str, tuple[str, ...]] = {
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--full", action="store_true", default=False,
-                     help=f"run every test, the {', '.join(TIERS)} tiers too (what CI runs)")
+    parser.addoption(
+        "--full",
+        action="store_true",
+        default=False,
+        help=f"run every test, the {', '.join(TIERS)} tiers too (what CI runs)",
+    )
 
 
 def tiers_of(nodeid: str) -> list[str]:
@@ -116,8 +120,11 @@ def _fast_tier_only(config: pytest.Config) -> bool:
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # a pytest-xdist worker: its controller decided, from the command line
         return workerinput["gym_fast_tier_only"]
-    return (not config.getoption("full") and not config.getoption("markexpr")
-            and config.args_source is pytest.Config.ArgsSource.TESTPATHS)
+    return (
+        not config.getoption("full")
+        and not config.getoption("markexpr")
+        and config.args_source is pytest.Config.ArgsSource.TESTPATHS
+    )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -136,8 +143,13 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     servers and clusters start once."""
     if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
         return
-    if (config.option.numprocesses is None and config.args_source is pytest.Config.ArgsSource.TESTPATHS
-            and not config.option.collectonly and not config.option.usepdb and (os.cpu_count() or 1) >= WORKERS):
+    if (
+        config.option.numprocesses is None
+        and config.args_source is pytest.Config.ArgsSource.TESTPATHS
+        and not config.option.collectonly
+        and not config.option.usepdb
+        and len(os.sched_getaffinity(0)) >= WORKERS
+    ):
         config.option.numprocesses = WORKERS
     if config.option.numprocesses and config.option.dist == "no":
         config.option.dist = "loadfile"
@@ -163,8 +175,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
     deselected = config.stash.get(_DESELECTED, 0)
     if deselected:
-        return (f"fast tier: {deselected} test{'' if deselected == 1 else 's'} of the {', '.join(TIERS)} tiers left out "
-                "(--full runs every test; -m TIER one tier)")
+        return (
+            f"fast tier: {deselected} test{'' if deselected == 1 else 's'} of the {', '.join(TIERS)} tiers left out "
+            "(--full runs every test; -m TIER one tier)"
+        )
     return None
 
 

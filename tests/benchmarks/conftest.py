@@ -25,8 +25,13 @@ def run_benchmark(tmp_path):
     """``run_benchmark(NAME)``: ``python -m benchmarks --size tiny --only NAME`` as a user runs it."""
 
     def run(name: str) -> Run:
-        proc = subprocess.run([sys.executable, "-m", "benchmarks", "--size", "tiny", "--only", name, "--output", str(tmp_path)],
-                              cwd=ROOT, capture_output=True, text=True, timeout=280)
+        proc = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "--size", "tiny", "--only", name, "--output", str(tmp_path)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=280,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         results = json.loads((tmp_path / "results.json").read_text())
         # Every run records the machine and its load beside its one measurement.

@@ -173,12 +173,14 @@ def markdown(results: dict[str, Any]) -> str:
             f"(≤ {t['max_completion_length']} tokens), rewards of math's example tasks; same weights, seed and "
             f"data, so the same completions (same rewards in both: {'yes' if t['same_rewards'] else 'NO'}).",
             "",
-            "| rewards from | step s | reward s per step |",
-            "| --- | --- | --- |",
-            f"| gym's math server (/verify over HTTP) | {t['gym_step_s']} | {t['gym_reward_s_per_step']} |",
-            f"| the same grader in-process | {t['in_process_step_s']} | {t['in_process_reward_s_per_step']} |",
+            "| rewards from | step s (mean) | step s (median) | reward s per step |",
+            "| --- | --- | --- | --- |",
+            f"| gym's math server (/verify over HTTP) | {t['gym_step_s']} | {t['gym_step_median_s']} "
+            f"| {t['gym_reward_s_per_step']} |",
+            f"| the same grader in-process | {t['in_process_step_s']} | {t['in_process_step_median_s']} "
+            f"| {t['in_process_reward_s_per_step']} |",
             "",
-            f"step ratio {t['ratio']} (timing noise of the step itself); gym's reward call is "
+            f"step ratio {t['ratio']} (median {t['median_ratio']}: the noise of the step's own timing); gym's reward call is "
             f"{t['gym_reward_share_pct']} % of a step and adds {t['added_pct']} % over the in-process grader. "
             f"32 completions verified one at a time: {t['concurrency_1_s']} s, 32 at once: "
             f"{t['concurrency_32_s']} s (× {t['concurrency_speedup']}).",

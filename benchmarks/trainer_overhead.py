@@ -65,5 +65,4 @@ def run(size: str) -> dict[str, Any]:
                 f"gym_train.trl.overhead failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}"
             )
         results = json.loads(out.read_text())
-    results.pop("runs", None)  # per-step detail stays in the subprocess's output
     return results

@@ -176,6 +176,16 @@ def test_policy_server_rollouts_are_token_faithful_and_on_policy(policy):
         prompts = [r["prompt"] for r in rows[:3] for _ in range(4)]
         out = rollouts(prompts, trainer)
         assert servers.policy.stats.batches >= 1
+
+        # The environment gone: masked rollouts (reward None, nothing to train on), or the round fails.
+        servers.served.stop_instance("counter")
+        masked = AgentRollouts(servers, rows, deadline_s=5, retries=1, on_failure="mask", validate=False)
+        lost = masked(prompts[:2], trainer)
+        assert lost["gym_reward"] == [None, None] and lost["env_mask"] == [[0], [0]]
+        assert lost["completion_ids"] == [[policy.tokenizer.eos_token_id]] * 2
+        assert all(len(ids) > 0 for ids in lost["prompt_ids"])
+        with pytest.raises(VerificationFailed, match="2 of 2 samples could not be rolled out"):
+            AgentRollouts(servers, rows, deadline_s=5, retries=1, validate=False)(prompts[:2], trainer)
     assert (
         [len(x) for x in out["completion_ids"]]
         == [len(x) for x in out["env_mask"]]
@@ -223,7 +233,10 @@ def test_grpo_multi_turn_with_tools_through_a_gym_agent(policy, tmp_path):
     machinery reproduces by replaying the recorded tool calls."""
     from gym_cli.reverify import ReverifyOptions, ReverifySummary, read_rollout_rows, reverify_rollouts
 
-    with GymServers.serve(EXAMPLES / "trl_counter.yaml", policy_model="policy_model") as servers:
+    # Two model calls at most (a tool call, then the answer), to keep the test's time down.
+    with GymServers.serve(
+        EXAMPLES / "trl_counter.yaml", ["counter_agent.max_steps=2"], policy_model="policy_model"
+    ) as servers:
         dataset = to_dataset(read_prompt_rows(COUNTER_TASKS))
         rollouts = AgentRollouts(servers, dataset, rollouts_path=tmp_path / "rollouts.jsonl")
         trainer = GRPOTrainer(
@@ -231,7 +244,7 @@ def test_grpo_multi_turn_with_tools_through_a_gym_agent(policy, tmp_path):
             processing_class=policy.tokenizer,
             reward_funcs=rollouts.reward,
             rollout_func=rollouts,
-            args=grpo_config(tmp_path, max_completion_length=40),
+            args=grpo_config(tmp_path, max_completion_length=32),
             train_dataset=dataset,
         )
         before = snapshot(policy.model)
@@ -408,12 +421,58 @@ def test_a_server_that_dies_is_retried_then_fails_the_step_never_scored_zero(pol
         assert trainer.state.global_step == 1
 
 
+def test_the_local_llama_chat_template_renders_as_local_llama_does(policy):
+    """Every conversation of the SFT and DPO exports, tool calls, tool outputs and tools included,
+    renders through LOCAL_LLAMA_CHAT_TEMPLATE exactly as local_llama prompts the model."""
+    from gym_local_llama.chat_template import DEFAULT_SYSTEM_PROMPT, render_prompt
+    from gym_train.trl.chat_template import DEFAULT_SYSTEM_PROMPT as OURS
+    from gym_train.trl.chat_template import LOCAL_LLAMA_CHAT_TEMPLATE
+
+    assert OURS == DEFAULT_SYSTEM_PROMPT
+    tokenizer = policy.tokenizer
+    tokenizer.chat_template = LOCAL_LLAMA_CHAT_TEMPLATE
+    conversations = []
+    for row in read_rows(FIXTURES / "export_sft.jsonl"):
+        conversations.append((row["messages"], json.loads(row["tools"]) if row.get("tools") else None))
+    for row in read_rows(FIXTURES / "export_dpo.jsonl"):
+        tools = json.loads(row["tools"]) if row.get("tools") else None
+        conversations += [(row["prompt"] + row["chosen"], tools), (row["prompt"] + row["rejected"], tools)]
+    conversations.append(
+        (
+            [  # no system message, content parts, two calls, a run of two tool results
+                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                {
+                    "role": "assistant",
+                    "content": "x",
+                    "tool_calls": [
+                        {"type": "function", "function": {"name": "f", "arguments": {"q": 1}}},
+                        {"function": {"name": "g", "arguments": None}},
+                    ],
+                },
+                {"role": "tool", "content": "1"},
+                {"role": "tool", "content": "2"},
+                {"role": "user", "content": "ok"},
+            ],
+            None,
+        )
+    )
+    assert any(tools for _, tools in conversations)
+    assert any(m.get("tool_calls") for messages, _ in conversations for m in messages)
+    for messages, tools in conversations:
+        rendered = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
+        assert rendered == render_prompt(messages, tools)
+
+
 def test_sft_and_dpo_take_a_step_on_gym_export_output(policy, tmp_path):
     """`gym export sft` and `gym export dpo` files (the fixtures the export's tests keep current) load
-    with datasets and train one real step of TRL's SFTTrainer and DPOTrainer."""
+    with datasets and train one real step of TRL's SFTTrainer and DPOTrainer, rendered in
+    local_llama's format (the tool calls are in what SFT trains on)."""
     from datasets import load_dataset
     from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
+    from gym_train.trl.chat_template import LOCAL_LLAMA_CHAT_TEMPLATE
+
+    policy.tokenizer.chat_template = LOCAL_LLAMA_CHAT_TEMPLATE
     common = dict(
         max_steps=1,
         bf16=False,
@@ -421,7 +480,7 @@ def test_sft_and_dpo_take_a_step_on_gym_export_output(policy, tmp_path):
         report_to=[],
         save_strategy="no",
         logging_steps=1,
-        max_length=256,
+        max_length=512,
         disable_tqdm=True,
     )
     before = snapshot(policy.model)
@@ -433,6 +492,9 @@ def test_sft_and_dpo_take_a_step_on_gym_export_output(policy, tmp_path):
         train_dataset=sft,
         args=SFTConfig(output_dir=str(tmp_path / "sft"), per_device_train_batch_size=4, **common),
     )
+    trained_on = [policy.tokenizer.decode(row["input_ids"]) for row in trainer.train_dataset]
+    assert any('<tool_call>{"name": "increment_counter"' in text for text in trained_on)
+    assert any("# Tools" in text and "<tool_response>" in text for text in trained_on)
     trainer.train()
     assert trainer.state.global_step == 1 and math.isfinite(trainer.state.log_history[0]["loss"])
     assert weight_change(before, policy.model) > 0

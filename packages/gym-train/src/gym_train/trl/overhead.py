@@ -11,8 +11,9 @@ SmolLM2-135M with TRL's ``GRPOTrainer`` on gym's math tasks (8 completions a ste
 
 The two runs generate the same completions (same weights, seed and data order) and must get the same
 rewards (checked), so they differ only in where the reward is computed. Runs alternate (gym,
-in-process, gym, ...) so that a change in the machine's load falls on both. Reported: the mean step
-time of each (TRL's ``step_time``), their ratio, the reward call's own time per step in each, and
+in-process, in-process, gym, ...), after one uncounted warm-up step of each, so that a change in
+the machine's load falls on both. Reported: the mean and median step time of each (TRL's
+``step_time``) and their ratios, the reward call's own time per step in each, and
 ``added_pct``: gym's reward time minus the in-process one, as a share of the in-process step.
 
 Also measured: one batch of 32 completions verified with ``max_concurrency`` 1 and 32, to show that
@@ -91,47 +92,55 @@ def measure(
     work = Path(output_dir or tempfile.mkdtemp(prefix="gym-trainer-overhead-"))
     runs: dict[str, list[dict[str, Any]]] = {"gym": [], "in_process": []}
     with GymServers.serve(EXAMPLES / "trl_math.yaml") as servers:
+        # A first step of each variant, not counted (one-off costs of the first trainer and generation),
+        # then the runs in the order gym, in-process, in-process, gym, ... so that neither always goes first.
+        order = [("warm-up", v) for v in ("gym", "in_process")]
         for repeat in range(repeats):
-            for variant in ("gym", "in_process"):
-                policy.model.load_state_dict(initial)
-                reward = VerifyReward(servers, dataset, validate=False) if variant == "gym" else InProcessMathReward()
-                args = GRPOConfig(
-                    output_dir=str(work / f"{variant}-{repeat}"),
-                    per_device_train_batch_size=batch,
-                    num_generations=4,
-                    max_completion_length=max_completion_length,
-                    max_steps=steps,
-                    logging_steps=1,
-                    learning_rate=1e-5,
-                    bf16=False,
-                    use_cpu=True,
-                    report_to=[],
-                    save_strategy="no",
-                    seed=0,
-                    disable_tqdm=True,
-                )
-                trainer = GRPOTrainer(
-                    model=policy.model,
-                    processing_class=policy.tokenizer,
-                    reward_funcs=reward,
-                    args=args,
-                    train_dataset=dataset,
-                )
-                trainer.train()
-                logged = [h for h in trainer.state.log_history if "step_time" in h]
-                runs[variant].append(
-                    {
-                        "step_s": [h["step_time"] for h in logged],
-                        "rewards": [h["reward"] for h in logged],
-                        "reward_s_per_step": reward.seconds / max(len(logged), 1),
-                    }
-                )
-                print(
-                    f"{variant} run {repeat + 1}/{repeats}: steps {[round(h['step_time'], 2) for h in logged]} s, "
-                    f"reward {reward.seconds / max(len(logged), 1):.4f} s a step",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            pair = ("gym", "in_process") if repeat % 2 == 0 else ("in_process", "gym")
+            order += [(repeat, v) for v in pair]
+        for repeat, variant in order:
+            policy.model.load_state_dict(initial)
+            reward = VerifyReward(servers, dataset, validate=False) if variant == "gym" else InProcessMathReward()
+            warm_up = repeat == "warm-up"
+            args = GRPOConfig(
+                output_dir=str(work / f"{variant}-{repeat}"),
+                per_device_train_batch_size=batch,
+                num_generations=4,
+                max_completion_length=max_completion_length,
+                max_steps=1 if warm_up else steps,
+                logging_steps=1,
+                learning_rate=1e-5,
+                bf16=False,
+                use_cpu=True,
+                report_to=[],
+                save_strategy="no",
+                seed=0,
+                disable_tqdm=True,
+            )
+            trainer = GRPOTrainer(
+                model=policy.model,
+                processing_class=policy.tokenizer,
+                reward_funcs=reward,
+                args=args,
+                train_dataset=dataset,
+            )
+            trainer.train()
+            logged = [h for h in trainer.state.log_history if "step_time" in h]
+            if warm_up:
+                continue
+            runs[variant].append(
+                {
+                    "step_s": [h["step_time"] for h in logged],
+                    "rewards": [h["reward"] for h in logged],
+                    "reward_s_per_step": reward.seconds / max(len(logged), 1),
+                }
+            )
+            print(
+                f"{variant} run {int(repeat) + 1}/{repeats}: steps {[round(h['step_time'], 2) for h in logged]} s, "
+                f"reward {reward.seconds / max(len(logged), 1):.4f} s a step",
+                file=sys.stderr,
+                flush=True,
+            )
 
         # Concurrency of the reward path: one batch of 32 completions, one at a time vs all at once.
         texts = [json.loads(r["gym_task"])["conformance"]["response"] for r in rows]
@@ -146,6 +155,8 @@ def measure(
 
     gym_step = statistics.mean(s for run in runs["gym"] for s in run["step_s"])
     local_step = statistics.mean(s for run in runs["in_process"] for s in run["step_s"])
+    gym_median = statistics.median(s for run in runs["gym"] for s in run["step_s"])
+    local_median = statistics.median(s for run in runs["in_process"] for s in run["step_s"])
     gym_reward = statistics.mean(run["reward_s_per_step"] for run in runs["gym"])
     local_reward = statistics.mean(run["reward_s_per_step"] for run in runs["in_process"])
     same = all(a["rewards"] == b["rewards"] for a, b in zip(runs["gym"], runs["in_process"]))
@@ -157,6 +168,9 @@ def measure(
         "gym_step_s": round(gym_step, 3),
         "in_process_step_s": round(local_step, 3),
         "ratio": round(gym_step / local_step, 4),
+        "gym_step_median_s": round(gym_median, 3),
+        "in_process_step_median_s": round(local_median, 3),
+        "median_ratio": round(gym_median / local_median, 4),
         "gym_reward_s_per_step": round(gym_reward, 4),
         "in_process_reward_s_per_step": round(local_reward, 4),
         "gym_reward_share_pct": round(100 * gym_reward / gym_step, 3),
@@ -165,7 +179,7 @@ def measure(
         "concurrency_1_s": round(timings[1], 3),
         "concurrency_32_s": round(timings[32], 3),
         "concurrency_speedup": round(timings[1] / timings[32], 2),
-        "runs": runs,
+        "runs": runs,  # per run: its step times, logged rewards and reward seconds per step
     }
 
 

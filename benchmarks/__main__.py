@@ -17,66 +17,118 @@ from typing import Any
 
 from benchmarks._common import ROOT, load
 
-MEASUREMENTS = ("orchestration", "startup", "scale", "model_overhead", "worker_pool", "verify_throughput", "reliability",
-                "token_faithfulness", "sandbox", "collect_memory", "local_llama_batch", "replicas", "trainer_overhead")
+MEASUREMENTS = (
+    "orchestration",
+    "startup",
+    "scale",
+    "model_overhead",
+    "worker_pool",
+    "verify_throughput",
+    "reliability",
+    "token_faithfulness",
+    "sandbox",
+    "collect_memory",
+    "local_llama_batch",
+    "replicas",
+    "trainer_overhead",
+)
 
 
 def markdown(results: dict[str, Any]) -> str:
-    lines = [f"# gym benchmarks ({results['size']})", "", f"load average before: {results['load_before']}, "
-             f"after: {results['load_after']}; {results['machine']}", ""]
+    lines = [
+        f"# gym benchmarks ({results['size']})",
+        "",
+        f"load average before: {results['load_before']}, after: {results['load_after']}; {results['machine']}",
+        "",
+    ]
     orch = results.get("orchestration")
     if orch:
-        lines += ["## Orchestration overhead vs the HTTP floor", "",
-                  "Floor: bare round trips by an aiohttp client; floor (gym transport): the same by "
-                  "`gym_core.http1`, the client gym's servers use.", "",
-                  "| variant | round trips | concurrency | gym rollouts/s | floor rollouts/s | ratio "
-                  "| floor (gym transport) rollouts/s | ratio | gym p50 ms | gym p99 ms "
-                  "| gym CPU ms/rollout | floor CPU ms/rollout | errors |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "## Orchestration overhead vs the HTTP floor",
+            "",
+            "Floor: bare round trips by an aiohttp client; floor (gym transport): the same by "
+            "`gym_core.http1`, the client gym's servers use.",
+            "",
+            "| variant | round trips | concurrency | gym rollouts/s | floor rollouts/s | ratio "
+            "| floor (gym transport) rollouts/s | ratio | gym p50 ms | gym p99 ms "
+            "| gym CPU ms/rollout | floor CPU ms/rollout | errors |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for variant, rows in orch["variants"].items():
             for row in rows:
                 g, f, lean = row["gym"], row["floor"], row["floor_gym_transport"]
-                lines.append(f"| {variant} | {orch['round_trips'][variant]} | {row['concurrency']} | {g['rollouts_per_s']} | "
-                             f"{f['rollouts_per_s']} | {row['ratio']} | {lean['rollouts_per_s']} | {row['ratio_gym_transport']} | "
-                             f"{g['p50_ms']} | {g['p99_ms']} | {g['cpu_ms_per_rollout']} | {f['cpu_ms_per_rollout']} | "
-                             f"{g['errors'] + f['errors'] + lean['errors']} |")
+                lines.append(
+                    f"| {variant} | {orch['round_trips'][variant]} | {row['concurrency']} | {g['rollouts_per_s']} | "
+                    f"{f['rollouts_per_s']} | {row['ratio']} | {lean['rollouts_per_s']} | {row['ratio_gym_transport']} | "
+                    f"{g['p50_ms']} | {g['p99_ms']} | {g['cpu_ms_per_rollout']} | {f['cpu_ms_per_rollout']} | "
+                    f"{g['errors'] + f['errors'] + lean['errors']} |"
+                )
         lines.append("")
     if "startup" in results:
         s = results["startup"]
-        lines += ["## Start-up (`gym run` to \"All servers ready\")", "", "| mode | seconds |", "| --- | --- |",
-                  f"| isolated, cold (envs built) | {s['uv_cold_s'] or '—'} |", f"| isolated, warm | {s['uv_warm_s'] or '—'} |",
-                  f"| --isolation none | {s['none_s']} |", ""]
+        lines += [
+            '## Start-up (`gym run` to "All servers ready")',
+            "",
+            "| mode | seconds |",
+            "| --- | --- |",
+            f"| isolated, cold (envs built) | {s['uv_cold_s'] or '—'} |",
+            f"| isolated, warm | {s['uv_warm_s'] or '—'} |",
+            f"| --isolation none | {s['none_s']} |",
+            "",
+        ]
     if "scale" in results:
         s = results["scale"]
         rss = s["counter_rss_mb"]
-        lines += ["## Scale", "", f"{s['in_flight']} rollouts started at once (at most {s['peak_in_flight']} seen in flight "
-                  f"together), {s['connections_to_agent']} of them in the agent at a time (its open file descriptors "
-                  f"peaked at {s['agent_peak_open_fds']}), the others waiting for a connection: {s['completed']} completed, "
-                  f"{s['written']} written, {s['errors']} errors, {s['retried']} retried, {s['seconds']} s "
-                  f"({s['rollouts_per_s']} rollouts/s). Sessions held by the counter: {s['sessions_before']['counter']} "
-                  f"before, at most {s['peak_counter_sessions']} during, {s['sessions_after']['counter']} after; its RSS "
-                  f"{rss['before']} MiB before, {rss['after']} MiB after (peak {rss['peak']}).", "",
-                  "| process | peak RSS MiB | CPU s |", "| --- | --- | --- |"]
+        lines += [
+            "## Scale",
+            "",
+            f"{s['in_flight']} rollouts started at once (at most {s['peak_in_flight']} seen in flight "
+            f"together), {s['connections_to_agent']} of them in the agent at a time (its open file descriptors "
+            f"peaked at {s['agent_peak_open_fds']}), the others waiting for a connection: {s['completed']} completed, "
+            f"{s['written']} written, {s['errors']} errors, {s['retried']} retried, {s['seconds']} s "
+            f"({s['rollouts_per_s']} rollouts/s). Sessions held by the counter: {s['sessions_before']['counter']} "
+            f"before, at most {s['peak_counter_sessions']} during, {s['sessions_after']['counter']} after; its RSS "
+            f"{rss['before']} MiB before, {rss['after']} MiB after (peak {rss['peak']}).",
+            "",
+            "| process | peak RSS MiB | CPU s |",
+            "| --- | --- | --- |",
+        ]
         lines += [f"| {name} | {mb} | {s['cpu_s'].get(name, '—')} |" for name, mb in s["peak_rss_mb"].items()] + [""]
     if "model_overhead" in results:
         m = results["model_overhead"]
-        lines += ["## Model-server overhead (local_llama)", "", "| path | tokens/s |", "| --- | --- |",
-                  f"| through the framework (HTTP /v1/responses) | {m['framework_tokens_per_s']} |",
-                  f"| llama engine in-process | {m['direct_tokens_per_s']} |", "",
-                  f"overhead: {m['overhead_pct']} % (completion tokens {m['completion_tokens']})", ""]
+        lines += [
+            "## Model-server overhead (local_llama)",
+            "",
+            "| path | tokens/s |",
+            "| --- | --- |",
+            f"| through the framework (HTTP /v1/responses) | {m['framework_tokens_per_s']} |",
+            f"| llama engine in-process | {m['direct_tokens_per_s']} |",
+            "",
+            f"overhead: {m['overhead_pct']} % (completion tokens {m['completion_tokens']})",
+            "",
+        ]
     if "worker_pool" in results:
         w = results["worker_pool"]
-        lines += ["## Worker pool (gym_core.workers)", "", "| call | ms |", "| --- | --- |",
-                  f"| async call of a trivial function | {w['async_call_ms']} |",
-                  f"| blocking call of a trivial function | {w['blocking_call_ms']} |",
-                  f"| kill a worker past its limit and replace it | {w['kill_and_replace_ms']} |",
-                  f"| math verify_answer needing a worker | {w.get('math_verify_call_ms', '—')} |", ""]
+        lines += [
+            "## Worker pool (gym_core.workers)",
+            "",
+            "| call | ms |",
+            "| --- | --- |",
+            f"| async call of a trivial function | {w['async_call_ms']} |",
+            f"| blocking call of a trivial function | {w['blocking_call_ms']} |",
+            f"| kill a worker past its limit and replace it | {w['kill_and_replace_ms']} |",
+            f"| math verify_answer needing a worker | {w.get('math_verify_call_ms', '—')} |",
+            "",
+        ]
     if "verify_throughput" in results:
         v = results["verify_throughput"]
         levels = sorted({int(c) for rows in v.values() for c in rows})
-        lines += ["## Verify throughput per environment (POST /verify, example rows cycled)", "",
-                  "| environment | " + " | ".join(f"c={c} verif/s | c={c} p99 ms" for c in levels) + " | errors | correct |",
-                  "| --- |" + " --- | --- |" * len(levels) + " --- | --- |"]
+        lines += [
+            "## Verify throughput per environment (POST /verify, example rows cycled)",
+            "",
+            "| environment | " + " | ".join(f"c={c} verif/s | c={c} p99 ms" for c in levels) + " | errors | correct |",
+            "| --- |" + " --- | --- |" * len(levels) + " --- | --- |",
+        ]
         for name, rows in v.items():
             cells = " | ".join(f"{rows[str(c)]['per_s']} | {rows[str(c)]['p99_ms']}" for c in levels)
             # correct: the share of verifications that got their row's conformance reward, all rounds
@@ -84,86 +136,153 @@ def markdown(results: dict[str, Any]) -> str:
             right = sum(r.get("matched", 0) for r in rows.values())
             correct = f"{right / checked:.3f}" if checked else "—"
             lines.append(f"| {name} | {cells} | {sum(r['errors'] for r in rows.values())} | {correct} |")
-        lines += ["", "correct: the share of verifications that got the reward of their row's `conformance` field "
-                  "(— : no row has one).", ""]
+        lines += [
+            "",
+            "correct: the share of verifications that got the reward of their row's `conformance` field "
+            "(— : no row has one).",
+            "",
+        ]
     if "reliability" in results:
-        lines += ["## Reliability under faults", "",
-                  "| scenario | rollouts expected | rows written | duplicates | lost | failures recorded | seconds |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "## Reliability under faults",
+            "",
+            "| scenario | rollouts expected | rows written | duplicates | lost | failures recorded | seconds |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for row in results["reliability"]["scenarios"]:
             failures = f"{row['failures']} ({', '.join(row['failure_reasons'])})" if row["failures"] else "0"
-            lines.append(f"| {row['scenario']} | {row['expected']} | {row['rows']} | {row['duplicates']} | {row['lost']} "
-                         f"| {failures} | {row['seconds']} |")
+            lines.append(
+                f"| {row['scenario']} | {row['expected']} | {row['rows']} | {row['duplicates']} | {row['lost']} "
+                f"| {failures} | {row['seconds']} |"
+            )
             if "rss_before_mb" in row:
-                lines.append(f"| ↳ counter RSS MiB before → after | | {row['rss_before_mb']} → {row['rss_after_mb']} | | | | |")
+                lines.append(
+                    f"| ↳ counter RSS MiB before → after | | {row['rss_before_mb']} → {row['rss_after_mb']} | | | | |"
+                )
         lines.append("")
     if "token_faithfulness" in results:
         t = results["token_faithfulness"]
-        lines += ["## Token faithfulness of multi-turn rollouts (local_llama)", "",
-                  f"{t['rollouts']} rollouts of {t['turns_per_rollout']} model calls "
-                  f"(≤ {'/'.join(map(str, t['max_output_tokens']))} tokens, "
-                  f"{t['model_tool_calls']} tool calls made), {t['seconds']} s (rescoring {t['rescore_seconds']} s): "
-                  f"{t['drifted_tokens']} drifted tokens of "
-                  f"{t['history_tokens_compared']} earlier-turn tokens compared (must be 0); "
-                  f"{t['log_prob_mismatches']} of {t['generated_tokens_rescored']} returned log-probs differ from the "
-                  f"engine's recomputed ones (max |Δ| {t['max_log_prob_abs_diff']}).", ""]
+        lines += [
+            "## Token faithfulness of multi-turn rollouts (local_llama)",
+            "",
+            f"{t['rollouts']} rollouts of {t['turns_per_rollout']} model calls "
+            f"(≤ {'/'.join(map(str, t['max_output_tokens']))} tokens, "
+            f"{t['model_tool_calls']} tool calls made), {t['seconds']} s (rescoring {t['rescore_seconds']} s): "
+            f"{t['drifted_tokens']} drifted tokens of "
+            f"{t['history_tokens_compared']} earlier-turn tokens compared (must be 0); "
+            f"{t['log_prob_mismatches']} of {t['generated_tokens_rescored']} returned log-probs differ from the "
+            f"engine's recomputed ones (max |Δ| {t['max_log_prob_abs_diff']}).",
+            "",
+        ]
     if "sandbox" in results:
         b = results["sandbox"]
-        lines += ["## Sandbox (gym_core.sandbox): a trivial Python program", "",
-                  "| concurrency | bare subprocess exec/s | sandboxed exec/s | bare p50 ms | sandboxed p50 ms | sandboxed p99 ms |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "## Sandbox (gym_core.sandbox): a trivial Python program",
+            "",
+            "| concurrency | bare subprocess exec/s | sandboxed exec/s | bare p50 ms | sandboxed p50 ms | sandboxed p99 ms |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for c in ("1", "8"):
             bare, box = b[c]["bare"], b[c]["sandbox"]
-            lines.append(f"| {c} | {bare['per_s']} | {box['per_s']} | {bare['p50_ms']} | {box['p50_ms']} | {box['p99_ms']} |")
-        lines += ["", f"overhead per execution over a bare subprocess (p50, concurrency 1): {b['overhead_ms']} ms "
-                  f"({b['executions']} executions × {b['rounds']} rounds each)", ""]
+            lines.append(
+                f"| {c} | {bare['per_s']} | {box['per_s']} | {bare['p50_ms']} | {box['p50_ms']} | {box['p99_ms']} |"
+            )
+        lines += [
+            "",
+            f"overhead per execution over a bare subprocess (p50, concurrency 1): {b['overhead_ms']} ms "
+            f"({b['executions']} executions × {b['rounds']} rounds each)",
+            "",
+        ]
     if "collect_memory" in results:
         c = results["collect_memory"]
-        lines += [f"## Streaming collection (`gym collect --repeats {c['repeats']}`, interrupted after {c['stop_after_rows']} rows)", "",
-                  "| input tasks | input MiB | collector peak RSS MiB | seconds to the first row |", "| --- | --- | --- | --- |"]
-        lines += [f"| {row['tasks']} | {row['input_mb']} | {row['peak_rss_mb']} | {row['first_row_s']} |" for row in c["inputs"]]
+        lines += [
+            f"## Streaming collection (`gym collect --repeats {c['repeats']}`, interrupted after {c['stop_after_rows']} rows)",
+            "",
+            "| input tasks | input MiB | collector peak RSS MiB | seconds to the first row |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {row['tasks']} | {row['input_mb']} | {row['peak_rss_mb']} | {row['first_row_s']} |"
+            for row in c["inputs"]
+        ]
         r = c["resume"]
-        lines += ["", f"resume over {r['done_rows']} done rows ({r['output_mb']} MiB of output, {r['tasks']} tasks): first new "
-                  f"row after {r['first_new_row_s']} s, peak RSS {r['peak_rss_mb']} MiB", ""]
+        lines += [
+            "",
+            f"resume over {r['done_rows']} done rows ({r['output_mb']} MiB of output, {r['tasks']} tasks): first new "
+            f"row after {r['first_new_row_s']} s, peak RSS {r['peak_rss_mb']} MiB",
+            "",
+        ]
     if "local_llama_batch" in results:
         b = results["local_llama_batch"]
-        lines += ["## Batched decoding (local_llama)", "",
-                  f"Concurrent greedy requests of {b['max_tokens']} tokens (prompts in the prefix cache), in process, "
-                  f"{b['n_threads']} llama.cpp thread(s), median of {b['rounds']} round(s).", "",
-                  "| weights | concurrency | tokens/s | × single | CPU tokens/s | × single (CPU) | sequences per step |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "## Batched decoding (local_llama)",
+            "",
+            f"Concurrent greedy requests of {b['max_tokens']} tokens (prompts in the prefix cache), in process, "
+            f"{b['n_threads']} llama.cpp thread(s), median of {b['rounds']} round(s).",
+            "",
+            "| weights | concurrency | tokens/s | × single | CPU tokens/s | × single (CPU) | sequences per step |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for fmt, f in b["formats"].items():
             for c, row in f["levels"].items():
-                lines.append(f"| {fmt} | {c} | {row['batched_tokens_per_s']} | {row['vs_single']} | {row['cpu_tokens_per_s']} "
-                             f"| {row['cpu_vs_single']} | {row['mean_sequences_per_step']} |")
-        lines += [""] + [f"{fmt} ({f['weights']}): unbatched engine at {b['top_level']} concurrent {f['unbatched_tokens_per_s']} "
-                         f"tokens/s; same tokens batched and unbatched: {'yes' if f['identical_tokens'] else 'NO'}."
-                         for fmt, f in b["formats"].items()] + [""]
+                lines.append(
+                    f"| {fmt} | {c} | {row['batched_tokens_per_s']} | {row['vs_single']} | {row['cpu_tokens_per_s']} "
+                    f"| {row['cpu_vs_single']} | {row['mean_sequences_per_step']} |"
+                )
+        lines += (
+            [""]
+            + [
+                f"{fmt} ({f['weights']}): unbatched engine at {b['top_level']} concurrent {f['unbatched_tokens_per_s']} "
+                f"tokens/s; same tokens batched and unbatched: {'yes' if f['identical_tokens'] else 'NO'}."
+                for fmt, f in b["formats"].items()
+            ]
+            + [""]
+        )
         r = b.get("repeats")
         if r:
-            lines += [f"Repeats (the shape of `gym collect --repeats {r['repeats']}`): {r['prompts']} fresh prompt(s) a round, "
-                      f"each sent {r['repeats']} times at once, temperature 0.7, {r['max_tokens']} tokens, "
-                      f"{r['n_threads']} llama.cpp thread(s), median of "
-                      f"{r['rounds']} round(s): batched {r['batched_requests_per_s']} requests/s, unbatched "
-                      f"{r['unbatched_requests_per_s']} (× {r['ratio']}); the batched engine copied "
-                      f"{r['shared_prompt_tokens']} of {r['prompt_tokens']} prompt tokens from another slot.", ""]
+            lines += [
+                f"Repeats (the shape of `gym collect --repeats {r['repeats']}`): {r['prompts']} fresh prompt(s) a round, "
+                f"each sent {r['repeats']} times at once, temperature 0.7, {r['max_tokens']} tokens, "
+                f"{r['n_threads']} llama.cpp thread(s), median of "
+                f"{r['rounds']} round(s): batched {r['batched_requests_per_s']} requests/s, unbatched "
+                f"{r['unbatched_requests_per_s']} (× {r['ratio']}); the batched engine copied "
+                f"{r['shared_prompt_tokens']} of {r['prompt_tokens']} prompt tokens from another slot.",
+                "",
+            ]
     if "replicas" in results:
         r = results["replicas"]
-        where = "on a local Ray cluster, each replica in an actor reserving 1 CPU" if r["ray"] else "local processes, no Ray"
-        lines += [f"## Throughput with replicas (counter environment, {where})", "",
-                  f"Concurrency {r['concurrency']}, median of {r['rounds']} round(s); start-up of all levels {r['launch_s']} s. "
-                  "Session share: each replica's part of the open sessions sampled through the round.", "",
-                  "| replicas | rollouts/s | p50 ms | p99 ms | errors | session share per replica | CPU s per replica |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
-        lines += [f"| {row['replicas']} | {row['rollouts_per_s']} | {row['p50_ms']} | {row['p99_ms']} | {row['errors']} | "
-                  f"{' / '.join(map(str, row['session_share']))} | {' / '.join(map(str, row['replica_cpu_s']))} |"
-                  for row in r["levels"]]
-        lines += ["", f"Routing a rollout's call (`ServerClient.route`, rendezvous hash) vs one loopback round trip "
-                  f"(`GET /health`, {r['loopback_us']} µs):", "",
-                  "| replicas | µs per call | % of a round trip | fresh keys | least / most loaded replica vs even |",
-                  "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {n} | {row['route_us']} | {row['pct_of_round_trip']} | {row['keys']} | "
-                  f"{row['min_share_of_even']} / {row['max_share_of_even']} |" for n, row in r["routing"].items()] + [""]
+        where = (
+            "on a local Ray cluster, each replica in an actor reserving 1 CPU"
+            if r["ray"]
+            else "local processes, no Ray"
+        )
+        lines += [
+            f"## Throughput with replicas (counter environment, {where})",
+            "",
+            f"Concurrency {r['concurrency']}, median of {r['rounds']} round(s); start-up of all levels {r['launch_s']} s. "
+            "Session share: each replica's part of the open sessions sampled through the round.",
+            "",
+            "| replicas | rollouts/s | p50 ms | p99 ms | errors | session share per replica | CPU s per replica |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {row['replicas']} | {row['rollouts_per_s']} | {row['p50_ms']} | {row['p99_ms']} | {row['errors']} | "
+            f"{' / '.join(map(str, row['session_share']))} | {' / '.join(map(str, row['replica_cpu_s']))} |"
+            for row in r["levels"]
+        ]
+        lines += [
+            "",
+            f"Routing a rollout's call (`ServerClient.route`, rendezvous hash) vs one loopback round trip "
+            f"(`GET /health`, {r['loopback_us']} µs):",
+            "",
+            "| replicas | µs per call | % of a round trip | fresh keys | least / most loaded replica vs even |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {n} | {row['route_us']} | {row['pct_of_round_trip']} | {row['keys']} | "
+            f"{row['min_share_of_even']} / {row['max_share_of_even']} |"
+            for n, row in r["routing"].items()
+        ] + [""]
     if "trainer_overhead" in results:
         t = results["trainer_overhead"]
         lines += [
@@ -197,12 +316,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=("tiny", "small", "full"), default="full")
     parser.add_argument("--only", nargs="+", choices=MEASUREMENTS, default=list(MEASUREMENTS))
-    parser.add_argument("--environments", nargs="+", metavar="TYPE", default=None,
-                        help="verify_throughput: only these resources server types (default: the size's)")
+    parser.add_argument(
+        "--environments",
+        nargs="+",
+        metavar="TYPE",
+        default=None,
+        help="verify_throughput: only these resources server types (default: the size's)",
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
-    results: dict[str, Any] = {"size": args.size, "load_before": load(),
-                               "machine": f"{platform.machine()}, Python {platform.python_version()}"}
+    results: dict[str, Any] = {
+        "size": args.size,
+        "load_before": load(),
+        "machine": f"{platform.machine()}, Python {platform.python_version()}",
+    }
     for name in args.only:
         print(f"running {name} ({args.size})…", file=sys.stderr, flush=True)
         start = time.perf_counter()

@@ -49,7 +49,11 @@ def _write_round(path: Path, template: bytes, n: int) -> None:
     rest = msgspec.json.encode({k: v for k, v in row.items() if k not in ("task_index", "rollout_index")})[1:]
     with path.open("wb") as f:
         for start in range(0, n, 10_000):
-            f.write(b"".join(b'{"task_index":%d,"rollout_index":0,%s\n' % (t, rest) for t in range(start, min(n, start + 10_000))))
+            f.write(
+                b"".join(
+                    b'{"task_index":%d,"rollout_index":0,%s\n' % (t, rest) for t in range(start, min(n, start + 10_000))
+                )
+            )
 
 
 def _new_rows(path: Path, offset: int) -> int:
@@ -66,8 +70,27 @@ def _collect_until(head: str, tasks: Path, out: Path, rows: int, log: Path) -> d
     """``gym collect`` as its own process, interrupted once ``rows`` new rows are in ``out``: its peak
     RSS, the seconds to its first new row, and the rows it wrote."""
     offset = out.stat().st_size if out.exists() else 0
-    argv = [sys.executable, "-m", "gym_cli", "collect", "--input", str(tasks), "--output", str(out), "--agent", "agent",
-            "--repeats", str(REPEATS), "--head", head, "--no-profile", "--progress", "plain", "--progress-interval", "60"]
+    argv = [
+        sys.executable,
+        "-m",
+        "gym_cli",
+        "collect",
+        "--input",
+        str(tasks),
+        "--output",
+        str(out),
+        "--agent",
+        "agent",
+        "--repeats",
+        str(REPEATS),
+        "--head",
+        head,
+        "--no-profile",
+        "--progress",
+        "plain",
+        "--progress-interval",
+        "60",
+    ]
     start = time.monotonic()
     with log.open("wb") as err:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
@@ -96,8 +119,12 @@ def _collect_until(head: str, tasks: Path, out: Path, rows: int, log: Path) -> d
             proc.wait()
     if first_row_s is None:
         raise RuntimeError(f"gym collect wrote no row within {TIMEOUT_S:g} s: {log.read_text()[-2000:]}")
-    return {"peak_rss_mb": round(usage.ru_maxrss / 1024, 1), "first_row_s": first_row_s,
-            "rows_written": _new_rows(out, offset), "exit_code": proc.returncode}
+    return {
+        "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
+        "first_row_s": first_row_s,
+        "rows_written": _new_rows(out, offset),
+        "exit_code": proc.returncode,
+    }
 
 
 def run(size: str) -> dict[str, Any]:
@@ -120,6 +147,11 @@ def run(size: str) -> dict[str, Any]:
         _write_round(resumed, template, n)
         output_mb = round(resumed.stat().st_size / 2**20, 1)
         measured = _collect_until(head, tasks, resumed, 1, Path(tmp) / "resume.log")
-        resume = {"tasks": n, "done_rows": n, "output_mb": output_mb, "first_new_row_s": measured["first_row_s"],
-                  "peak_rss_mb": measured["peak_rss_mb"]}
+        resume = {
+            "tasks": n,
+            "done_rows": n,
+            "output_mb": output_mb,
+            "first_new_row_s": measured["first_row_s"],
+            "peak_rss_mb": measured["peak_rss_mb"],
+        }
     return {"repeats": REPEATS, "stop_after_rows": ROWS[size], "inputs": inputs, "resume": resume}

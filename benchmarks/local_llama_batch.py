@@ -31,15 +31,32 @@ SIZES = {"tiny": ((1, 2), 8, 1), "small": ((1, 4, 8), 64, 1), "full": ((1, 4, 8,
 # repeats scenario: prompts per round (each sent REPEATS times at once), generated tokens per request, rounds
 REPEAT_SIZES = {"tiny": (1, 8, 1), "small": (2, 24, 3), "full": (4, 24, 5)}
 REPEATS = 4
-INSTRUCTION = ("You are a careful math tutor. Read the problem, reason step by step in a few short sentences, "
-               "check your arithmetic, and give the final answer alone on the last line as \\boxed{answer}.")
+INSTRUCTION = (
+    "You are a careful math tutor. Read the problem, reason step by step in a few short sentences, "
+    "check your arithmetic, and give the final answer alone on the last line as \\boxed{answer}."
+)
 FORMATS = ("file", "q4_0")
 # One llama.cpp thread: its threads spin-wait on each other, so on a shared machine two threads make a
 # single request many times slower while a batch hides it: the ratio would measure the load, not batching.
 N_THREADS = 1
-TOPICS = ["a lighthouse keeper", "a dragon", "a lost city", "a robot", "the sea", "a mountain village",
-          "a clockmaker", "a comet", "a desert caravan", "a library", "a storm", "an old ship", "a fox",
-          "a glass forest", "a train at night", "a tea house"]
+TOPICS = [
+    "a lighthouse keeper",
+    "a dragon",
+    "a lost city",
+    "a robot",
+    "the sea",
+    "a mountain village",
+    "a clockmaker",
+    "a comet",
+    "a desert caravan",
+    "a library",
+    "a storm",
+    "an old ship",
+    "a fox",
+    "a glass forest",
+    "a train at night",
+    "a tea house",
+]
 
 
 def _messages(index: int) -> list[dict[str, str]]:
@@ -51,9 +68,12 @@ async def _level(engine: Any, concurrency: int, max_tokens: int) -> tuple[float,
     await asyncio.gather(*(engine.agenerate(_messages(i), temperature=0, max_tokens=1) for i in range(concurrency)))
     await asyncio.sleep(0.5)  # llama.cpp's threads may spin for a while after a run
     wall, cpu = time.perf_counter(), time.process_time()
-    generations = await asyncio.gather(*(
-        engine.agenerate(_messages(i), temperature=0, max_tokens=max_tokens, return_token_ids=True)
-        for i in range(concurrency)))
+    generations = await asyncio.gather(
+        *(
+            engine.agenerate(_messages(i), temperature=0, max_tokens=max_tokens, return_token_ids=True)
+            for i in range(concurrency)
+        )
+    )
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     tokens = sum(g.completion_tokens for g in generations)
     return tokens / wall, tokens / cpu, [g.generation_token_ids for g in generations]
@@ -61,9 +81,14 @@ async def _level(engine: Any, concurrency: int, max_tokens: int) -> tuple[float,
 
 def _problem(round_: int, index: int) -> list[dict[str, str]]:
     a, b = 17 + 31 * round_ + 7 * index, 23 + 13 * index
-    return [{"role": "system", "content": INSTRUCTION},
-            {"role": "user", "content": f"A shop sells {a} boxes with {b} pencils in each box. How many pencils "
-                                        f"is that, and how many are left if {a + b} are given away?"}]
+    return [
+        {"role": "system", "content": INSTRUCTION},
+        {
+            "role": "user",
+            "content": f"A shop sells {a} boxes with {b} pencils in each box. How many pencils "
+            f"is that, and how many are left if {a + b} are given away?",
+        },
+    ]
 
 
 def _repeats(size: str) -> dict[str, Any]:
@@ -78,9 +103,15 @@ def _repeats(size: str) -> dict[str, Any]:
 
         async def one_round(engine: Any, round_: int) -> tuple[float, int]:
             started = time.perf_counter()
-            generations = await asyncio.gather(*(
-                engine.agenerate(_problem(round_, p), temperature=0.7, seed=1000 * round_ + i, max_tokens=max_tokens)
-                for p in range(prompts) for i in range(REPEATS)))
+            generations = await asyncio.gather(
+                *(
+                    engine.agenerate(
+                        _problem(round_, p), temperature=0.7, seed=1000 * round_ + i, max_tokens=max_tokens
+                    )
+                    for p in range(prompts)
+                    for i in range(REPEATS)
+                )
+            )
             return n / (time.perf_counter() - started), sum(g.prompt_tokens for g in generations)
 
         async def measure() -> dict[str, Any]:
@@ -92,11 +123,18 @@ def _repeats(size: str) -> dict[str, Any]:
                 prompt_tokens += tokens
                 rates["unbatched"].append((await one_round(unbatched, 2 * round_ + 1))[0])
             batched_rate, unbatched_rate = statistics.median(rates["batched"]), statistics.median(rates["unbatched"])
-            return {"prompts": prompts, "repeats": REPEATS, "max_tokens": max_tokens, "rounds": rounds,
-                    "n_threads": batched.n_threads,
-                    "batched_requests_per_s": round(batched_rate, 2), "unbatched_requests_per_s": round(unbatched_rate, 2),
-                    "ratio": round(batched_rate / unbatched_rate, 2), "prompt_tokens": prompt_tokens,
-                    "shared_prompt_tokens": batched.batch_stats.shared_prompt_tokens - shared_before}
+            return {
+                "prompts": prompts,
+                "repeats": REPEATS,
+                "max_tokens": max_tokens,
+                "rounds": rounds,
+                "n_threads": batched.n_threads,
+                "batched_requests_per_s": round(batched_rate, 2),
+                "unbatched_requests_per_s": round(unbatched_rate, 2),
+                "ratio": round(batched_rate / unbatched_rate, 2),
+                "prompt_tokens": prompt_tokens,
+                "shared_prompt_tokens": batched.batch_stats.shared_prompt_tokens - shared_before,
+            }
 
         return asyncio.run(measure())
 
@@ -140,5 +178,11 @@ def _measure(weight_format: str, levels: tuple[int, ...], max_tokens: int, round
 
 def run(size: str) -> dict[str, Any]:
     levels, max_tokens, rounds = SIZES[size]
-    return {"max_tokens": max_tokens, "rounds": rounds, "n_threads": N_THREADS, "top_level": levels[-1],
-            "formats": {fmt: _measure(fmt, levels, max_tokens, rounds) for fmt in FORMATS}, "repeats": _repeats(size)}
+    return {
+        "max_tokens": max_tokens,
+        "rounds": rounds,
+        "n_threads": N_THREADS,
+        "top_level": levels[-1],
+        "formats": {fmt: _measure(fmt, levels, max_tokens, rounds) for fmt in FORMATS},
+        "repeats": _repeats(size),
+    }

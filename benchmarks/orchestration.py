@@ -66,7 +66,9 @@ def _pairs(tasks: list[Any], n: int) -> list[tuple[int, int]]:
     return [(i % len(tasks), i // len(tasks)) for i in range(n)]
 
 
-async def _gym_round(client: TimedClient, tasks: list[Any], n: int, concurrency: int, pids: list[int]) -> dict[str, Any]:
+async def _gym_round(
+    client: TimedClient, tasks: list[Any], n: int, concurrency: int, pids: list[int]
+) -> dict[str, Any]:
     from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts
 
     client.latencies = []
@@ -79,8 +81,14 @@ async def _gym_round(client: TimedClient, tasks: list[Any], n: int, concurrency:
     return _figures(n, elapsed, cpu, client.latencies, summary.failed)
 
 
-async def _floor_round(client: aiohttp.ClientSession | Pool, urls: dict[str, str], hops: list[str], n: int,
-                       concurrency: int, pids: list[int]) -> dict[str, Any]:
+async def _floor_round(
+    client: aiohttp.ClientSession | Pool,
+    urls: dict[str, str],
+    hops: list[str],
+    n: int,
+    concurrency: int,
+    pids: list[int],
+) -> dict[str, Any]:
     latencies: list[float] = []
     errors = 0
     body = b'{"task": 1}'
@@ -113,8 +121,16 @@ async def _floor_round(client: aiohttp.ClientSession | Pool, urls: dict[str, str
     return _figures(n, elapsed, cpu, latencies, errors)
 
 
-async def _measure(head_url: str, floor_urls: dict[str, str], hops: list[str], n: int, concurrency: int,
-                   rounds: int, gym_pids: list[int], floor_pids: list[int]) -> dict[str, Any]:
+async def _measure(
+    head_url: str,
+    floor_urls: dict[str, str],
+    hops: list[str],
+    n: int,
+    concurrency: int,
+    rounds: int,
+    gym_pids: list[int],
+    floor_pids: list[int],
+) -> dict[str, Any]:
     """Gym and floor at one concurrency: a warm-up pass each (connections opened), then rounds that
     alternate between the two so that both see the same drift of the machine."""
     from gym_cli.rollouts import read_tasks
@@ -123,8 +139,9 @@ async def _measure(head_url: str, floor_urls: dict[str, str], hops: list[str], n
     base = await ServerClient.from_head(head_url)
     from gym_core.auth import token_for_head
 
-    client = TimedClient(base.global_config, config=ClientConfig(timeout_s=600, max_attempts=1),
-                          auth_token=token_for_head(head_url))
+    client = TimedClient(
+        base.global_config, config=ClientConfig(timeout_s=600, max_attempts=1), auth_token=token_for_head(head_url)
+    )
     await base.close()
     connector = aiohttp.TCPConnector(limit=100_000, limit_per_host=1_000)
     pool = Pool(limit=100_000, limit_per_host=1_000)
@@ -142,9 +159,14 @@ async def _measure(head_url: str, floor_urls: dict[str, str], hops: list[str], n
     gym, floor, lean = _median(gym_rounds), _median(floor_rounds), _median(lean_rounds)
     # The ratio is the median of each round's ratio, gym's round over the floor rounds beside it:
     # the machine's drift (it is shared) moves both sides of a round together, not the separate medians.
-    return {"concurrency": concurrency, "gym": gym, "floor": floor, "floor_gym_transport": lean,
-            "ratio": _median_ratio(gym_rounds, floor_rounds),
-            "ratio_gym_transport": _median_ratio(gym_rounds, lean_rounds)}
+    return {
+        "concurrency": concurrency,
+        "gym": gym,
+        "floor": floor,
+        "floor_gym_transport": lean,
+        "ratio": _median_ratio(gym_rounds, floor_rounds),
+        "ratio_gym_transport": _median_ratio(gym_rounds, lean_rounds),
+    }
 
 
 def _median_ratio(gym_rounds: list[dict[str, Any]], floor_rounds: list[dict[str, Any]]) -> float:
@@ -155,9 +177,12 @@ def _median_ratio(gym_rounds: list[dict[str, Any]], floor_rounds: list[dict[str,
 def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """The round with the median throughput, with every round's throughput alongside."""
     ordered = sorted(rounds, key=lambda r: r["rollouts_per_s"])
-    return {**ordered[len(ordered) // 2], "rounds_per_s": [r["rollouts_per_s"] for r in rounds],
-            "cpu_ms_per_rollout": round(sorted(r["cpu_ms_per_rollout"] for r in rounds)[len(rounds) // 2], 3),
-            "errors": sum(r["errors"] for r in rounds)}
+    return {
+        **ordered[len(ordered) // 2],
+        "rounds_per_s": [r["rollouts_per_s"] for r in rounds],
+        "cpu_ms_per_rollout": round(sorted(r["cpu_ms_per_rollout"] for r in rounds)[len(rounds) // 2], 3),
+        "errors": sum(r["errors"] for r in rounds),
+    }
 
 
 def _figures(n: int, elapsed: float, cpu: float, latencies: list[float], errors: int) -> dict[str, Any]:
@@ -176,8 +201,11 @@ def _figures(n: int, elapsed: float, cpu: float, latencies: list[float], errors:
 
 def run(size: str) -> dict[str, Any]:
     sizes, rounds = SIZES[size]
-    results: dict[str, Any] = {"round_trips": {"scripted": len(SCRIPTED_HOPS), "proxy": len(PROXY_HOPS)},
-                               "rounds": rounds, "variants": {}}
+    results: dict[str, Any] = {
+        "round_trips": {"scripted": len(SCRIPTED_HOPS), "proxy": len(PROXY_HOPS)},
+        "rounds": rounds,
+        "variants": {},
+    }
     floor_urls = {role: f"http://127.0.0.1:{free_port()}" for role in ("agent", "resources", "model", "stub")}
     stub_port = free_port()
     stub_url = f"http://127.0.0.1:{stub_port}"
@@ -187,8 +215,10 @@ def run(size: str) -> dict[str, Any]:
             with contextlib.ExitStack() as stack:
                 state = stack.enter_context(gym_servers(gym_config(variant, stub_url)))
                 gym_pids = [*state.supervisor.pids().values(), *([stub.pid] if variant == "proxy" else [])]
-                floor_pids = [stack.enter_context(spawn("benchmarks._floor_server", floor_urls[role].rsplit(":", 1)[1])).pid
-                              for role in sorted(set(hops))]
+                floor_pids = [
+                    stack.enter_context(spawn("benchmarks._floor_server", floor_urls[role].rsplit(":", 1)[1])).pid
+                    for role in sorted(set(hops))
+                ]
                 for role in sorted(set(hops)):
                     wait_http(floor_urls[role] + "/x")
                 results["variants"][variant] = [

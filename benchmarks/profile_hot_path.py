@@ -31,8 +31,23 @@ from benchmarks._common import COUNTER_TASKS, gym_servers, spawn, wait_http
 from benchmarks.orchestration import gym_config
 from gym_cli.rollouts import CollectOptions, CollectSummary, collect_rollouts, read_tasks, run_async
 
-LIBRARIES = ("litestar", "aiohttp", "uvicorn", "msgspec", "multidict", "yarl", "asyncio", "uvloop", "logging",
-             "gym_core", "gym_cli", "gym_simple_agent", "gym_scripted", "gym_openai_model", "gym_counter")
+LIBRARIES = (
+    "litestar",
+    "aiohttp",
+    "uvicorn",
+    "msgspec",
+    "multidict",
+    "yarl",
+    "asyncio",
+    "uvloop",
+    "logging",
+    "gym_core",
+    "gym_cli",
+    "gym_simple_agent",
+    "gym_scripted",
+    "gym_openai_model",
+    "gym_counter",
+)
 
 
 async def _load(head_url: str, concurrency: int, seconds: float) -> int:
@@ -105,9 +120,25 @@ def main(argv: list[str] | None = None) -> int:
         run_async(_load(state.config.head_url, args.concurrency, 1.0))  # warm up: connections, caches
         pids: dict[str, Any] = {**state.supervisor.pids(), "collector": os.getpid()}
         recorders = [
-            subprocess.Popen([py_spy, "record", "--pid", str(pid), "--duration", str(int(args.seconds)), "--rate", "250",
-                              "--format", "raw", "--nonblocking", "--output", str(args.output / f"{name}.txt")],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.Popen(
+                [
+                    py_spy,
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--duration",
+                    str(int(args.seconds)),
+                    "--rate",
+                    "250",
+                    "--format",
+                    "raw",
+                    "--nonblocking",
+                    "--output",
+                    str(args.output / f"{name}.txt"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             for name, pid in pids.items()
         ]
         time.sleep(0.5)
@@ -116,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - start
         for recorder in recorders:
             recorder.wait()
-    print(f"{args.variant}, concurrency {args.concurrency}: {done} rollouts in {elapsed:.1f} s "
-          f"({done / elapsed:.0f}/s, slowed by sampling); raw stacks in {args.output}")
+    print(
+        f"{args.variant}, concurrency {args.concurrency}: {done} rollouts in {elapsed:.1f} s "
+        f"({done / elapsed:.0f}/s, slowed by sampling); raw stacks in {args.output}"
+    )
     for name in pids:
         path = args.output / f"{name}.txt"
         print(summarize(path) if path.exists() else f"{name}: no profile")

@@ -37,12 +37,16 @@ N_TASKS = len(COUNTER_TASKS.read_text().splitlines())
 
 def _config(tmp: Path, policy: dict[str, Any]) -> Path:
     path = tmp / "servers.yaml"
-    path.write_text(yaml.safe_dump({
-        "head_server": {"port": 0},
-        "counter": {"plugin": "counter"},
-        "policy": policy,
-        "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter"},
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "head_server": {"port": 0},
+                "counter": {"plugin": "counter"},
+                "policy": policy,
+                "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter"},
+            }
+        )
+    )
     return path
 
 
@@ -53,9 +57,30 @@ def _scripted(delay_s: float) -> dict[str, Any]:
 
 def _collect(config: Path, out: Path, repeats: int, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "gym_cli", "collect", "--serve", str(config), "--isolation", "none", "--input",
-         str(COUNTER_TASKS), "--output", str(out), "--agent", "agent", "--repeats", str(repeats), "--no-profile", *extra],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "gym_cli",
+            "collect",
+            "--serve",
+            str(config),
+            "--isolation",
+            "none",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "agent",
+            "--repeats",
+            str(repeats),
+            "--no-profile",
+            *extra,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         env={**os.environ, "GYM_LOG_LEVEL": "WARNING"},
     )
 
@@ -74,7 +99,9 @@ def _wait_rows(proc: subprocess.Popen, out: Path, n: int, timeout_s: float = 300
 
 
 def _server_pid(proc: subprocess.Popen, instance: str) -> int:
-    children = [int(p) for task in Path(f"/proc/{proc.pid}/task").iterdir() for p in (task / "children").read_text().split()]
+    children = [
+        int(p) for task in Path(f"/proc/{proc.pid}/task").iterdir() for p in (task / "children").read_text().split()
+    ]
     marker = f"GYM_INSTANCE={instance}\0".encode()
     return next(pid for pid in children if marker in Path(f"/proc/{pid}/environ").read_bytes())
 
@@ -84,9 +111,16 @@ def _count(out: Path, expected: int, seconds: float, scenario: str) -> dict[str,
     failures = _lines(out.with_suffix(".failures.jsonl"))
     failed = {(r.get("task_index"), r.get("rollout_index")) for r in failures}
     done = set(keys)
-    return {"scenario": scenario, "expected": expected, "rows": len(keys), "duplicates": len(keys) - len(done),
-            "lost": expected - len(done | failed), "failures": len(failures),
-            "failure_reasons": sorted({str(r.get("reason")) for r in failures}), "seconds": round(seconds, 1)}
+    return {
+        "scenario": scenario,
+        "expected": expected,
+        "rows": len(keys),
+        "duplicates": len(keys) - len(done),
+        "lost": expected - len(done | failed),
+        "failures": len(failures),
+        "failure_reasons": sorted({str(r.get("reason")) for r in failures}),
+        "seconds": round(seconds, 1),
+    }
 
 
 def kill_server(n: int, victim: str) -> dict[str, Any]:
@@ -135,15 +169,31 @@ def hung_upstream(n: int = 24) -> dict[str, Any]:
                 pass
 
     threading.Thread(target=accept, daemon=True).start()
-    policy = {"plugin": "openai_model", "base_url": f"http://127.0.0.1:{listener.getsockname()[1]}/v1",
-              "model": "m", "api_key": "unused", "timeout_s": 3.0}
+    policy = {
+        "plugin": "openai_model",
+        "base_url": f"http://127.0.0.1:{listener.getsockname()[1]}/v1",
+        "model": "m",
+        "api_key": "unused",
+        "timeout_s": 3.0,
+    }
     repeats = -(-n // N_TASKS)
     try:
         with tempfile.TemporaryDirectory() as tmp:
             config, out = _config(Path(tmp), policy), Path(tmp) / "out.jsonl"
             start = time.perf_counter()
-            proc = _collect(config, out, repeats, "--parallel", "16", "--retries", "1", "--retry-backoff", "0.5",
-                            "--rollout-timeout", "20")
+            proc = _collect(
+                config,
+                out,
+                repeats,
+                "--parallel",
+                "16",
+                "--retries",
+                "1",
+                "--retry-backoff",
+                "0.5",
+                "--rollout-timeout",
+                "20",
+            )
             proc.communicate(timeout=600)
             return _count(out, N_TASKS * repeats, time.perf_counter() - start, "hung upstream (model timeout 3 s)")
     finally:
@@ -159,20 +209,34 @@ def sessions(n: int) -> dict[str, Any]:
     from benchmarks.scale import collect_counter_rollouts
     from gym_cli.rollouts import run_async
 
-    config = {"counter": {"plugin": "counter"}, "policy_model": _scripted(0.0),
-              "agent": {"plugin": "simple_agent", "model_server": "policy_model", "resources_server": "counter"}}
+    config = {
+        "counter": {"plugin": "counter"},
+        "policy_model": _scripted(0.0),
+        "agent": {"plugin": "simple_agent", "model_server": "policy_model", "resources_server": "counter"},
+    }
 
     with gym_servers(config) as state:
         pid = state.supervisor.pids()["counter"]
-        run_async(collect_counter_rollouts(state.config.head_url, min(n, 1_000), parallel=64))  # warm: allocator pools, caches
+        run_async(
+            collect_counter_rollouts(state.config.head_url, min(n, 1_000), parallel=64)
+        )  # warm: allocator pools, caches
         before = round(rss_mb(pid) or 0, 1)
         start = time.perf_counter()
         result = run_async(collect_counter_rollouts(state.config.head_url, n, parallel=64))
         seconds = time.perf_counter() - start
         after = round(rss_mb(pid) or 0, 1)
-    return {"scenario": f"{n:,} rollouts through counter", "expected": n, "rows": result["written"], "duplicates": 0,
-            "lost": n - result["written"] - result["errors"], "failures": result["errors"], "failure_reasons": [],
-            "seconds": round(seconds, 1), "rss_before_mb": before, "rss_after_mb": after}
+    return {
+        "scenario": f"{n:,} rollouts through counter",
+        "expected": n,
+        "rows": result["written"],
+        "duplicates": 0,
+        "lost": n - result["written"] - result["errors"],
+        "failures": result["errors"],
+        "failure_reasons": [],
+        "seconds": round(seconds, 1),
+        "rss_before_mb": before,
+        "rss_after_mb": after,
+    }
 
 
 def run(size: str) -> dict[str, Any]:

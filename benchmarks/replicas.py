@@ -53,12 +53,36 @@ class Size:
 
 
 SIZES = {
-    "tiny": Size(ray=False, levels=(2,), rollouts=60, concurrency=4, rounds=1, route_calls=2_000,
-                 spread_keys=4_000, round_trips=50),
-    "small": Size(ray=True, levels=(1, 2, 4), rollouts=400, concurrency=32, rounds=1, route_calls=50_000,
-                  spread_keys=100_000, round_trips=500),
-    "full": Size(ray=True, levels=(1, 2, 4), rollouts=2_000, concurrency=32, rounds=3, route_calls=200_000,
-                 spread_keys=400_000, round_trips=2_000),
+    "tiny": Size(
+        ray=False,
+        levels=(2,),
+        rollouts=60,
+        concurrency=4,
+        rounds=1,
+        route_calls=2_000,
+        spread_keys=4_000,
+        round_trips=50,
+    ),
+    "small": Size(
+        ray=True,
+        levels=(1, 2, 4),
+        rollouts=400,
+        concurrency=32,
+        rounds=1,
+        route_calls=50_000,
+        spread_keys=100_000,
+        round_trips=500,
+    ),
+    "full": Size(
+        ray=True,
+        levels=(1, 2, 4),
+        rollouts=2_000,
+        concurrency=32,
+        rounds=3,
+        route_calls=200_000,
+        spread_keys=400_000,
+        round_trips=2_000,
+    ),
 }
 
 
@@ -70,7 +94,11 @@ def servers_config(size: Size) -> dict[str, Any]:
         if size.ray:
             counter["resources"] = {"num_cpus": 1}  # one logical CPU per replica: placement as on a real cluster
         config[f"counter{n}"] = counter
-        config[f"agent{n}"] = {"plugin": "simple_agent", "model_server": "policy_model", "resources_server": f"counter{n}"}
+        config[f"agent{n}"] = {
+            "plugin": "simple_agent",
+            "model_server": "policy_model",
+            "resources_server": f"counter{n}",
+        }
     if size.ray:
         config["ray"] = {"num_cpus": sum(size.levels), "placement_timeout_s": 300}
     return config
@@ -106,7 +134,9 @@ async def _round(client: TimedClient, tasks: list[Any], n: int, size: Size, pids
     client.latencies = []
     pairs = [(i % len(tasks), i // len(tasks)) for i in range(size.rollouts)]
     with tempfile.TemporaryDirectory() as tmp:
-        options = CollectOptions(Path(tmp) / "out.jsonl", Path(tmp) / "failures.jsonl", f"agent{n}", 1, size.concurrency)
+        options = CollectOptions(
+            Path(tmp) / "out.jsonl", Path(tmp) / "failures.jsonl", f"agent{n}", 1, size.concurrency
+        )
         summary = CollectSummary(total=size.rollouts)
         own = time.process_time()
         cpu_before = [cpu_seconds([pid]) - own for pid in pids]
@@ -124,8 +154,12 @@ async def _round(client: TimedClient, tasks: list[Any], n: int, size: Size, pids
         written = len((Path(tmp) / "out.jsonl").read_bytes().splitlines())
     total_held = sum(held)
     return {
-        "replicas": n, "rollouts": size.rollouts, "written": written, "errors": summary.failed,
-        "seconds": round(elapsed, 3), "rollouts_per_s": round(summary.done / elapsed, 1),
+        "replicas": n,
+        "rollouts": size.rollouts,
+        "written": written,
+        "errors": summary.failed,
+        "seconds": round(elapsed, 3),
+        "rollouts_per_s": round(summary.done / elapsed, 1),
         "p50_ms": round(1000 * (percentile(client.latencies, 50) or 0), 2),
         "p99_ms": round(1000 * (percentile(client.latencies, 99) or 0), 2),
         # The share of the sampled open sessions each replica held: how the rollouts spread over them.
@@ -153,8 +187,9 @@ async def _measure(head_url: str, size: Size, pids: dict[str, int]) -> dict[str,
     tasks = read_tasks(COUNTER_TASKS)
     base = await ServerClient.from_head(head_url)
     await base.close()
-    client = TimedClient(base.global_config, config=ClientConfig(timeout_s=600, max_attempts=1),
-                          auth_token=token_for_head(head_url))
+    client = TimedClient(
+        base.global_config, config=ClientConfig(timeout_s=600, max_attempts=1), auth_token=token_for_head(head_url)
+    )
     try:
         where = {n: _replica_pids(pids, f"counter{n}") for n in size.levels}
         warm_up = replace(size, rollouts=size.concurrency)
@@ -170,8 +205,13 @@ async def _measure(head_url: str, size: Size, pids: dict[str, int]) -> dict[str,
     levels = []
     for done in rounds.values():
         ordered = sorted(done, key=lambda r: r["rollouts_per_s"])
-        levels.append({**ordered[len(ordered) // 2], "rounds_per_s": [r["rollouts_per_s"] for r in done],
-                       "errors": sum(r["errors"] for r in done)})
+        levels.append(
+            {
+                **ordered[len(ordered) // 2],
+                "rounds_per_s": [r["rollouts_per_s"] for r in done],
+                "errors": sum(r["errors"] for r in done),
+            }
+        )
     return {"levels": levels, "loopback_us": loopback}
 
 
@@ -180,8 +220,17 @@ def routing(size: Size) -> dict[str, Any]:
     key, as on every call after its first), and how evenly fresh rollout keys spread."""
     rows = {}
     for n in ROUTE_REPLICAS:
-        config = GlobalConfig({"c": {"plugin": "counter", "replicas": n, "host": "127.0.0.1", "port": 20_000,
-                                     "replica_ports": [20_000 + i for i in range(n)]}})
+        config = GlobalConfig(
+            {
+                "c": {
+                    "plugin": "counter",
+                    "replicas": n,
+                    "host": "127.0.0.1",
+                    "port": 20_000,
+                    "replica_ports": [20_000 + i for i in range(n)],
+                }
+            }
+        )
         client = ServerClient(config)
         cookies = [{ROLLOUT_COOKIE: new_rollout_key()} for _ in range(1000)]
         client.route("c", cookies[0])  # resolves the instance once, as the first call of a run does
@@ -195,9 +244,12 @@ def routing(size: Size) -> dict[str, Any]:
         for _ in range(size.spread_keys):
             counts[client.route("c", {})[0]] += 1  # an empty cookie dict: a fresh key, as a new rollout gets
         even = size.spread_keys / n
-        rows[str(n)] = {"route_us": round(per_call_us, 3), "keys": size.spread_keys,
-                        "min_share_of_even": round(min(counts.values()) / even, 4),
-                        "max_share_of_even": round(max(counts.values()) / even, 4)}
+        rows[str(n)] = {
+            "route_us": round(per_call_us, 3),
+            "keys": size.spread_keys,
+            "min_share_of_even": round(min(counts.values()) / even, 4),
+            "max_share_of_even": round(max(counts.values()) / even, 4),
+        }
     return rows
 
 
@@ -211,5 +263,12 @@ def run(size_name: str) -> dict[str, Any]:
     loopback = measured["loopback_us"]
     for row in route.values():
         row["pct_of_round_trip"] = round(100 * row["route_us"] / loopback, 3) if loopback else None
-    return {"ray": size.ray, "concurrency": size.concurrency, "rounds": size.rounds, "launch_s": launch_s,
-            "levels": measured["levels"], "loopback_us": loopback, "routing": route}
+    return {
+        "ray": size.ray,
+        "concurrency": size.concurrency,
+        "rounds": size.rounds,
+        "launch_s": launch_s,
+        "levels": measured["levels"],
+        "loopback_us": loopback,
+        "routing": route,
+    }

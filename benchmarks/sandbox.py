@@ -51,7 +51,13 @@ async def _measure(n: int, rounds: int) -> dict[str, Any]:
 
     async def bare() -> None:
         proc = await asyncio.create_subprocess_exec(
-            box.interpreter, "-I", "-B", "-c", "pass", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            box.interpreter,
+            "-I",
+            "-B",
+            "-c",
+            "pass",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
         await proc.communicate(b"")
@@ -59,15 +65,21 @@ async def _measure(n: int, rounds: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {"executions": n, "rounds": rounds}
     for concurrency in CONCURRENCY:
-        figures: dict[str, dict[str, list[float]]] = {"bare": {"rate": [], "lat": []}, "sandbox": {"rate": [], "lat": []}}
+        figures: dict[str, dict[str, list[float]]] = {
+            "bare": {"rate": [], "lat": []},
+            "sandbox": {"rate": [], "lat": []},
+        }
         for _ in range(rounds):  # alternate, so that load on the shared machine hits both alike
             for name, one in (("bare", bare), ("sandbox", sandboxed)):
                 seconds, latencies = await _batch(n, concurrency, one)
                 figures[name]["rate"].append(n / seconds)
                 figures[name]["lat"] += latencies
         out[str(concurrency)] = {
-            name: {"per_s": round(statistics.median(f["rate"]), 1), "p50_ms": round(percentile(f["lat"], 50) * 1000, 1),
-                   "p99_ms": round(percentile(f["lat"], 99) * 1000, 1)}
+            name: {
+                "per_s": round(statistics.median(f["rate"]), 1),
+                "p50_ms": round(percentile(f["lat"], 50) * 1000, 1),
+                "p99_ms": round(percentile(f["lat"], 99) * 1000, 1),
+            }
             for name, f in figures.items()
         }
     one = out["1"]

@@ -65,9 +65,15 @@ async def _sessions(client: ServerClient) -> dict[str, int]:
     return {name: (await client.get(name, "/ready"))["sessions"] for name in SERVERS}
 
 
-async def collect_counter_rollouts(head_url: str, n: int, parallel: int | None = None, *,
-                                   connections: int | None = None, rollout_timeout_s: float | None = None,
-                                   watch: bool = False) -> dict[str, Any]:
+async def collect_counter_rollouts(
+    head_url: str,
+    n: int,
+    parallel: int | None = None,
+    *,
+    connections: int | None = None,
+    rollout_timeout_s: float | None = None,
+    watch: bool = False,
+) -> dict[str, Any]:
     """``n`` counter rollouts through the agent of the run at ``head_url``, ``parallel`` (default: all)
     in flight at once, by ``gym collect``'s own collector, with its client settings (one attempt per
     request; whole rollouts retried, within ``rollout_timeout_s``, default ``gym collect``'s) and at
@@ -87,7 +93,9 @@ async def collect_counter_rollouts(head_url: str, n: int, parallel: int | None =
             options.rollout_timeout_s = rollout_timeout_s
         summary = CollectSummary(total=n)
         timeout = options.rollout_timeout_s  # as `gym collect` sets its client
-        config = ClientConfig(timeout_s=timeout, max_attempts=1, deadline_s=timeout, pool_limit_per_host=connections or n)
+        config = ClientConfig(
+            timeout_s=timeout, max_attempts=1, deadline_s=timeout, pool_limit_per_host=connections or n
+        )
         client = await ServerClient.from_head(head_url, config=config)
 
         async def sample() -> None:
@@ -116,10 +124,18 @@ async def collect_counter_rollouts(head_url: str, n: int, parallel: int | None =
         if watch:
             result["sessions_after"] = await _sessions(client)
         await client.close()
-    result.update({"completed": summary.done, "written": written, "errors": summary.failed, "retried": summary.retried,
-                   "failure_reasons": summary.failure_reasons,
-                   "failure_examples": sorted({f["message"][:300] for f in failures})[:5], "seconds": round(elapsed, 2),
-                   "rollouts_per_s": round(summary.done / elapsed, 1) if elapsed else None})
+    result.update(
+        {
+            "completed": summary.done,
+            "written": written,
+            "errors": summary.failed,
+            "retried": summary.retried,
+            "failure_reasons": summary.failure_reasons,
+            "failure_examples": sorted({f["message"][:300] for f in failures})[:5],
+            "seconds": round(elapsed, 2),
+            "rollouts_per_s": round(summary.done / elapsed, 1) if elapsed else None,
+        }
+    )
     if watch:
         result["peak_in_flight"] = peaks["in_flight"]
         result["peak_counter_sessions"] = peaks["counter_sessions"]
@@ -156,17 +172,31 @@ def run(size: str) -> dict[str, Any]:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         try:
-            result = run_async(collect_counter_rollouts(state.config.head_url, n, connections=connections,
-                                                        rollout_timeout_s=ROLLOUT_TIMEOUT_S, watch=True))
+            result = run_async(
+                collect_counter_rollouts(
+                    state.config.head_url, n, connections=connections, rollout_timeout_s=ROLLOUT_TIMEOUT_S, watch=True
+                )
+            )
         finally:
             done.set()
             sampler.join()
         counter_rss_after = rss_mb(pids["counter"]) or 0
-        cpu_s = {name: round(cpu_seconds([pid]) - time.process_time() - cpu_before[name], 1) for name, pid in pids.items()}
+        cpu_s = {
+            name: round(cpu_seconds([pid]) - time.process_time() - cpu_before[name], 1) for name, pid in pids.items()
+        }
         memory = {name: round(peak_rss_mb(pid) or 0, 1) for name, pid in pids.items()}
     memory["collector"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     cpu_s["collector"] = round(time.process_time() - cpu_before["collector"], 1)  # the run's, as the servers'
-    return {"in_flight": n, **result, "connections_to_agent": connections, "agent_peak_open_fds": peak_fds["agent"],
-            "counter_rss_mb": {"before": round(counter_rss_before, 1), "peak": memory["counter"],
-                               "after": round(counter_rss_after, 1)},
-            "peak_rss_mb": memory, "cpu_s": cpu_s}
+    return {
+        "in_flight": n,
+        **result,
+        "connections_to_agent": connections,
+        "agent_peak_open_fds": peak_fds["agent"],
+        "counter_rss_mb": {
+            "before": round(counter_rss_before, 1),
+            "peak": memory["counter"],
+            "after": round(counter_rss_after, 1),
+        },
+        "peak_rss_mb": memory,
+        "cpu_s": cpu_s,
+    }

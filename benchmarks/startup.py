@@ -27,8 +27,12 @@ def time_to_ready(isolation: str, home: str, timeout_s: float = 600) -> float:
     command = [str(gym)] if gym.exists() else [sys.executable, "-m", "gym_cli"]
     proc = subprocess.Popen(
         [*command, "run", str(CONFIG), "--isolation", isolation, "head_server.port=0"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-        env={**os.environ, "GYM_HOME": home}, start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "GYM_HOME": home},
+        start_new_session=True,
     )
     try:
         assert proc.stdout is not None

@@ -27,11 +27,20 @@ from benchmarks._common import gym_servers
 
 SIZES = {"tiny": (3, 8), "small": (20, 12), "full": (100, 16)}  # rollouts, max_output_tokens
 TURNS = 3
-TASKS = ["Add 4 to the counter.", "Add 1 to the counter.", "Decrease the counter by 2.", "Add 7 to the counter.",
-         "Add 5 to the counter."]
+TASKS = [
+    "Add 4 to the counter.",
+    "Add 1 to the counter.",
+    "Decrease the counter by 2.",
+    "Add 7 to the counter.",
+    "Add 5 to the counter.",
+]
 TOOLS = [
-    {"type": "function", "name": "increment_counter", "description": "Add `count` to the counter.",
-     "parameters": {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}},
+    {
+        "type": "function",
+        "name": "increment_counter",
+        "description": "Add `count` to the counter.",
+        "parameters": {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]},
+    },
 ]
 
 
@@ -39,9 +48,16 @@ TOOLS = [
 # call it in its first turn, given room for a whole call; later turns then start with tool outputs.
 EXAMPLES: list[dict[str, Any]] = [{"role": "system", "content": "You control a counter with tools."}]
 for _n, (_add, _total) in enumerate([(2, 2), (3, 5)]):
-    EXAMPLES += [{"role": "user", "content": f"Add {_add} to the counter."},
-                 {"type": "function_call", "call_id": f"call_{_n}", "name": "increment_counter", "arguments": json.dumps({"count": _add})},
-                 {"type": "function_call_output", "call_id": f"call_{_n}", "output": json.dumps({"count": _total})}]
+    EXAMPLES += [
+        {"role": "user", "content": f"Add {_add} to the counter."},
+        {
+            "type": "function_call",
+            "call_id": f"call_{_n}",
+            "name": "increment_counter",
+            "arguments": json.dumps({"count": _add}),
+        },
+        {"type": "function_call_output", "call_id": f"call_{_n}", "output": json.dumps({"count": _total})},
+    ]
 FIRST_TURN_TOKENS = 32
 
 
@@ -60,9 +76,14 @@ def run(size: str) -> dict[str, Any]:
             items: list[Any] = [*EXAMPLES, {"role": "user", "content": TASKS[index % len(TASKS)]}]
             history: list[int] | None = None
             for turn in range(TURNS):
-                body = {"input": items, "tools": TOOLS, "max_output_tokens": FIRST_TURN_TOKENS if turn == 0 else max_tokens,
-                        "temperature": 0 if turn == 0 else 0.7,
-                        "seed": 1000 * index + turn, "return_token_ids": True}
+                body = {
+                    "input": items,
+                    "tools": TOOLS,
+                    "max_output_tokens": FIRST_TURN_TOKENS if turn == 0 else max_tokens,
+                    "temperature": 0 if turn == 0 else 0.7,
+                    "seed": 1000 * index + turn,
+                    "return_token_ids": True,
+                }
                 response = await client.post("policy_model", "/v1/responses", body)
                 last = response["output"][-1]
                 prompt, generated = last["prompt_token_ids"], last["generation_token_ids"]
@@ -73,8 +94,10 @@ def run(size: str) -> dict[str, Any]:
                 calls.append((prompt, generated, last["generation_log_probs"]))
                 made = [i for i in response["output"] if i["type"] == "function_call"]
                 tool_calls += len(made)
-                new = [{"type": "function_call_output", "call_id": c["call_id"], "output": json.dumps({"count": turn + 1})}
-                       for c in made] or [{"role": "user", "content": f"The counter is {turn + 1}. Go on."}]
+                new = [
+                    {"type": "function_call_output", "call_id": c["call_id"], "output": json.dumps({"count": turn + 1})}
+                    for c in made
+                ] or [{"role": "user", "content": f"The counter is {turn + 1}. Go on."}]
                 items = [*items, *response["output"], *new]
 
         async def all_rollouts() -> None:

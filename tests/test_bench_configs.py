@@ -26,6 +26,7 @@ def test_a_bench_config_loads_with_one_instance_under_test(path):
     server_type = path.name.removesuffix("_bench.yaml")
     loaded = load_config([path], env_file=None)
     assert [name for name, i in loaded.instances.items() if i.plugin == server_type] == [
-        name for name, value in yaml.safe_load(path.read_text()).items() if value.get("plugin") == server_type]
+        name for name, value in yaml.safe_load(path.read_text()).items() if value.get("plugin") == server_type
+    ]
     assert sum(i.plugin == server_type for i in loaded.instances.values()) == 1
     assert (path.parent.parent / "data" / "example.jsonl").is_file()

@@ -13,10 +13,16 @@ from click.testing import CliRunner
 from gym_cli.main import cli
 
 TASKS = [
-    {"responses_create_params": {"input": [{"role": "user", "content": "What is 7 + 5? Box the answer."}]},
-     "question": "What is 7 + 5?", "expected_answer": "12"},
-    {"responses_create_params": {"input": [{"role": "user", "content": "What is 2 + 2? Box the answer."}]},
-     "question": "What is 2 + 2?", "expected_answer": "4"},
+    {
+        "responses_create_params": {"input": [{"role": "user", "content": "What is 7 + 5? Box the answer."}]},
+        "question": "What is 7 + 5?",
+        "expected_answer": "12",
+    },
+    {
+        "responses_create_params": {"input": [{"role": "user", "content": "What is 2 + 2? Box the answer."}]},
+        "question": "What is 2 + 2?",
+        "expected_answer": "4",
+    },
 ]
 # The policy: "13" for 7 + 5, which Math-Verify calls wrong (the judge decides); "4" for 2 + 2, right.
 POLICY_RULES = [
@@ -28,8 +34,13 @@ POLICY_RULES = [
 def servers_config(judge_rules: list[dict]) -> dict:
     return {
         "head_server": {"port": 0},
-        "math": {"plugin": "math", "should_use_judge": True, "judge_model_server": "judge",
-                 "judge_max_attempts": 2, "verify_workers": 1},
+        "math": {
+            "plugin": "math",
+            "should_use_judge": True,
+            "judge_model_server": "judge",
+            "judge_max_attempts": 2,
+            "verify_workers": 1,
+        },
         "judge": {"plugin": "scripted", "rules": judge_rules},
         "policy": {"plugin": "scripted", "rules": POLICY_RULES},
         "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "math", "max_steps": 1},
@@ -41,8 +52,22 @@ def rows(path: Path) -> list[dict]:
 
 
 def collect(config: Path, tasks: Path, out: Path):
-    args = ["collect", "--serve", str(config), "--isolation", "none", "--input", str(tasks), "--output", str(out),
-            "--retries", "1", "--retry-backoff", "0.01", "--no-profile"]
+    args = [
+        "collect",
+        "--serve",
+        str(config),
+        "--isolation",
+        "none",
+        "--input",
+        str(tasks),
+        "--output",
+        str(out),
+        "--retries",
+        "1",
+        "--retry-backoff",
+        "0.01",
+        "--no-profile",
+    ]
     return CliRunner().invoke(cli(), args, catch_exceptions=False)
 
 

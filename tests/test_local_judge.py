@@ -14,15 +14,21 @@ from gym_core.testing import running_servers
 from gym_cli.main import cli
 
 TASK = {
-    "responses_create_params": {"input": [{"role": "user", "content": "What is the capital of France? Answer in one word."}]},
+    "responses_create_params": {
+        "input": [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    },
     "expected_answer": "Paris",
 }
 
 
 def test_local_llama_judges_a_rollout_end_to_end(tmp_path):
     config = {
-        "env": {"plugin": "equivalence_llm_judge", "judge_model_server": "judge", "check_twice_swap": False,
-                "judge_responses_create_params": {"max_output_tokens": 24, "temperature": 0.0}},
+        "env": {
+            "plugin": "equivalence_llm_judge",
+            "judge_model_server": "judge",
+            "check_twice_swap": False,
+            "judge_responses_create_params": {"max_output_tokens": 24, "temperature": 0.0},
+        },
         "judge": {"plugin": "local_llama", "temperature": 0.0, "max_tokens": 24},
         "policy": {"plugin": "scripted", "turns": [{"text": "Paris"}]},
         "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "env", "max_steps": 1},
@@ -31,7 +37,8 @@ def test_local_llama_judges_a_rollout_end_to_end(tmp_path):
     tasks.write_text(json.dumps(TASK) + "\n")
     with running_servers(config) as running:
         result = CliRunner().invoke(
-            cli(), ["collect", "--input", str(tasks), "--output", str(out), "--head", running.head_url, "--no-profile"],
+            cli(),
+            ["collect", "--input", str(tasks), "--output", str(out), "--head", running.head_url, "--no-profile"],
             catch_exceptions=False,
         )
     assert result.exit_code == 0, result.output

@@ -35,7 +35,8 @@ def test_a_mixed_collection_reports_each_environment(tmp_path):
     config = yaml.safe_load((MIXED / "mixed_scripted.yaml").read_text())
     with running_servers(config) as running:
         result = CliRunner().invoke(
-            cli(), ["collect", "--input", str(MIXED / "tasks.jsonl"), "--output", str(out), "--head", running.head_url],
+            cli(),
+            ["collect", "--input", str(MIXED / "tasks.jsonl"), "--output", str(out), "--head", running.head_url],
             catch_exceptions=False,
         )
     assert result.exit_code == 0, result.output
@@ -70,7 +71,9 @@ def test_the_local_config_serves_the_same_environments_and_agents():
     from gym_core.config import load_config
 
     def instances(name: str) -> dict[str, str]:
-        config = load_config([MIXED / name], env_file=None, server_types=PluginManager().servers(), allocate_ports=False)
+        config = load_config(
+            [MIXED / name], env_file=None, server_types=PluginManager().servers(), allocate_ports=False
+        )
         return {instance: entry.plugin for instance, entry in config.instances.items()}
 
     local, scripted = instances("mixed_local.yaml"), instances("mixed_scripted.yaml")

@@ -51,8 +51,22 @@ def test_a_broken_sandbox_fails_the_rollouts_and_a_rerun_collects_them(tmp_path)
     tasks.write_text(json.dumps(TASK) + "\n")
     out, failures = tmp_path / "out.jsonl", tmp_path / "out.failures.jsonl"
     with start_servers(config, None) as (global_config, servers):
-        args = ["collect", "--head", global_config.head_url, "--input", str(tasks), "--output", str(out),
-                "--repeats", "2", "--retries", "1", "--retry-backoff", "0.01", "--no-profile"]
+        args = [
+            "collect",
+            "--head",
+            global_config.head_url,
+            "--input",
+            str(tasks),
+            "--output",
+            str(out),
+            "--repeats",
+            "2",
+            "--retries",
+            "1",
+            "--retry-backoff",
+            "0.01",
+            "--no-profile",
+        ]
         used = Path(servers["code_gen"].sandbox.bwrap)  # the copy, or its shared copy when gym runs as root
         saved = used.read_bytes()
         try:
@@ -69,7 +83,9 @@ def test_a_broken_sandbox_fails_the_rollouts_and_a_rerun_collects_them(tmp_path)
             second = CliRunner().invoke(cli(), args, catch_exceptions=False)
             assert second.exit_code == 0, second.output
             assert sorted((r["rollout_index"], r["reward"], r["result"]) for r in rows(out)) == [
-                (0, 1.0, [True, True]), (1, 1.0, [True, True])]
+                (0, 1.0, [True, True]),
+                (1, 1.0, [True, True]),
+            ]
             assert rows(failures) == []
         finally:
             if used.is_relative_to("/var/cache/gym-sandbox"):  # root: the shared copy made for this test

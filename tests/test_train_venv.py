@@ -44,7 +44,11 @@ TESTS_TIMEOUT_S = 1800  # the closed loop of gym train (test_train_loop.py) is a
 
 def _environ() -> dict[str, str]:
     """This environment without what points uv or Python at the root venv."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH", "PYTHONHOME")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH", "PYTHONHOME")
+    }
     env.update(NO_COLOR="1", UV_NO_PROGRESS="1")
     return env
 
@@ -89,12 +93,22 @@ def _venv_key(requirements: list[str], key_files: tuple[Path, ...] = ()) -> str:
 
 def _run(args: list[str], cwd: Path, timeout_s: float, what: str) -> subprocess.CompletedProcess[str]:
     try:
-        proc = subprocess.run(args, cwd=cwd, env=_environ(), stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, errors="replace", timeout=timeout_s)
+        proc = subprocess.run(
+            args,
+            cwd=cwd,
+            env=_environ(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"")[-4000:]
         raise AssertionError(f"{what} did not finish within {timeout_s} s: {' '.join(args)}\n{out!r}") from None
-    assert proc.returncode == 0, f"{what} failed ({proc.returncode}): {' '.join(args)}\n{(proc.stdout + proc.stderr)[-6000:]}"
+    assert proc.returncode == 0, (
+        f"{what} failed ({proc.returncode}): {' '.join(args)}\n{(proc.stdout + proc.stderr)[-6000:]}"
+    )
     return proc
 
 
@@ -127,8 +141,12 @@ def build_venv(prefix: str, installs: list[list[str]], key_files: tuple[Path, ..
             find_links += ["--find-links", str(directory)]
         # From the workspace root: uv then applies its [tool.uv.extra-build-variables] to anything it compiles.
         for args in installs:
-            _run([uv, "pip", "install", "--python", str(venv_python(venv)), *find_links, *args], REPO,
-                 BUILD_TIMEOUT_S, f"installing into the {prefix} venv")
+            _run(
+                [uv, "pip", "install", "--python", str(venv_python(venv)), *find_links, *args],
+                REPO,
+                BUILD_TIMEOUT_S,
+                f"installing into the {prefix} venv",
+            )
         (venv / MARKER).write_text("")
     return venv
 
@@ -140,9 +158,16 @@ def _test_functions() -> int:
 @pytest.mark.timeout(BUILD_TIMEOUT_S + TESTS_TIMEOUT_S + 120)  # above the root's 300 s: both steps have their own bound
 def test_gym_train_tests_pass_in_the_training_venv():
     venv = training_venv()
-    proc = subprocess.run([str(venv_python(venv)), "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"],
-                          cwd=GYM_TRAIN, env=_environ(), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          errors="replace", timeout=TESTS_TIMEOUT_S)
+    proc = subprocess.run(
+        [str(venv_python(venv)), "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider"],
+        cwd=GYM_TRAIN,
+        env=_environ(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=TESTS_TIMEOUT_S,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"gym-train's tests failed in {venv}:\n{output[-8000:]}"
     summary = proc.stdout.strip().splitlines()[-1]
@@ -154,8 +179,12 @@ def test_gym_train_tests_pass_in_the_training_venv():
 
 def test_the_root_venv_has_no_torch():
     """The root venv (this one) never gets torch: gym-core and gym-cli must not need it."""
-    proc = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('torch') is None)"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import importlib.util as u; print(u.find_spec('torch') is None)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.stdout.strip() == "True", proc.stdout + proc.stderr
 
 
@@ -166,8 +195,14 @@ def test_the_root_venv_has_no_torch():
 # packages/gym-train/tests/adapters (ignored where the trainer is not installed) and run here.
 ADAPTER_TESTS = GYM_TRAIN / "tests" / "adapters"
 # What the adapter tests import from the workspace: the adapters, and the served config's plugins.
-ADAPTER_MEMBERS = ("packages/gym-core", "packages/gym-cli", "packages/gym-train", "plugins/models/local_llama",
-                   "plugins/agents/token_preserving", "plugins/resources/counter")
+ADAPTER_MEMBERS = (
+    "packages/gym-core",
+    "packages/gym-cli",
+    "packages/gym-train",
+    "plugins/models/local_llama",
+    "plugins/agents/token_preserving",
+    "plugins/resources/counter",
+)
 # veRL 0.9.1 with transformers in its range; cachetools and fastapi: verl.experimental.agent_loop imports
 # them (through verl.workers.rollout) without verl declaring them.
 VERL_REQUIREMENTS = ("verl==0.9.1", "transformers>=5.5.3,<5.11", "cachetools", "fastapi")
@@ -200,9 +235,16 @@ def openrlhf_venv() -> Path:
 
 
 def _run_adapter_tests(venv: Path, test_file: Path) -> None:
-    proc = subprocess.run([str(venv_python(venv)), "-m", "pytest", str(test_file.relative_to(GYM_TRAIN)), "-q",
-                           "-p", "no:cacheprovider"], cwd=GYM_TRAIN, env=_environ(), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, errors="replace", timeout=TESTS_TIMEOUT_S)
+    proc = subprocess.run(
+        [str(venv_python(venv)), "-m", "pytest", str(test_file.relative_to(GYM_TRAIN)), "-q", "-p", "no:cacheprovider"],
+        cwd=GYM_TRAIN,
+        env=_environ(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=TESTS_TIMEOUT_S,
+    )
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"{test_file.name} failed in {venv}:\n{output[-8000:]}"
     summary = proc.stdout.strip().splitlines()[-1]

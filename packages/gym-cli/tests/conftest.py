@@ -74,14 +74,28 @@ class Gym:
     def start(self, *args: str, env: Mapping[str, str | None] | None = None, **popen: Any) -> GymProcess:
         """``python -m gym_cli ARGS`` started from the repository root in a session of its own, stdout
         and stderr together in ``proc.stdout`` (``popen`` overrides, ``stdout=subprocess.DEVNULL`` say)."""
-        options: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "cwd": ROOT,
-                                   "start_new_session": True, **popen}
+        options: dict[str, Any] = {
+            "stdout": subprocess.PIPE,
+            "stderr": subprocess.STDOUT,
+            "text": True,
+            "cwd": ROOT,
+            "start_new_session": True,
+            **popen,
+        }
         return GymProcess([sys.executable, "-m", "gym_cli", *args], env=_environ(env), **options)
 
-    def run(self, *args: str, env: Mapping[str, str | None] | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, env: Mapping[str, str | None] | None = None, timeout_s: float = 120
+    ) -> subprocess.CompletedProcess:
         """``python -m gym_cli ARGS`` run to its end: its exit status, stdout and stderr."""
-        return subprocess.run([sys.executable, "-m", "gym_cli", *args], capture_output=True, text=True, cwd=ROOT,
-                              env=_environ(env), timeout=timeout_s)
+        return subprocess.run(
+            [sys.executable, "-m", "gym_cli", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=_environ(env),
+            timeout=timeout_s,
+        )
 
 
 def _environ(env: Mapping[str, str | None] | None) -> dict[str, str]:
@@ -126,9 +140,13 @@ def _counter_task(initial: int, expected: int | None, turns: list[dict]) -> dict
     """A counter task whose scripted model answers with ``turns`` (``expected`` None: verify refuses it)."""
     import json
 
-    task = {"responses_create_params": {"input": [{"role": "user", "content": f"Make the counter {expected}."}],
-                                        "metadata": {"scripted_turns": json.dumps(turns)}},
-            "initial_count": initial}
+    task = {
+        "responses_create_params": {
+            "input": [{"role": "user", "content": f"Make the counter {expected}."}],
+            "metadata": {"scripted_turns": json.dumps(turns)},
+        },
+        "initial_count": initial,
+    }
     return task if expected is None else {**task, "expected_count": expected}
 
 
@@ -140,11 +158,20 @@ def _add(count: int) -> list[dict]:
 # HOSTILE_ANSWER (fails), 3 is refused by verify (every rollout in the failures file), 4 adds too
 # little (fails). "after": 1 and 3 are fixed; 4 still fails.
 REPORT_RUNS = {
-    "before": [_counter_task(0, 3, _add(3)), _counter_task(0, 2, [{"text": HOSTILE_ANSWER}]),
-               _counter_task(5, 5, [{"text": "nothing to add"}]), _counter_task(0, None, _add(1)),
-               _counter_task(1, 4, _add(2))],
-    "after": [_counter_task(0, 3, _add(3)), _counter_task(0, 2, _add(2)), _counter_task(5, 5, [{"text": "nothing to add"}]),
-              _counter_task(0, 1, _add(1)), _counter_task(1, 4, _add(2))],
+    "before": [
+        _counter_task(0, 3, _add(3)),
+        _counter_task(0, 2, [{"text": HOSTILE_ANSWER}]),
+        _counter_task(5, 5, [{"text": "nothing to add"}]),
+        _counter_task(0, None, _add(1)),
+        _counter_task(1, 4, _add(2)),
+    ],
+    "after": [
+        _counter_task(0, 3, _add(3)),
+        _counter_task(0, 2, _add(2)),
+        _counter_task(5, 5, [{"text": "nothing to add"}]),
+        _counter_task(0, 1, _add(1)),
+        _counter_task(1, 4, _add(2)),
+    ],
 }
 
 
@@ -163,15 +190,30 @@ def report_runs(tmp_path_factory, gym: Gym) -> dict[str, Path]:
     from gym_core.testing import running_servers
 
     folder = tmp_path_factory.mktemp("report_runs")
-    config = {"counter": {"plugin": "counter"}, "policy": {"plugin": "scripted", "model_name": "scripted-policy"},
-              "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter"}}
+    config = {
+        "counter": {"plugin": "counter"},
+        "policy": {"plugin": "scripted", "model_name": "scripted-policy"},
+        "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter"},
+    }
     outputs = {}
     with running_servers(config) as running:
         for name, tasks in REPORT_RUNS.items():
             tasks_file, output = folder / f"{name}.tasks.jsonl", folder / f"{name}.jsonl"
             tasks_file.write_text("".join(json.dumps(t) + "\n" for t in tasks))
-            result = gym("collect", "--input", str(tasks_file), "--output", str(output), "--repeats", "3",
-                         "--head", running.head_url, "--no-profile", "--retries", "0")
+            result = gym(
+                "collect",
+                "--input",
+                str(tasks_file),
+                "--output",
+                str(output),
+                "--repeats",
+                "3",
+                "--head",
+                running.head_url,
+                "--no-profile",
+                "--retries",
+                "0",
+            )
             assert result.exit_code == (1 if name == "before" else 0), result.output
             outputs[name] = output
     return outputs
@@ -188,10 +230,26 @@ class CounterCollection:
         self.n_tasks = len(self.TASKS.read_text().splitlines())
 
     def start(self, head: str, out: Path, *extra: str) -> subprocess.Popen:
-        return Gym().start("collect", "--input", str(self.TASKS), "--output", str(out), "--agent", "agent",
-                           "--head", head, "--repeats", str(self.repeats), "--parallel", str(self.parallel),
-                           "--no-profile", *extra, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                           start_new_session=False)
+        return Gym().start(
+            "collect",
+            "--input",
+            str(self.TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "agent",
+            "--head",
+            head,
+            "--repeats",
+            str(self.repeats),
+            "--parallel",
+            str(self.parallel),
+            "--no-profile",
+            *extra,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=False,
+        )
 
     @staticmethod
     def rows(path: Path) -> list[dict]:

@@ -53,8 +53,23 @@ def rows(path: Path) -> list[dict]:
 def test_collect_writes_scored_rows_and_profile(tmp_path, gym):
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config()) as config:
-        result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
-                        "--repeats", "3", "--parallel", "4", "--head", config.head_url, "--temperature", "0.3")
+        result = gym(
+            "collect",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "agent",
+            "--repeats",
+            "3",
+            "--parallel",
+            "4",
+            "--head",
+            config.head_url,
+            "--temperature",
+            "0.3",
+        )
     assert result.exit_code == 0, result.output
     collected = rows(out)
     n_tasks = len(COUNTER_TASKS.read_text().splitlines())
@@ -79,14 +94,38 @@ def test_collect_writes_scored_rows_and_profile(tmp_path, gym):
 def test_rerun_resumes_without_duplicates(tmp_path, gym):
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config()) as config:
-        first = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
-                       "--repeats", "2", "--head", config.head_url, "--no-profile")
+        first = gym(
+            "collect",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "agent",
+            "--repeats",
+            "2",
+            "--head",
+            config.head_url,
+            "--no-profile",
+        )
         assert first.exit_code == 0
         # A torn last line, as a kill during a write leaves it.
         with out.open("a") as f:
             f.write('{"task_index": 0, "rollout_ind')
-        second = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
-                        "--repeats", "3", "--head", config.head_url, "--no-profile")
+        second = gym(
+            "collect",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "agent",
+            "--repeats",
+            "3",
+            "--head",
+            config.head_url,
+            "--no-profile",
+        )
     assert second.exit_code == 0, second.output
     keys = [(r["task_index"], r["rollout_index"]) for r in rows(out)]
     n_tasks = len(COUNTER_TASKS.read_text().splitlines())
@@ -98,11 +137,23 @@ def test_kill_9_midway_loses_nothing(tmp_path, gym):
     """Kill the collector hard while rollouts are in flight; the re-run ends with exactly tasks × repeats."""
     out = tmp_path / "out.jsonl"
     repeats = 20
-    args = ["--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent", "--repeats", str(repeats),
-            "--parallel", "4", "--no-profile"]
+    args = [
+        "--input",
+        str(COUNTER_TASKS),
+        "--output",
+        str(out),
+        "--agent",
+        "agent",
+        "--repeats",
+        str(repeats),
+        "--parallel",
+        "4",
+        "--no-profile",
+    ]
     with running_servers(counter_config(delay_s=0.02)) as config:
-        proc = gym.start("collect", *args, "--head", config.head_url, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+        proc = gym.start(
+            "collect", *args, "--head", config.head_url, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_bytes().splitlines()) < 10):
             time.sleep(0.05)
@@ -131,8 +182,17 @@ def test_malformed_input_reports_line_numbers(tmp_path, gym):
     tasks = tmp_path / "tasks.jsonl"
     good = json.dumps({"responses_create_params": {"input": "hi"}})
     tasks.write_text("\n".join([good, "{not json", good, json.dumps({"no_params": 1}), "[1, 2]"]) + "\n")
-    result = gym("collect", "--input", str(tasks), "--output", str(tmp_path / "o.jsonl"), "--agent", "a",
-                    "--head", "http://127.0.0.1:9")
+    result = gym(
+        "collect",
+        "--input",
+        str(tasks),
+        "--output",
+        str(tmp_path / "o.jsonl"),
+        "--agent",
+        "a",
+        "--head",
+        "http://127.0.0.1:9",
+    )
     assert result.exit_code == 2
     assert f"{tasks}:2: not valid JSON" in result.output
     assert f"{tasks}:4: missing 'responses_create_params'" in result.output
@@ -147,8 +207,18 @@ def test_failing_rollouts_go_to_failures_file_and_run_goes_on(tmp_path, gym):
     tasks.write_text("\n".join(json.dumps(r) for r in [good, bad, good]) + "\n")
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config()) as config:
-        result = gym("collect", "--input", str(tasks), "--output", str(out), "--agent", "agent",
-                        "--head", config.head_url, "--no-profile")
+        result = gym(
+            "collect",
+            "--input",
+            str(tasks),
+            "--output",
+            str(out),
+            "--agent",
+            "agent",
+            "--head",
+            config.head_url,
+            "--no-profile",
+        )
     assert result.exit_code == 1  # some rollouts failed
     assert sorted(r["task_index"] for r in rows(out)) == [0, 2]
     failures = rows(tmp_path / "out.failures.jsonl")
@@ -165,10 +235,32 @@ def test_unknown_agent_is_refused_before_any_rollout(tmp_path, gym):
     named = tmp_path / "named.jsonl"
     named.write_text(json.dumps({"responses_create_params": {"input": "hi"}, "agent_ref": {"name": "agnet"}}) + "\n")
     with running_servers(counter_config()) as config:
-        result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agnt",
-                        "--head", config.head_url, "--limit", "2", "--no-profile")
-        not_agent = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "counter",
-                           "--head", config.head_url, "--no-profile")
+        result = gym(
+            "collect",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "agnt",
+            "--head",
+            config.head_url,
+            "--limit",
+            "2",
+            "--no-profile",
+        )
+        not_agent = gym(
+            "collect",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "counter",
+            "--head",
+            config.head_url,
+            "--no-profile",
+        )
         by_ref = gym("collect", "--input", str(named), "--output", str(out), "--head", config.head_url, "--no-profile")
     assert result.exit_code == 2, result.output
     assert "--agent: no server instance named 'agnt' (did you mean 'agent'?)" in result.output
@@ -179,8 +271,18 @@ def test_unknown_agent_is_refused_before_any_rollout(tmp_path, gym):
 
 
 def test_no_head_server_is_a_clear_error(tmp_path, gym):
-    result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(tmp_path / "o.jsonl"),
-                    "--agent", "agent", "--head", "http://127.0.0.1:9", "--no-profile")
+    result = gym(
+        "collect",
+        "--input",
+        str(COUNTER_TASKS),
+        "--output",
+        str(tmp_path / "o.jsonl"),
+        "--agent",
+        "agent",
+        "--head",
+        "http://127.0.0.1:9",
+        "--no-profile",
+    )
     assert result.exit_code == 1  # a server does not answer
     assert "head" in result.output and "127.0.0.1:9" in result.output and "gym run" in result.output
 
@@ -202,17 +304,32 @@ def test_collect_against_gym_run_uses_its_only_agent(tmp_path, gym_run, gym):
 def test_several_agents_and_tasks_naming_none_is_a_usage_error(tmp_path, gym):
     """With several agents, no --agent and tasks without agent_ref, collect stops before any rollout
     (exit 2) and names the agents; tasks that name theirs run."""
-    config = {**counter_config(), "other_agent": {"plugin": "simple_agent", "model_server": "policy",
-                                                  "resources_server": "counter"}}
+    config = {
+        **counter_config(),
+        "other_agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter"},
+    }
     out = tmp_path / "out.jsonl"
     named = tmp_path / "named.jsonl"
-    named.write_text("".join(json.dumps({**json.loads(line), "agent_ref": {"name": "other_agent"}}) + "\n"
-                             for line in COUNTER_TASKS.read_text().splitlines()))
+    named.write_text(
+        "".join(
+            json.dumps({**json.loads(line), "agent_ref": {"name": "other_agent"}}) + "\n"
+            for line in COUNTER_TASKS.read_text().splitlines()
+        )
+    )
     with running_servers(config) as running:
-        refused = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--head", running.head_url,
-                         "--no-profile")
-        accepted = gym("collect", "--input", str(named), "--output", str(tmp_path / "named_out.jsonl"),
-                          "--head", running.head_url, "--no-profile")
+        refused = gym(
+            "collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--head", running.head_url, "--no-profile"
+        )
+        accepted = gym(
+            "collect",
+            "--input",
+            str(named),
+            "--output",
+            str(tmp_path / "named_out.jsonl"),
+            "--head",
+            running.head_url,
+            "--no-profile",
+        )
     assert refused.exit_code == 2, refused.output
     assert "2 agents (agent, other_agent)" in refused.output and "--agent NAME" in refused.output
     assert not out.exists()
@@ -223,9 +340,24 @@ def test_several_agents_and_tasks_naming_none_is_a_usage_error(tmp_path, gym):
 def test_interrupted_collect_exits_130_and_keeps_its_rows(tmp_path, gym):
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config(delay_s=0.05)) as config:
-        proc = gym.start("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
-                         "--repeats", "50", "--parallel", "2", "--no-profile", "--head", config.head_url,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = gym.start(
+            "collect",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "agent",
+            "--repeats",
+            "50",
+            "--parallel",
+            "2",
+            "--no-profile",
+            "--head",
+            config.head_url,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_bytes().splitlines()) < 4):
             time.sleep(0.05)
@@ -243,17 +375,32 @@ def test_sigterm_to_collect_serve_stops_the_servers_it_started(tmp_path, gym):
     config = tmp_path / "slow.yaml"
     config.write_text(json.dumps({**counter_config(delay_s=30.0), "head_server": {"port": 0}}))
     out = tmp_path / "out.jsonl"
-    proc = gym.start("collect", "--serve", str(config), "--isolation", "none", "--input", str(COUNTER_TASKS),
-                     "--output", str(out), "--no-profile")
+    proc = gym.start(
+        "collect",
+        "--serve",
+        str(config),
+        "--isolation",
+        "none",
+        "--input",
+        str(COUNTER_TASKS),
+        "--output",
+        str(out),
+        "--no-profile",
+    )
     seen = proc.read_until("All servers ready", 120)
     # Children are listed under the thread that forked them (the supervisor's spawner thread): read every thread's.
-    children = [int(p) for task in Path(f"/proc/{proc.pid}/task").iterdir() for p in (task / "children").read_text().split()]
+    children = [
+        int(p) for task in Path(f"/proc/{proc.pid}/task").iterdir() for p in (task / "children").read_text().split()
+    ]
     assert len(children) == 3  # counter, policy, agent
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, "".join(seen) + output
     for pid in children:  # gone, or at most a zombie that was reaped already
-        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert (
+            not Path(f"/proc/{pid}").exists()
+            or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        )
 
 
 # --- when things go wrong ---------------------------------------------------------------------------
@@ -262,8 +409,19 @@ N_TASKS = len(COUNTER_TASKS.read_text().splitlines())
 
 
 def collect_args(out: Path, head: str, *extra: str) -> list[str]:
-    return ["collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent", "--head", head,
-            "--no-profile", *extra]
+    return [
+        "collect",
+        "--input",
+        str(COUNTER_TASKS),
+        "--output",
+        str(out),
+        "--agent",
+        "agent",
+        "--head",
+        head,
+        "--no-profile",
+        *extra,
+    ]
 
 
 def open_files(pid: int) -> set[str]:
@@ -282,12 +440,15 @@ def test_second_collect_on_the_same_output_fails_fast_naming_the_first(tmp_path,
     at once, saying who holds it; the first goes on undisturbed."""
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config(delay_s=20.0)) as config:  # the first stays busy
-        first = gym.start(*collect_args(out, config.head_url, "--limit", "1"), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE)
+        first = gym.start(
+            *collect_args(out, config.head_url, "--limit", "1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         try:
             # The first is collecting once it holds the output (today: the output file, open to append).
-            wait_until(lambda: first.poll() is not None or any(p.startswith(str(out)) for p in open_files(first.pid)),
-                       "the first collection to open its output")
+            wait_until(
+                lambda: first.poll() is not None or any(p.startswith(str(out)) for p in open_files(first.pid)),
+                "the first collection to open its output",
+            )
             assert first.poll() is None
             second = gym.run(*collect_args(out, config.head_url, "--limit", "1"), timeout_s=60)
         finally:
@@ -305,14 +466,25 @@ def test_the_lock_is_released_when_its_holder_is_killed(tmp_path, gym):
     """kill -9 cannot leave a stale lock: the next collection on the same output runs."""
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config(delay_s=20.0)) as config:
-        first = gym.start(*collect_args(out, config.head_url, "--limit", "1"), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+        first = gym.start(
+            *collect_args(out, config.head_url, "--limit", "1"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         wait_until(lambda: any(p.startswith(str(out)) for p in open_files(first.pid)), "the first to open its output")
         first.kill()
         first.wait()
     with running_servers(counter_config()) as config:
-        result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
-                        "--head", config.head_url, "--no-profile")
+        result = gym(
+            "collect",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "agent",
+            "--head",
+            config.head_url,
+            "--no-profile",
+        )
     assert result.exit_code == 0, result.output
     assert len(rows(out)) == N_TASKS
 
@@ -320,8 +492,18 @@ def test_the_lock_is_released_when_its_holder_is_killed(tmp_path, gym):
 def test_resume_drops_duplicate_rows_and_says_how_many(tmp_path, gym):
     out = tmp_path / "out.jsonl"
     with running_servers(counter_config()) as config:
-        args = ["collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
-                "--head", config.head_url, "--no-profile"]
+        args = [
+            "collect",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "agent",
+            "--head",
+            config.head_url,
+            "--no-profile",
+        ]
         assert gym(*args).exit_code == 0
         lines = out.read_text().splitlines(keepends=True)
         with out.open("a") as f:  # what two concurrent collections used to leave
@@ -341,14 +523,21 @@ def servers_except(config: dict[str, Any], missing: str) -> Iterator[GlobalConfi
     """The head and every instance of ``config`` in threads, except ``missing``: the head lists it,
     nothing answers on its port."""
     plugins = get_plugin_manager()
-    global_config = load_config(base={"head_server": {"port": 0}, **config}, env_file=None,
-                                server_types=plugins.servers(), load_errors=plugins.load_errors)
+    global_config = load_config(
+        base={"head_server": {"port": 0}, **config},
+        env_file=None,
+        server_types=plugins.servers(),
+        load_errors=plugins.load_errors,
+    )
     threads = [ServerThread(build_head_app(global_config), port=global_config.head_port).start()]
     try:
         for name, instance in global_config.instances.items():
             if name != missing:
-                threads.append(ServerThread(build_server(global_config, name, plugins).build_app(),
-                                            instance.host, instance.port).start())
+                threads.append(
+                    ServerThread(
+                        build_server(global_config, name, plugins).build_app(), instance.host, instance.port
+                    ).start()
+                )
         yield global_config
     finally:
         for thread in reversed(threads):
@@ -364,17 +553,43 @@ def test_kill_9_of_a_server_mid_collection_ends_with_every_rollout_once_in_one_r
     config.write_text(json.dumps({**counter_config(delay_s=0.05), "head_server": {"port": 0}}))
     out = tmp_path / "out.jsonl"
     repeats = 8
-    proc = gym.start("collect", "--serve", str(config), "--isolation", "none", "--input", str(COUNTER_TASKS),
-                     "--output", str(out), "--agent", "agent", "--repeats", str(repeats), "--parallel", "4",
-                     "--retries", "6", "--retry-backoff", "1", "--no-profile", stdout=subprocess.DEVNULL,
-                     stderr=subprocess.PIPE)
+    proc = gym.start(
+        "collect",
+        "--serve",
+        str(config),
+        "--isolation",
+        "none",
+        "--input",
+        str(COUNTER_TASKS),
+        "--output",
+        str(out),
+        "--agent",
+        "agent",
+        "--repeats",
+        str(repeats),
+        "--parallel",
+        "4",
+        "--retries",
+        "6",
+        "--retry-backoff",
+        "1",
+        "--no-profile",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
-        wait_until(lambda: proc.poll() is not None or (out.exists() and len(out.read_bytes().splitlines()) >= 4),
-                   "the first rows", timeout_s=180)
+        wait_until(
+            lambda: proc.poll() is not None or (out.exists() and len(out.read_bytes().splitlines()) >= 4),
+            "the first rows",
+            timeout_s=180,
+        )
         assert proc.poll() is None
-        children = [int(p) for task in Path(f"/proc/{proc.pid}/task").iterdir()
-                    for p in (task / "children").read_text().split()]
-        [pid] = [pid for pid in children if f"GYM_INSTANCE={victim}\0".encode() in Path(f"/proc/{pid}/environ").read_bytes()]
+        children = [
+            int(p) for task in Path(f"/proc/{proc.pid}/task").iterdir() for p in (task / "children").read_text().split()
+        ]
+        [pid] = [
+            pid for pid in children if f"GYM_INSTANCE={victim}\0".encode() in Path(f"/proc/{pid}/environ").read_bytes()
+        ]
         os.kill(pid, signal.SIGKILL)
         _, err = proc.communicate(timeout=300)
     finally:
@@ -394,22 +609,35 @@ def test_sessions_lost_in_a_restart_are_retried_not_scored(tmp_path, gym):
     collector retries them in the same run: every row is scored on its own seeded state."""
     out = tmp_path / "out.jsonl"
     plugins = get_plugin_manager()
-    config = load_config(base={"head_server": {"port": 0}, **counter_config(delay_s=2.0)}, env_file=None,
-                         server_types=plugins.servers(), load_errors=plugins.load_errors)
+    config = load_config(
+        base={"head_server": {"port": 0}, **counter_config(delay_s=2.0)},
+        env_file=None,
+        server_types=plugins.servers(),
+        load_errors=plugins.load_errors,
+    )
     counter = config.instances["counter"]
     threads = [ServerThread(build_head_app(config), port=config.head_port).start()]
     for name in ("policy", "agent"):
         instance = config.instances[name]
-        threads.append(ServerThread(build_server(config, name, plugins).build_app(), instance.host, instance.port).start())
+        threads.append(
+            ServerThread(build_server(config, name, plugins).build_app(), instance.host, instance.port).start()
+        )
     first = build_server(config, "counter", plugins)
     restarted = None
     try:
         counter_thread = ServerThread(first.build_app(), counter.host, counter.port).start()
-        collector = gym.start(*collect_args(out, config.head_url, "--limit", "3", "--parallel", "3", "--retries", "2",
-                                            "--retry-backoff", "0.1"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        collector = gym.start(
+            *collect_args(
+                out, config.head_url, "--limit", "3", "--parallel", "3", "--retries", "2", "--retry-backoff", "0.1"
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         wait_until(lambda: len(first.sessions) >= 3, "three seeded sessions")  # the rollouts now wait on the model
         counter_thread.stop()
-        restarted = ServerThread(build_server(config, "counter", plugins).build_app(), counter.host, counter.port).start()
+        restarted = ServerThread(
+            build_server(config, "counter", plugins).build_app(), counter.host, counter.port
+        ).start()
         _, err = collector.communicate(timeout=120)
     finally:
         for thread in [restarted, *reversed(threads)]:
@@ -427,9 +655,24 @@ def test_a_rollout_is_retried_at_most_n_times_then_recorded_as_failed(tmp_path, 
     file with its typed reason and the number of attempts."""
     out = tmp_path / "out.jsonl"
     with servers_except(counter_config(), "agent") as config:
-        result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--agent", "agent",
-                        "--head", config.head_url, "--limit", "2", "--retries", "2", "--retry-backoff", "0.01",
-                        "--no-profile")
+        result = gym(
+            "collect",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(out),
+            "--agent",
+            "agent",
+            "--head",
+            config.head_url,
+            "--limit",
+            "2",
+            "--retries",
+            "2",
+            "--retry-backoff",
+            "0.01",
+            "--no-profile",
+        )
     assert result.exit_code == 1, result.output
     failures = rows(tmp_path / "out.failures.jsonl")
     assert sorted((f["task_index"], f["rollout_index"]) for f in failures) == [(0, 0), (1, 0)]
@@ -441,11 +684,24 @@ def test_a_rollout_is_retried_at_most_n_times_then_recorded_as_failed(tmp_path, 
 def test_a_task_error_is_not_retried(tmp_path, gym):
     """A 4xx (the task itself is bad) fails at once: retrying cannot help."""
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps({"responses_create_params": {"input": "add"}, "initial_count": "x",
-                                 "expected_count": 3}) + "\n")
+    tasks.write_text(
+        json.dumps({"responses_create_params": {"input": "add"}, "initial_count": "x", "expected_count": 3}) + "\n"
+    )
     with running_servers(counter_config()) as config:
-        result = gym("collect", "--input", str(tasks), "--output", str(tmp_path / "out.jsonl"), "--agent",
-                        "agent", "--head", config.head_url, "--retries", "3", "--no-profile")
+        result = gym(
+            "collect",
+            "--input",
+            str(tasks),
+            "--output",
+            str(tmp_path / "out.jsonl"),
+            "--agent",
+            "agent",
+            "--head",
+            config.head_url,
+            "--retries",
+            "3",
+            "--no-profile",
+        )
     assert result.exit_code == 1, result.output
     [failure] = rows(tmp_path / "out.failures.jsonl")
     assert failure["attempts"] == 1 and failure["status"] < 500
@@ -468,8 +724,19 @@ def test_the_rollout_deadline_is_enforced(tmp_path, gym):
 
 def test_rollout_timeout_must_be_positive(tmp_path, gym):
     for bad in ("0", "-5"):
-        result = gym("collect", "--input", str(COUNTER_TASKS), "--output", str(tmp_path / "o.jsonl"),
-                        "--agent", "agent", "--head", "http://127.0.0.1:9", "--rollout-timeout", bad)
+        result = gym(
+            "collect",
+            "--input",
+            str(COUNTER_TASKS),
+            "--output",
+            str(tmp_path / "o.jsonl"),
+            "--agent",
+            "agent",
+            "--head",
+            "http://127.0.0.1:9",
+            "--rollout-timeout",
+            bad,
+        )
         assert result.exit_code == 2
         assert "--rollout-timeout" in result.output
 
@@ -519,8 +786,18 @@ def test_an_unusable_output_is_refused_before_the_servers_start(tmp_path, case, 
     }[case]
     config = tmp_path / "servers.yaml"
     config.write_text(json.dumps({**counter_config(), "head_server": {"port": 0}}))
-    result = gym("collect", "--serve", str(config), "--isolation", "none", "--input", str(COUNTER_TASKS),
-                    "--output", str(output), "--no-profile")
+    result = gym(
+        "collect",
+        "--serve",
+        str(config),
+        "--isolation",
+        "none",
+        "--input",
+        str(COUNTER_TASKS),
+        "--output",
+        str(output),
+        "--no-profile",
+    )
     assert result.exit_code == 2, result.output
     assert f"--output {output}" in result.output and message in result.output
     assert "All servers ready" not in result.output
@@ -553,26 +830,45 @@ def test_defining_the_commands_imports_none_of_what_running_them_needs():
     leave rich, the launcher, the catalog (tomlkit), asyncio, the collector, the venv manager and the
     server stack to the moment a command runs. Fix: import those inside the command's function (and
     name types under TYPE_CHECKING)."""
-    heavy = ["rich", "gym_cli.launch", "tomlkit", "asyncio", "gym_cli.rollouts", "gym_core.client", "gym_cli.catalog",
-             "gym_cli.sources", "gym_cli.venvs", "gym_cli.plugin_tests", "gym_cli.report", "gym_core.serving",
-             "litestar", "uvicorn"]
-    code = ("import json, pkgutil, sys\nimport gym_cli.commands\nfrom gym_cli.main import cli\n"
-            "names = [m.name for m in pkgutil.iter_modules(gym_cli.commands.__path__)]\n"
-            "for name in names: __import__('gym_cli.commands.' + name)\n"
-            "cli()\n"
-            f"print(json.dumps(names))\nprint([m for m in {heavy!r} if m in sys.modules])")
+    heavy = [
+        "rich",
+        "gym_cli.launch",
+        "tomlkit",
+        "asyncio",
+        "gym_cli.rollouts",
+        "gym_core.client",
+        "gym_cli.catalog",
+        "gym_cli.sources",
+        "gym_cli.venvs",
+        "gym_cli.plugin_tests",
+        "gym_cli.report",
+        "gym_core.serving",
+        "litestar",
+        "uvicorn",
+    ]
+    code = (
+        "import json, pkgutil, sys\nimport gym_cli.commands\nfrom gym_cli.main import cli\n"
+        "names = [m.name for m in pkgutil.iter_modules(gym_cli.commands.__path__)]\n"
+        "for name in names: __import__('gym_cli.commands.' + name)\n"
+        "cli()\n"
+        f"print(json.dumps(names))\nprint([m for m in {heavy!r} if m in sys.modules])"
+    )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     modules, imported = loaded.stdout.splitlines()
-    assert {"collect", "plugin", "plugin_new", "report", "test", "workspace"} <= set(json.loads(modules))  # all were seen
+    assert {"collect", "plugin", "plugin_new", "report", "test", "workspace"} <= set(
+        json.loads(modules)
+    )  # all were seen
     assert imported == "[]", loaded.stdout + loaded.stderr
 
 
 def test_the_collector_tunes_its_gc_without_the_server_stack():
     """`run_async` tunes the garbage collector from the leaf gym_core.process_tuning, not gym_core.serving."""
-    code = ("import sys\nfrom gym_cli.rollouts import run_async\n"
-            "async def nothing(): return 7\n"
-            "assert run_async(nothing()) == 7\n"
-            "print([m for m in ('gym_core.serving', 'litestar', 'uvicorn') if m in sys.modules])")
+    code = (
+        "import sys\nfrom gym_cli.rollouts import run_async\n"
+        "async def nothing(): return 7\n"
+        "assert run_async(nothing()) == 7\n"
+        "print([m for m in ('gym_core.serving', 'litestar', 'uvicorn') if m in sys.modules])"
+    )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
 
@@ -583,7 +879,9 @@ def test_the_collector_raises_its_open_files_limit():
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    low = min((hard if hard != resource.RLIM_INFINITY else 1 << 20) - 1, max(256, len(os.listdir("/proc/self/fd")) + 64))
+    low = min(
+        (hard if hard != resource.RLIM_INFINITY else 1 << 20) - 1, max(256, len(os.listdir("/proc/self/fd")) + 64)
+    )
     resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
 
     async def soft_limit() -> int:

@@ -41,23 +41,42 @@ def two_environments(delay_s: float = 0.0) -> dict:
         "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter"},
         "words": {"plugin": "string_match"},
         "answerer": {"plugin": "scripted", "turns": [{"text": "It is \\boxed{Paris}."}], "delay_s": delay_s},
-        "word_agent": {"plugin": "simple_agent", "model_server": "answerer", "resources_server": "words", "max_steps": 1},
+        "word_agent": {
+            "plugin": "simple_agent",
+            "model_server": "answerer",
+            "resources_server": "words",
+            "max_steps": 1,
+        },
     }
 
 
 def counter_task(initial, expected=3) -> dict:
-    return {"responses_create_params": {"input": "add 3"}, "initial_count": initial, "expected_count": expected,
-            "agent_ref": {"name": "agent"}}
+    return {
+        "responses_create_params": {"input": "add 3"},
+        "initial_count": initial,
+        "expected_count": expected,
+        "agent_ref": {"name": "agent"},
+    }
 
 
 def words_task(expected: str) -> dict:
-    return {"responses_create_params": {"input": "capital of France?"}, "expected_answer": expected,
-            "extraction_mode": "boxed", "agent_ref": {"name": "word_agent"}}
+    return {
+        "responses_create_params": {"input": "capital of France?"},
+        "expected_answer": expected,
+        "extraction_mode": "boxed",
+        "agent_ref": {"name": "word_agent"},
+    }
 
 
 # counter: rewards 1, 0 and a task the environment refuses (a failure); string_match: rewards 1, 0, 0.
-TASKS = [counter_task(0), counter_task(1), counter_task("not a number"), words_task("Paris"),
-         words_task("Rome"), words_task("Berlin")]
+TASKS = [
+    counter_task(0),
+    counter_task(1),
+    counter_task("not a number"),
+    words_task("Paris"),
+    words_task("Rome"),
+    words_task("Berlin"),
+]
 REPEATS = 3
 
 
@@ -71,8 +90,21 @@ def collect(gym, tmp_path: Path, head: str, *args: str, env: dict[str, str] | No
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
     out = tmp_path / "out.jsonl"
-    result = gym("collect", "--input", str(tasks), "--output", str(out), "--head", head, "--repeats", str(REPEATS),
-                 "--parallel", "3", *args, env=env)
+    result = gym(
+        "collect",
+        "--input",
+        str(tasks),
+        "--output",
+        str(out),
+        "--head",
+        head,
+        "--repeats",
+        str(REPEATS),
+        "--parallel",
+        "3",
+        *args,
+        env=env,
+    )
     return result, out
 
 
@@ -110,8 +142,10 @@ def test_json_progress_events_add_up_and_end_with_the_summary(tmp_path, servers,
     assert final.environments["string_match"].mean_reward == pytest.approx(1 / 3)
     assert final.latency_p50_s <= final.latency_p99_s
     # The same figures as the summary line the command prints on stderr.
-    assert (f"{final.done} rollouts collected, {final.failed} failed, 0 already done in {final.elapsed_s:.1f} s "
-            f"({final.rollouts_per_s:.2f} rollouts/s)") in result.stderr
+    assert (
+        f"{final.done} rollouts collected, {final.failed} failed, 0 already done in {final.elapsed_s:.1f} s "
+        f"({final.rollouts_per_s:.2f} rollouts/s)"
+    ) in result.stderr
     # The profile went to stderr (and to its file), not among the events.
     assert "reward profile" in result.stderr and (tmp_path / "out.profile.json").exists()
 
@@ -126,7 +160,9 @@ def test_json_progress_of_a_finished_collection_is_one_done_event(tmp_path, serv
 
 
 def test_plain_progress_prints_readable_lines_and_a_final_line(tmp_path, servers, gym):
-    result, out = collect(gym, tmp_path, servers.head_url, "--progress", "plain", "--progress-interval", "0.01", "--no-profile")
+    result, out = collect(
+        gym, tmp_path, servers.head_url, "--progress", "plain", "--progress-interval", "0.01", "--no-profile"
+    )
     assert result.exit_code == 1, result.stderr
     progress = [line for line in result.stderr.splitlines() if line.startswith("collecting ")]
     assert progress and progress[0].startswith(f"collecting 0/{len(TASKS) * REPEATS} (0%)")
@@ -147,7 +183,7 @@ def test_auto_progress_on_a_terminal_is_the_live_panel(tmp_path, servers, gym):
     result, _ = collect(gym, tmp_path, servers.head_url, "--no-profile", env={"FORCE_COLOR": "1", "COLUMNS": "160"})
     assert result.exit_code == 1, result.stderr
     text = Text.from_ansi(result.stderr).plain  # without the colour and cursor codes
-    last_panel = text[text.rindex("gym collect"):]
+    last_panel = text[text.rindex("gym collect") :]
     total = len(TASKS) * REPEATS
     assert f"{total}/{total}" in text and "collecting" in text
     assert "string_match 0.333 (9), counter 0.500 (6)" in last_panel
@@ -209,7 +245,10 @@ def test_progress_event_of_a_summary():
     assert event.latency_p50_s == pytest.approx(0.050, rel=0.01)
     assert event.latency_p99_s == pytest.approx(0.099, rel=0.01)
     line = describe_progress(event)
-    assert line.startswith("done 15/20 (75%) | ") and "failed 3 (validation_error 2, ServerTimeoutError 1), retried 4" in line
+    assert (
+        line.startswith("done 15/20 (75%) | ")
+        and "failed 3 (validation_error 2, ServerTimeoutError 1), retried 4" in line
+    )
     empty = progress_event(CollectSummary(total=4))
     assert (empty.mean_reward, empty.latency_p50_s, empty.environments) == (None, None, {})
     assert "mean reward - " in describe_progress(empty) and "latency p50 - p99 -" in describe_progress(empty)

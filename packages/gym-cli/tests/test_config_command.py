@@ -21,16 +21,23 @@ def test_validate_says_what_would_start(tmp_path, monkeypatch, gym):
     monkeypatch.setenv("GYM_ENV_FILE", str(tmp_path / "absent.yaml"))
     result = gym("config", "validate", str(write(tmp_path / "c.yaml", CONFIG)), "counter.max_sessions=5")
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == ("valid: 3 server instances: counter (counter), policy (openai_model), "
-                                     "agent (simple_agent)")
+    assert result.output.strip() == (
+        "valid: 3 server instances: counter (counter), policy (openai_model), agent (simple_agent)"
+    )
 
 
 def test_validate_lists_every_problem_and_exits_2(tmp_path, monkeypatch, gym):
     monkeypatch.setenv("GYM_ENV_FILE", str(tmp_path / "absent.yaml"))
-    broken = {**CONFIG, "agent": {**CONFIG["agent"], "model_server": "polcy"}, "counter": {"plugin": "counter", "max_sesions": 1}}
+    broken = {
+        **CONFIG,
+        "agent": {**CONFIG["agent"], "model_server": "polcy"},
+        "counter": {"plugin": "counter", "max_sesions": 1},
+    }
     result = gym("config", "validate", str(write(tmp_path / "c.yaml", broken)))
     assert result.exit_code == 2
-    assert "counter.max_sesions: unknown option of server type 'counter' (did you mean 'max_sessions'?)" in result.output
+    assert (
+        "counter.max_sesions: unknown option of server type 'counter' (did you mean 'max_sessions'?)" in result.output
+    )
     assert "agent.model_server: no server instance named 'polcy' (did you mean 'policy'?)" in result.output
 
 

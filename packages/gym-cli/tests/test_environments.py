@@ -26,8 +26,15 @@ build-backend = "hatchling.build"
 """
 
 
-def make_package(root: Path, name: str, *, version: str = "0.1.0", dependencies: list[str] | None = None,
-                 extra: str = "", code: str = "VALUE = 'v1'\n") -> Path:
+def make_package(
+    root: Path,
+    name: str,
+    *,
+    version: str = "0.1.0",
+    dependencies: list[str] | None = None,
+    extra: str = "",
+    code: str = "VALUE = 'v1'\n",
+) -> Path:
     module = name.replace("-", "_")
     (root / "src" / module).mkdir(parents=True, exist_ok=True)
     (root / "src" / module / "__init__.py").write_text(code)
@@ -83,7 +90,10 @@ def test_build_then_reuse_without_uv(home: Path, core: Path, plugin: Path, tmp_p
     assert not env.reused
     assert env.path.parent == home / "venvs" and env.path.name == f"demo-{env.key}" and len(env.key) == 12
     assert (env.path / MARKER).is_file()
-    assert run_in(env.python, "import demo_plugin, fake_gym_core; print(demo_plugin.VALUE, fake_gym_core.CORE)") == "v1 True"
+    assert (
+        run_in(env.python, "import demo_plugin, fake_gym_core; print(demo_plugin.VALUE, fake_gym_core.CORE)")
+        == "v1 True"
+    )
     assert messages[0] == "building venv for demo…" and messages[1].startswith("built venv for demo in ")
     built_with = uv_calls(calls)
     assert [call.split()[:2] for call in built_with] == [["venv", "--no-project"], ["pip", "install"]]
@@ -117,18 +127,30 @@ def test_key_follows_dependencies_versions_and_core(home: Path, core: Path, plug
     make_package(plugin, "demo-plugin", dependencies=["fake-gym-core"], code="VALUE = 'edited'\n")
     assert m.key_for(source) == first.key  # code does not count
 
-    make_package(plugin, "demo-plugin", dependencies=["fake-gym-core"], extra='[project.optional-dependencies]\nx = ["fake-gym-core"]\n')
+    make_package(
+        plugin,
+        "demo-plugin",
+        dependencies=["fake-gym-core"],
+        extra='[project.optional-dependencies]\nx = ["fake-gym-core"]\n',
+    )
     with_extra = m.key_for(source)
     assert with_extra != first.key
     make_package(plugin, "demo-plugin", dependencies=["fake-gym-core", "fake-gym-core"])
     assert m.key_for(source) not in (first.key, with_extra)
     make_package(plugin, "demo-plugin", version="0.2.0", dependencies=["fake-gym-core"])
     assert m.key_for(source) != first.key
-    make_package(plugin, "demo-plugin", dependencies=["fake-gym-core"],
-                 extra='[project.entry-points.gym]\ndemo = "demo_plugin"\n')
+    make_package(
+        plugin,
+        "demo-plugin",
+        dependencies=["fake-gym-core"],
+        extra='[project.entry-points.gym]\ndemo = "demo_plugin"\n',
+    )
     rebuilt = m.ensure(source)
     assert not rebuilt.reused and rebuilt.key != first.key and rebuilt.path != first.path
-    assert run_in(rebuilt.python, "from importlib.metadata import entry_points as e; print(e(group='gym')['demo'].value)") == "demo_plugin"
+    assert (
+        run_in(rebuilt.python, "from importlib.metadata import entry_points as e; print(e(group='gym')['demo'].value)")
+        == "demo_plugin"
+    )
 
     make_package(core, "fake-gym-core", version="0.2.0")
     assert m.key_for(source) != rebuilt.key  # gym-core's metadata counts too
@@ -195,7 +217,10 @@ def test_ensure_many_reports_progress(home: Path, core: Path, plugin: Path, tmp_
     m = manager(core, messages)
     envs = m.ensure_many([PluginSource("demo", path=plugin), PluginSource("other", path=other)], max_parallel=2)
     assert [e.name for e in envs] == ["demo", "other"] and not any(e.reused for e in envs)
-    assert sorted(m for m in messages if m.startswith("building")) == ["building venv for demo…", "building venv for other…"]
+    assert sorted(m for m in messages if m.startswith("building")) == [
+        "building venv for demo…",
+        "building venv for other…",
+    ]
     assert len([m for m in messages if m.startswith("built venv for ")]) == 2
     messages.clear()
     assert all(e.reused for e in m.ensure_many([PluginSource("demo", path=plugin), PluginSource("other", path=other)]))
@@ -227,9 +252,13 @@ def test_extras_are_installed_and_keyed(home: Path, core: Path, tmp_path: Path) 
     from gym_cli.sources import source_of_entry
 
     extra_dep = make_package(tmp_path / "extra-dep", "fake-ray")
-    plugin = make_package(tmp_path / "with-extra", "demo-plugin", dependencies=["fake-gym-core"],
-                          extra=f'[project.optional-dependencies]\nray = ["fake-ray @ file://{extra_dep}"]\n'
-                                '[tool.hatch.metadata]\nallow-direct-references = true\n')
+    plugin = make_package(
+        tmp_path / "with-extra",
+        "demo-plugin",
+        dependencies=["fake-gym-core"],
+        extra=f'[project.optional-dependencies]\nray = ["fake-ray @ file://{extra_dep}"]\n'
+        "[tool.hatch.metadata]\nallow-direct-references = true\n",
+    )
     entry = CatalogEntry(name="demo", kind="resources", path=plugin)
     plain, with_ray = source_of_entry(entry), source_of_entry(entry, ["ray", "gpu"])
     assert plain.extras == () and with_ray.extras == ("ray",)  # gpu: not declared by the package, dropped

@@ -17,10 +17,12 @@ from gym_cli.launch.launcher import _maybe_start_ray
 def test_no_ray_unless_asked():
     # In a fresh interpreter: this one may have imported Ray for another test, and taking `ray` out of
     # sys.modules here would leave its submodules behind, breaking every later `import ray`.
-    code = ("import sys\nfrom rich.console import Console\nfrom gym_core.config import GlobalConfig\n"
-            "from gym_cli.launch.launcher import _maybe_start_ray\n"
-            "_maybe_start_ray(GlobalConfig({'env': {'plugin': 'counter'}}), [], Console(quiet=True))\n"
-            "print('ray' in sys.modules)\n")
+    code = (
+        "import sys\nfrom rich.console import Console\nfrom gym_core.config import GlobalConfig\n"
+        "from gym_cli.launch.launcher import _maybe_start_ray\n"
+        "_maybe_start_ray(GlobalConfig({'env': {'plugin': 'counter'}}), [], Console(quiet=True))\n"
+        "print('ray' in sys.modules)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
@@ -43,8 +45,13 @@ def test_describing_the_servers_leaves_the_crash_for_gym_run_to_report():
 
     with Supervisor(output=lambda line: None) as supervisor:
         supervisor.start(ChildSpec("env", [sys.executable, "-c", "raise SystemExit(3)"]))
-        state = Launch(GlobalConfig({}), rows=[{"name": "env", "kind": "resources", "plugin": "counter",
-                                                "url": "http://127.0.0.1:1", "venv": "none"}], supervisor=supervisor)
+        state = Launch(
+            GlobalConfig({}),
+            rows=[
+                {"name": "env", "kind": "resources", "plugin": "counter", "url": "http://127.0.0.1:1", "venv": "none"}
+            ],
+            supervisor=supervisor,
+        )
         assert supervisor.watch(timeout_s=30)  # the child is done
         listings = [state.describe() for _ in range(3)]
         reported = supervisor.watch(timeout_s=0)

@@ -20,7 +20,12 @@ def test_show_json_has_kind_plugin_and_described_options(gym):
     assert info["version"] and info["description"] and info["server"] == "gym_math.server:MathServer"
     options = {option["name"]: option for option in info["options"]}
     timeout = options["verify_timeout_s"]
-    assert (timeout["type"], timeout["default"], timeout["required"], timeout["inherited"]) == ("float | None", None, False, False)
+    assert (timeout["type"], timeout["default"], timeout["required"], timeout["inherited"]) == (
+        "float | None",
+        None,
+        False,
+        False,
+    )
     assert "killed" in timeout["description"]
     assert options["port"]["inherited"] and options["port"]["description"]
 
@@ -64,7 +69,9 @@ print(json.dumps({"codes": codes, "loaded": loaded}))
 
 def test_show_and_list_import_no_server_module(tmp_path):
     env = {**os.environ, "GYM_HOME": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report == {"codes": [0, 0, 0], "loaded": []}

@@ -75,12 +75,18 @@ def test_generated_plugin_passes_its_own_tests(tmp_path, kind, name, plugin_name
     assert f"({kit}):" in (target / "tests" / f"test_{plugin_name}.py").read_text()
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target / "src"), os.environ.get("PYTHONPATH", "")])}
-    overridden = subprocess.run([sys.executable, "-c", SIGNATURES, module], env=env, capture_output=True, text=True, timeout=120)
+    overridden = subprocess.run(
+        [sys.executable, "-c", SIGNATURES, module], env=env, capture_output=True, text=True, timeout=120
+    )
     assert overridden.returncode == 0, overridden.stderr
     assert json.loads(overridden.stdout) == {}, "methods whose signature differs from the base class's"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(target / "tests"), "-q", "-p", "no:cacheprovider", "-rs"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert " passed" in proc.stdout
@@ -147,8 +153,9 @@ def test_new_default_directory_outside_a_workspace(tmp_path, monkeypatch, gym):
 
 @pytest.mark.skipif(find_uv() is None, reason="needs uv")
 def test_template_ships_in_the_wheel(tmp_path):
-    subprocess.run([find_uv(), "build", "--wheel", str(GYM_CLI), "-o", str(tmp_path)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [find_uv(), "build", "--wheel", str(GYM_CLI), "-o", str(tmp_path)], check=True, capture_output=True, timeout=300
+    )
     (wheel,) = tmp_path.glob("gym_cli-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     template = REPO / "packages/gym-cli/src/gym_cli/templates/plugin"
@@ -172,7 +179,9 @@ print(json.dumps({"exit_code": result.exit_code, "stdout": result.stdout, "heavy
 def test_list_json_names_kinds_without_heavy_imports(tmp_path):
     env = {**os.environ, "GYM_HOME": str(tmp_path)}
     env.pop("GYM_WORKSPACE", None)
-    proc = subprocess.run([sys.executable, "-c", LIST_SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", LIST_SCRIPT], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["exit_code"] == 0, report
@@ -262,7 +271,10 @@ def test_install_then_test_in_the_isolated_environment(tmp_path, gym):
     shown = gym("plugin", "show", "tiny_env", "--json", env=env)
     assert shown.exit_code == 0, shown.output
     assert {k: json.loads(shown.stdout)[k] for k in ("name", "kind", "distribution")} == {
-        "name": "tiny_env", "kind": "resources", "distribution": "gym-tiny-env"}
+        "name": "tiny_env",
+        "kind": "resources",
+        "distribution": "gym-tiny-env",
+    }
 
     result = gym("test", "tiny_env", env=env)
     assert result.exit_code == 0, result.output
@@ -326,8 +338,15 @@ def test_new_registers_the_plugin_in_the_workspace(tmp_path, gym):
 def test_new_outside_the_workspace_directory_registers_nothing(tmp_path, gym):
     root = copy_of_workspace(tmp_path)
     before = (root / "pyproject.toml").read_text(), (root / "workspace.toml").read_text()
-    result = gym("plugin", "new", "model", "elsewhere", "--output-dir", str(tmp_path / "elsewhere"),
-                 env={"GYM_WORKSPACE": str(root)})
+    result = gym(
+        "plugin",
+        "new",
+        "model",
+        "elsewhere",
+        "--output-dir",
+        str(tmp_path / "elsewhere"),
+        env={"GYM_WORKSPACE": str(root)},
+    )
     assert result.exit_code == 0, result.output
     assert ((root / "pyproject.toml").read_text(), (root / "workspace.toml").read_text()) == before
     assert "gym plugin install" in result.output
@@ -337,8 +356,15 @@ def test_a_member_outside_the_member_globs_is_added_to_them(tmp_path, gym):
     from gym_cli.workspace import check, find_members
 
     root = copy_of_workspace(tmp_path)
-    result = gym("plugin", "new", "agent", "odd-one", "--output-dir", str(root / "extras" / "odd_one"),
-                 env={"GYM_WORKSPACE": str(root)})
+    result = gym(
+        "plugin",
+        "new",
+        "agent",
+        "odd-one",
+        "--output-dir",
+        str(root / "extras" / "odd_one"),
+        env={"GYM_WORKSPACE": str(root)},
+    )
     assert result.exit_code == 0, result.output
     members = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["uv"]["workspace"]["members"]
     assert "extras/odd_one" in members
@@ -362,8 +388,13 @@ def test_workspace_check_reports_drift_and_sync_repairs_it(tmp_path, gym):
 
     result = gym("workspace", "check", env=env)
     assert result.exit_code == 1, result.output
-    for expected in ("added gym-counter to [project] dependencies", "[tool.uv.sources]", "added rich>=13",
-                     "removed [plugins.gone]", "gym workspace sync"):
+    for expected in (
+        "added gym-counter to [project] dependencies",
+        "[tool.uv.sources]",
+        "added rich>=13",
+        "removed [plugins.gone]",
+        "gym workspace sync",
+    ):
         assert expected in result.output, result.output
     assert "gym-counter = " not in (root / "pyproject.toml").read_text()  # check writes nothing
 
@@ -371,7 +402,9 @@ def test_workspace_check_reports_drift_and_sync_repairs_it(tmp_path, gym):
     assert result.exit_code == 0, result.output
     assert gym("workspace", "check", env=env).exit_code == 0
     pyproject = tomllib.loads((root / "pyproject.toml").read_text())
-    assert "gym-counter" in pyproject["project"]["dependencies"] and "rich>=13" in pyproject["dependency-groups"]["test"]
+    assert (
+        "gym-counter" in pyproject["project"]["dependencies"] and "rich>=13" in pyproject["dependency-groups"]["test"]
+    )
     assert "gone" not in tomllib.loads((root / "workspace.toml").read_text())["plugins"]
     assert comment_lines(root / "pyproject.toml") == comments
     assert gym("workspace", "sync", env=env).output.strip().endswith("was in sync already")
@@ -396,7 +429,9 @@ def test_uv_run_pytest_runs_a_new_plugin_s_tests(tmp_path, gym):
     shutil.copy(REPO / "packages" / "gym-core" / "README.md", core / "README.md")
     # gym-core without its test group: that names first-party plugins this workspace lacks.
     project = (REPO / "packages" / "gym-core" / "pyproject.toml").read_text().split("[dependency-groups]")[0]
-    (core / "pyproject.toml").write_text(project + '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n')
+    (core / "pyproject.toml").write_text(
+        project + '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
+    )
     (root / "pyproject.toml").write_text(
         '[project]\nname = "ws"\nversion = "0"\nrequires-python = ">=3.11"\ndependencies = ["gym-core"]\n\n'
         '[dependency-groups]\ntest = ["pytest>=8"]\ndev = [{ include-group = "test" }]\n\n'
@@ -409,7 +444,11 @@ def test_uv_run_pytest_runs_a_new_plugin_s_tests(tmp_path, gym):
     environ = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT", "PYTHONPATH")}
     proc = subprocess.run(
         [find_uv(), "run", "pytest", "plugins/resources/probe_env_xyz", "-q", "-p", "no:cacheprovider"],
-        cwd=root, env=environ, capture_output=True, text=True, timeout=600,
+        cwd=root,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = proc.stdout.strip().splitlines()[-1]

@@ -49,7 +49,9 @@ SERVER = textwrap.dedent(
 
 def answers_ready(port: int) -> bool:
     try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(f"http://127.0.0.1:{port}/ready", timeout=5) as r:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+            f"http://127.0.0.1:{port}/ready", timeout=5
+        ) as r:
             return r.status == 200
     except OSError:
         return False
@@ -101,8 +103,9 @@ def sup():
 def test_ready_then_shutdown_frees_pid_and_port(sup: Supervisor, server_script: Path) -> None:
     ports = [free_port(), free_port()]
     for i, port in enumerate(ports):
-        sup.start(ChildSpec(f"srv{i}", [PY, str(server_script), str(port), "0.3"],
-                            ready_url=f"http://127.0.0.1:{port}/ready"))
+        sup.start(
+            ChildSpec(f"srv{i}", [PY, str(server_script), str(port), "0.3"], ready_url=f"http://127.0.0.1:{port}/ready")
+        )
     sup.wait_ready(deadline_s=20)
     assert all(answers_ready(port) for port in ports)  # returned because both answer, not by giving up
     pids = list(sup.pids().values())
@@ -119,8 +122,13 @@ def test_ready_then_shutdown_frees_pid_and_port(sup: Supervisor, server_script: 
 def test_output_is_prefixed_and_merged(sup: Supervisor) -> None:
     code = "import sys; print('to stdout'); print('to stderr', file=sys.stderr); print('partial', end='')"
     sup.start(ChildSpec("alpha", [PY, "-c", code]))
-    sup.start(ChildSpec("beta", [PY, "-c", "import os; print(os.environ['GREETING'], os.environ['PYTHONUNBUFFERED'])"],
-                        env={"GREETING": "hi"}))
+    sup.start(
+        ChildSpec(
+            "beta",
+            [PY, "-c", "import os; print(os.environ['GREETING'], os.environ['PYTHONUNBUFFERED'])"],
+            env={"GREETING": "hi"},
+        )
+    )
     out = sup.out  # type: ignore[attr-defined]
     for line in ("[alpha] to stdout", "[alpha] to stderr", "[alpha] partial", "[beta] hi 1"):
         assert out.wait_for(line), out.lines
@@ -141,8 +149,13 @@ def test_child_exiting_during_startup_raises_with_last_lines(sup: Supervisor, se
 
 
 def test_ready_timeout_names_the_laggards(sup: Supervisor) -> None:
-    sup.start(ChildSpec("slow", [PY, "-c", "import time; print('still loading'); time.sleep(30)"],
-                        ready_url=f"http://127.0.0.1:{free_port()}/ready"))
+    sup.start(
+        ChildSpec(
+            "slow",
+            [PY, "-c", "import time; print('still loading'); time.sleep(30)"],
+            ready_url=f"http://127.0.0.1:{free_port()}/ready",
+        )
+    )
     sup.start(ChildSpec("noready", [PY, "-c", "import time; time.sleep(30)"]))  # no ready_url: ready at once
     with pytest.raises(ReadyTimeoutError) as info:
         sup.wait_ready(deadline_s=0.8)
@@ -152,10 +165,12 @@ def test_ready_timeout_names_the_laggards(sup: Supervisor) -> None:
 
 
 def test_child_ignoring_sigint_gets_sigint_then_sigkill(sup: Supervisor) -> None:
-    code = ("import signal, time\n"
-            "signal.signal(signal.SIGINT, lambda *a: print('got SIGINT, carrying on', flush=True))\n"
-            "print('armored', flush=True)\n"
-            "while True: time.sleep(60)\n")
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGINT, lambda *a: print('got SIGINT, carrying on', flush=True))\n"
+        "print('armored', flush=True)\n"
+        "while True: time.sleep(60)\n"
+    )
     pid = sup.start(ChildSpec("stubborn", [PY, "-c", code]))
     assert sup.out.wait_for("[stubborn] armored")  # type: ignore[attr-defined]
     codes = sup.shutdown(timeout_s=1)

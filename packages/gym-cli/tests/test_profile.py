@@ -26,8 +26,12 @@ CONFIG = {
 
 
 def task(agent: str, initial: int, expected: int) -> dict:
-    return {"responses_create_params": {"input": [{"role": "user", "content": "Set the counter."}]},
-            "initial_count": initial, "expected_count": expected, "agent_ref": {"name": agent}}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": "Set the counter."}]},
+        "initial_count": initial,
+        "expected_count": expected,
+        "agent_ref": {"name": agent},
+    }
 
 
 # agent_a adds 3 (two turns, one tool call): right on task 0 only; agent_b answers in text (one turn):
@@ -44,7 +48,18 @@ def collected(tmp_path_factory, gym) -> Path:
     tasks, out = folder / "tasks.jsonl", folder / "rollouts.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
     with running_servers(CONFIG) as running:
-        result = gym("collect", "--input", str(tasks), "--output", str(out), "--repeats", "2", "--head", running.head_url, "--no-profile")
+        result = gym(
+            "collect",
+            "--input",
+            str(tasks),
+            "--output",
+            str(out),
+            "--repeats",
+            "2",
+            "--head",
+            running.head_url,
+            "--no-profile",
+        )
     assert result.exit_code == 0, result.output
     return out
 
@@ -54,7 +69,11 @@ def test_rows_keep_the_rollout_record_of_every_agent(collected: Path):
     assert len(rows) == 8
     for row in rows:
         total, prompt, completion = TOKENS[row["agent"]]
-        assert (row["usage"]["total_tokens"], row["usage"]["input_tokens"], row["usage"]["output_tokens"]) == (total, prompt, completion)
+        assert (row["usage"]["total_tokens"], row["usage"]["input_tokens"], row["usage"]["output_tokens"]) == (
+            total,
+            prompt,
+            completion,
+        )
         assert sum(u["total_tokens"] for u in row["usage_per_turn"]) == total
         assert row["model_server"] == {"agent_b": "policy_b"}.get(row["agent"], "policy_a")
         assert (row["environment"], row["resources_server"]) == ("counter", "counter")
@@ -62,9 +81,19 @@ def test_rows_keep_the_rollout_record_of_every_agent(collected: Path):
 
 def test_by_agent(collected: Path):
     groups = build_profile(read_rollouts(collected), ks=(1, 2), by="agent")["groups"]
-    summary = {name: (g["num_tasks"], g["num_rollouts"], g["fields"]["reward"]["mean"], g["pass@1"], g["pass@2"],
-                      g["turns_per_rollout"], g["tool_calls_per_rollout"], g["tokens_per_rollout"])
-               for name, g in groups.items()}
+    summary = {
+        name: (
+            g["num_tasks"],
+            g["num_rollouts"],
+            g["fields"]["reward"]["mean"],
+            g["pass@1"],
+            g["pass@2"],
+            g["turns_per_rollout"],
+            g["tool_calls_per_rollout"],
+            g["tokens_per_rollout"],
+        )
+        for name, g in groups.items()
+    }
     assert summary == {
         "agent_a": (2, 4, 0.5, 0.5, 0.5, 2.0, 1.0, {"total": 7.0, "input": 4.0, "output": 3.0}),
         "agent_b": (1, 2, 1.0, 1.0, 1.0, 1.0, 0.0, {"total": 4.0, "input": 1.0, "output": 3.0}),
@@ -112,8 +141,9 @@ def test_the_command_prints_and_writes_the_grouping(collected: Path, tmp_path: P
     lines = result.output.splitlines()
     assert any(line.strip() == "by model" for line in lines)
     # The cost table: model, turns, tool calls, tokens, input, output per rollout.
-    assert [cell.strip() for cell in next(line for line in lines if "model-b" in line and "4.0" in line).split("│")[1:-1]] == [
-        "model-b", "1.0", "0.0", "4.0", "1.0", "3.0"]
+    assert [
+        cell.strip() for cell in next(line for line in lines if "model-b" in line and "4.0" in line).split("│")[1:-1]
+    ] == ["model-b", "1.0", "0.0", "4.0", "1.0", "3.0"]
     written = json.loads(output.read_text())
     assert written["grouped_by"] == "model" and written["groups"]["model-b"]["tokens_per_rollout"]["total"] == 4.0
     wrong = gym("profile", str(collected), "--by", "task")
@@ -125,7 +155,16 @@ def test_rows_without_a_record_get_usage_and_model_from_their_response(tmp_path)
 
     path = tmp_path / "old.jsonl"
     usage = {"input_tokens": 5, "output_tokens": 2, "total_tokens": 7}
-    path.write_text(json.dumps({"task_index": 0, "rollout_index": 0, "reward": 1.0,
-                                "response": {"model": "m", "usage": usage, "output": []}}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "task_index": 0,
+                "rollout_index": 0,
+                "reward": 1.0,
+                "response": {"model": "m", "usage": usage, "output": []},
+            }
+        )
+        + "\n"
+    )
     [row] = read_rollouts(path)
     assert "response" not in row and row["usage"] == usage and row["model"] == "m"

@@ -28,23 +28,34 @@ COUNTER_CONFIG = ROOT / "plugins" / "resources" / "counter" / "configs" / "count
 # --- the gym-core dependency -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("requires", [["gym-core>=0.1"], ["gym-core>=0.1,<0.2"], ["gym-core~=0.1"],
-                                      ["gym-core==0.1.*"], ["msgspec", "gym_core >= 0.1.0"]])
+@pytest.mark.parametrize(
+    "requires",
+    [
+        ["gym-core>=0.1"],
+        ["gym-core>=0.1,<0.2"],
+        ["gym-core~=0.1"],
+        ["gym-core==0.1.*"],
+        ["msgspec", "gym_core >= 0.1.0"],
+    ],
+)
 def test_a_floor_on_gym_core_is_accepted(requires):
     assert check_core_requirement(requires, "0.1.0") == []
 
 
-@pytest.mark.parametrize("requires, says", [
-    (["gym-core"], "no version range"),
-    (["gym-core==0.1.0"], "exact pin (==0.1.0)"),
-    (["gym-core===0.1.0"], "exact pin"),
-    (["gym-core>=0.1.0.dev3"], "development or local version"),
-    (["gym-core>=0.1,!=0.1.0+ws"], "development or local version"),
-    (["gym-core<0.2"], "has no floor"),
-    (["gym-core>=0.3"], "excludes the gym-core running now (0.1.0)"),
-    (["gym-core @ file:///work/packages/gym-core"], "points at file:///work/packages/gym-core"),
-    (["msgspec", "gym-core>=0.1; extra == 'dev'"], "does not depend on gym-core"),
-])
+@pytest.mark.parametrize(
+    "requires, says",
+    [
+        (["gym-core"], "no version range"),
+        (["gym-core==0.1.0"], "exact pin (==0.1.0)"),
+        (["gym-core===0.1.0"], "exact pin"),
+        (["gym-core>=0.1.0.dev3"], "development or local version"),
+        (["gym-core>=0.1,!=0.1.0+ws"], "development or local version"),
+        (["gym-core<0.2"], "has no floor"),
+        (["gym-core>=0.3"], "excludes the gym-core running now (0.1.0)"),
+        (["gym-core @ file:///work/packages/gym-core"], "points at file:///work/packages/gym-core"),
+        (["msgspec", "gym-core>=0.1; extra == 'dev'"], "does not depend on gym-core"),
+    ],
+)
 def test_a_bad_gym_core_dependency_is_named(requires, says):
     problems = check_core_requirement(requires, "0.1.0")
     assert len(problems) == 1 and says in problems[0], problems
@@ -74,23 +85,41 @@ def _wheel(path: Path, metadata: str, entry_points: str | None, files: dict[str,
 
 def test_check_wheel_accepts_a_good_wheel_and_names_what_is_wrong_with_bad_ones(tmp_path):
     head = "Metadata-Version: 2.3\nName: gym-x\nVersion: 0.1.0\nRequires-Dist: gym-core>=0.1\n"
-    good = check_wheel(_wheel(tmp_path / "good.whl", head + "\n# gym-x\n", "[gym]\nx = gym_x.plugin\n",
-                              {"gym_x/__init__.py": "", "gym_x/plugin.py": ""}), "0.1.0")
+    good = check_wheel(
+        _wheel(
+            tmp_path / "good.whl",
+            head + "\n# gym-x\n",
+            "[gym]\nx = gym_x.plugin\n",
+            {"gym_x/__init__.py": "", "gym_x/plugin.py": ""},
+        ),
+        "0.1.0",
+    )
     assert (good.problems, good.name, good.version, good.entry_points) == ([], "gym-x", "0.1.0", {"x": "gym_x.plugin"})
 
-    other_group = check_wheel(_wheel(tmp_path / "other.whl", head + "\n# gym-x\n", "[console_scripts]\nx = gym_x:main\n",
-                                     {"gym_x/plugin.py": ""}), "0.1.0")
+    other_group = check_wheel(
+        _wheel(
+            tmp_path / "other.whl", head + "\n# gym-x\n", "[console_scripts]\nx = gym_x:main\n", {"gym_x/plugin.py": ""}
+        ),
+        "0.1.0",
+    )
     assert len(other_group.problems) == 1
     assert "no entry point in group 'gym'" in other_group.problems[0]
     assert '[project.entry-points.gym] x = "<module>.plugin"' in other_group.problems[0]
 
-    typo = check_wheel(_wheel(tmp_path / "typo.whl", head + "\n# gym-x\n", "[gym]\nx = gym_x.plugins\n",
-                              {"gym_x/plugin/__init__.py": ""}), "0.1.0")
-    assert len(typo.problems) == 1 and "names module 'gym_x.plugins', which the wheel does not contain" in typo.problems[0]
+    typo = check_wheel(
+        _wheel(
+            tmp_path / "typo.whl", head + "\n# gym-x\n", "[gym]\nx = gym_x.plugins\n", {"gym_x/plugin/__init__.py": ""}
+        ),
+        "0.1.0",
+    )
+    assert (
+        len(typo.problems) == 1 and "names module 'gym_x.plugins', which the wheel does not contain" in typo.problems[0]
+    )
 
-    no_readme = check_wheel(_wheel(tmp_path / "bare.whl", head, "[gym]\nx = gym_x.plugin\n",
-                                   {"gym_x/plugin/__init__.py": ""}), "0.1.0")
-    assert len(no_readme.problems) == 1 and 'no long description' in no_readme.problems[0]
+    no_readme = check_wheel(
+        _wheel(tmp_path / "bare.whl", head, "[gym]\nx = gym_x.plugin\n", {"gym_x/plugin/__init__.py": ""}), "0.1.0"
+    )
+    assert len(no_readme.problems) == 1 and "no long description" in no_readme.problems[0]
     assert 'readme = "README.md"' in no_readme.problems[0]
 
 
@@ -176,16 +205,27 @@ def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path,
     the plugins' venvs get the wheel gym rebuilds from its own installed gym-core."""
     uv = find_uv()
     assert uv is not None
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "GYM_WORKSPACE", "PYTHONPATH", "GYM_PLUGINS")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "GYM_WORKSPACE", "PYTHONPATH", "GYM_PLUGINS")
+    }
     # Third-party packages at the versions the workspace locks (so uv's cache has them).
     constraints = tmp_path / "constraints.txt"
-    constraints.write_text(_run([uv, "export", "--frozen", "--no-hashes", "--no-emit-workspace", "--all-groups",
-                                 "--all-packages"], ROOT, env))
+    constraints.write_text(
+        _run(
+            [uv, "export", "--frozen", "--no-hashes", "--no-emit-workspace", "--all-groups", "--all-packages"],
+            ROOT,
+            env,
+        )
+    )
     env.update(GYM_HOME=str(tmp_path / "home"), UV_CONSTRAINT=str(constraints))
 
     gym_wheels, plugins = tmp_path / "gym-wheels", tmp_path / "plugins"
     for package in ("gym-core", "gym-cli"):
-        _run([uv, "build", "--wheel", "--no-sources", "--out-dir", str(gym_wheels), str(ROOT / "packages" / package)], ROOT, env)
+        _run(
+            [uv, "build", "--wheel", "--no-sources", "--out-dir", str(gym_wheels), str(ROOT / "packages" / package)],
+            ROOT,
+            env,
+        )
     for package in ("resources/counter", "agents/simple_agent", "models/scripted"):
         built = gym("plugin", "build", str(ROOT / "plugins" / package), "--out", str(plugins))
         assert built.exit_code == 0, built.output
@@ -193,8 +233,11 @@ def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path,
 
     venv = tmp_path / "venv"
     _run([uv, "venv", "--python", sys.executable, str(venv)], tmp_path, env)
-    _run([uv, "pip", "install", "--python", str(venv / "bin" / "python"), "--find-links", str(gym_wheels), "gym-cli"],
-         tmp_path, env)
+    _run(
+        [uv, "pip", "install", "--python", str(venv / "bin" / "python"), "--find-links", str(gym_wheels), "gym-cli"],
+        tmp_path,
+        env,
+    )
     gym = str(venv / "bin" / "gym")
 
     work = tmp_path / "work"
@@ -214,12 +257,30 @@ def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path,
 
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("\n".join(COUNTER_TASKS.read_text().splitlines()[:3]) + "\n")
-    _run([gym, "collect", "--serve", "config.yaml", "--set", "head_server.port=0", "--input", str(tasks),
-          "--output", str(tmp_path / "rollouts.jsonl"), "--no-profile"], work, env)
+    _run(
+        [
+            gym,
+            "collect",
+            "--serve",
+            "config.yaml",
+            "--set",
+            "head_server.port=0",
+            "--input",
+            str(tasks),
+            "--output",
+            str(tmp_path / "rollouts.jsonl"),
+            "--no-profile",
+        ],
+        work,
+        env,
+    )
     rows = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     # The script adds 3: only the first task (0 -> 3) is solved.
     assert [(r["task_index"], r["reward"], r["environment"]) for r in sorted(rows, key=lambda r: r["task_index"])] == [
-        (0, 1.0, "counter"), (1, 0.0, "counter"), (2, 0.0, "counter")]
+        (0, 1.0, "counter"),
+        (1, 0.0, "counter"),
+        (2, 0.0, "counter"),
+    ]
 
     tested = _run([gym, "test", "counter", "-q"], work, env, timeout=600)
     assert re.search(r"│ counter\s*│ passed\s*│\s*[1-9]\d* │\s*0 │", tested), tested  # some ran, none failed

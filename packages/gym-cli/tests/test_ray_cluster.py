@@ -60,26 +60,42 @@ def test_ray_key_forms():
 
 
 def test_bad_ray_and_resources_keys_are_reported_by_path():
-    found = problems({
-        "ray": {"adress": "x:1"},
-        "counter": {"plugin": "counter", "resources": {"num_cpu": 1}},
-        "math": {"plugin": "math", "resources": {"num_gpus": -1}},
-        "agent": {"plugin": "simple_agent", "resources": {"custom": {"env_node": "lots"}}},
-        "policy": {"plugin": "scripted", "resources": "gpu"},
-    })
+    found = problems(
+        {
+            "ray": {"adress": "x:1"},
+            "counter": {"plugin": "counter", "resources": {"num_cpu": 1}},
+            "math": {"plugin": "math", "resources": {"num_gpus": -1}},
+            "agent": {"plugin": "simple_agent", "resources": {"custom": {"env_node": "lots"}}},
+            "policy": {"plugin": "scripted", "resources": "gpu"},
+        }
+    )
     assert any(p.startswith("ray.adress: unknown key (did you mean 'address'?)") for p in found), found
-    assert any(p.startswith("counter.resources.num_cpu: unknown key (did you mean 'num_cpus'?)")
-               and "custom: {num_cpu: <amount>}" in p for p in found), found
+    assert any(
+        p.startswith("counter.resources.num_cpu: unknown key (did you mean 'num_cpus'?)")
+        and "custom: {num_cpu: <amount>}" in p
+        for p in found
+    ), found
     assert any(p.startswith("math.resources: ") and "math.resources.num_gpus" in p and ">= 0" in p for p in found)
     assert "agent.resources.custom.env_node: expected an amount > 0, got 'lots'" in found, found
     assert any(p.startswith("policy.resources: expected a mapping") for p in found), found
     assert problems({"ray": 3})[0].startswith("ray: expected true, false or a mapping")
     assert problems({"ray": {"address": "a:1", "num_cpus": 2}})[0].startswith("ray.num_cpus: sizes a local cluster")
-    assert problems({"ray": {"address": "a:1"}, "ray_head_node_address": "b:2"})[0].startswith("ray.address: 'a:1' differs")
+    assert problems({"ray": {"address": "a:1"}, "ray_head_node_address": "b:2"})[0].startswith(
+        "ray.address: 'a:1' differs"
+    )
     assert problems({"ray": False, "ray_head_node_address": "b:2"})[0].startswith("ray: false, yet")
     # Valid ones load, and are not options of the server type.
-    config = load_config(base={"ray": {}, "c": {"plugin": "counter", "replicas": 2, "resources": {
-        "num_cpus": 0.5, "custom": {"env_node": 1}, "node": "10.0.0.1"}}}, env_file=None)
+    config = load_config(
+        base={
+            "ray": {},
+            "c": {
+                "plugin": "counter",
+                "replicas": 2,
+                "resources": {"num_cpus": 0.5, "custom": {"env_node": 1}, "node": "10.0.0.1"},
+            },
+        },
+        env_file=None,
+    )
     assert config.instances["c"].resources == {"num_cpus": 0.5, "custom": {"env_node": 1}, "node": "10.0.0.1"}
     assert "resources" not in config.instances["c"].options
 
@@ -94,8 +110,18 @@ def test_gym_config_validate_names_the_bad_resources(tmp_path: Path, gym):
 
 
 def test_replicas_on_several_hosts_each_get_their_own_url():
-    config = GlobalConfig({"c": {"plugin": "counter", "replicas": 2, "host": "10.0.0.1", "port": 7000,
-                                 "replica_ports": [7000, 7001], "replica_hosts": ["10.0.0.1", "10.0.0.2"]}})
+    config = GlobalConfig(
+        {
+            "c": {
+                "plugin": "counter",
+                "replicas": 2,
+                "host": "10.0.0.1",
+                "port": 7000,
+                "replica_ports": [7000, 7001],
+                "replica_hosts": ["10.0.0.1", "10.0.0.2"],
+            }
+        }
+    )
     assert config.instances["c"].replica_urls == ["http://10.0.0.1:7000", "http://10.0.0.2:7001"]
     second = config.for_replica("c", 1).instances["c"]  # what replica 1's process binds
     assert (second.host, second.port) == ("10.0.0.2", 7001)
@@ -184,8 +210,13 @@ def _start_cluster(temp: str):
             with socket.socket() as sock:
                 sock.bind(("127.0.0.1", 0))
                 agent_port = sock.getsockname()[1]
-            cluster.add_node(num_cpus=1, resources={"gym_head": 1}, temp_dir=temp, include_dashboard=False,
-                             dashboard_agent_listen_port=agent_port)
+            cluster.add_node(
+                num_cpus=1,
+                resources={"gym_head": 1},
+                temp_dir=temp,
+                include_dashboard=False,
+                dashboard_agent_listen_port=agent_port,
+            )
             return cluster, cluster.add_node(num_cpus=1, resources={"gym_envs": 3})
         except BaseException:
             cluster.shutdown()
@@ -205,23 +236,34 @@ def _kill_processes_naming(temp: str) -> None:
 @pytest.fixture(scope="module")
 def run(cluster: Nodes, tmp_path_factory: pytest.TempPathFactory, gym_run_process):
     config = tmp_path_factory.mktemp("ray") / "servers.yaml"
-    config.write_text(json.dumps({
-        "ray": {"address": cluster.address, "placement_timeout_s": 180},
-        # Only the worker node has gym_envs: the three replicas must land there.
-        "counter": {"plugin": "counter", "replicas": 3, "resources": {"custom": {"gym_envs": 1}}},
-        # Pinned to the head node by its id (a prefix of it for the agent).
-        "policy": {"plugin": "scripted", "turns": TURNS, "delay_s": 0.1, "resources": {"node": cluster.head}},
-        "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter",
-                  "resources": {"node": cluster.head[:16]}},
-        "server_restarts": {"attempts": 3, "window_s": 60, "backoff_s": 0.5},
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "ray": {"address": cluster.address, "placement_timeout_s": 180},
+                # Only the worker node has gym_envs: the three replicas must land there.
+                "counter": {"plugin": "counter", "replicas": 3, "resources": {"custom": {"gym_envs": 1}}},
+                # Pinned to the head node by its id (a prefix of it for the agent).
+                "policy": {"plugin": "scripted", "turns": TURNS, "delay_s": 0.1, "resources": {"node": cluster.head}},
+                "agent": {
+                    "plugin": "simple_agent",
+                    "model_server": "policy",
+                    "resources_server": "counter",
+                    "resources": {"node": cluster.head[:16]},
+                },
+                "server_restarts": {"attempts": 3, "window_s": 60, "backoff_s": 0.5},
+            }
+        )
+    )
     with gym_run_process(config, ready_timeout_s=240, stop_timeout_s=60) as run:
         yield run
 
 
 def parent_of(pid: int) -> int:
-    return int(next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                    if line.startswith("PPid:")))
+    return int(
+        next(
+            line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("PPid:")
+        )
+    )
 
 
 def environment_of(pid: int) -> dict[str, str]:
@@ -278,7 +320,9 @@ def test_rollouts_keep_to_one_replica_across_nodes(run, tmp_path: Path, collecti
                 holders = []
                 for index, url in enumerate(urls):
                     try:
-                        assert await direct.post(url, "/tools/get_counter_value", {}, cookies=dict(cookies)) == {"count": i}
+                        assert await direct.post(url, "/tools/get_counter_value", {}, cookies=dict(cookies)) == {
+                            "count": i
+                        }
                         holders.append(index)
                     except ServerHTTPError as exc:
                         assert exc.status == 403  # another replica's cookie
@@ -320,11 +364,15 @@ def test_a_replica_killed_mid_collection_is_restarted_in_its_actor_and_nothing_i
 
 def test_resources_no_node_has_are_a_config_error_before_anything_starts(cluster: Nodes, tmp_path: Path, gym):
     config = tmp_path / "servers.yaml"
-    config.write_text(json.dumps({
-        "ray": {"address": cluster.address},
-        "counter": {"plugin": "counter", "resources": {"custom": {"gpu_box": 1}}},
-        "policy": {"plugin": "scripted", "turns": TURNS, "resources": {"node": "no-such-node"}},
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "ray": {"address": cluster.address},
+                "counter": {"plugin": "counter", "resources": {"custom": {"gpu_box": 1}}},
+                "policy": {"plugin": "scripted", "turns": TURNS, "resources": {"node": "no-such-node"}},
+            }
+        )
+    )
     done = gym.run("run", str(config), "--isolation", "none", "head_server.port=0", timeout_s=180)
     output = done.stdout + done.stderr
     assert done.returncode == 2, output

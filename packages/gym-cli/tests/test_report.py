@@ -68,8 +68,9 @@ def old_runs(report_runs, tmp_path_factory) -> dict[str, Path]:
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         assert all("latency_s" in row for row in rows)  # what a collection writes now
         runs[name] = folder / path.name
-        runs[name].write_text("".join(json.dumps({k: v for k, v in row.items() if k != "latency_s"}) + "\n"
-                                      for row in rows))
+        runs[name].write_text(
+            "".join(json.dumps({k: v for k, v in row.items() if k != "latency_s"}) + "\n" for row in rows)
+        )
         failures = path.with_name(path.stem + ".failures.jsonl")
         if failures.is_file():
             (folder / failures.name).write_bytes(failures.read_bytes())
@@ -106,8 +107,21 @@ def test_summary_side_by_side(two_runs):
 
 def test_task_table_compares_runs(two_runs):
     rows = Tables(two_runs[2]).tables["task-table"]
-    assert rows[1] == ["task", "prompt", "n", "mean", "pass@1", "pass@2", "pass@3",
-                       "n", "mean", "pass@1", "pass@2", "pass@3", "Δ mean"]
+    assert rows[1] == [
+        "task",
+        "prompt",
+        "n",
+        "mean",
+        "pass@1",
+        "pass@2",
+        "pass@3",
+        "n",
+        "mean",
+        "pass@1",
+        "pass@2",
+        "pass@3",
+        "Δ mean",
+    ]
     table = {row[0]: row[2:] for row in rows[2:]}
     assert list(table) == ["0", "1", "2", "3", "4"]
     assert table["1"] == ["3", "0.000", "0.000", "0.000", "0.000", "3", "1.000", "1.000", "1.000", "1.000", "1.000"]
@@ -124,7 +138,9 @@ def test_first_failing_answer_is_data_never_markup(two_runs, report_runs, hostil
     assert before.first_failing[4]["answer"] == "added 2" and 0 not in before.first_failing
     assert sorted(after.first_failing) == [4]
     # The answer travels in the JSON with <, > and & escaped: it cannot end the data's <script> element.
-    data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1))
+    data = json.loads(
+        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1)
+    )
     assert data["tasks"]["1"]["runs"][0]["first_failing"]["answer"] == hostile_answer
     assert "window.__pwned" in html and "<script>window.__pwned" not in html and '<img src="x"' not in html
     assert html.count("<script") == 2  # the data and the report's own script
@@ -151,16 +167,35 @@ def test_plots_inline_and_as_png(two_runs):
 
 def test_output_is_deterministic(two_runs, old_runs, tmp_path, gym):
     again = tmp_path / "again.html"
-    assert gym("report", str(old_runs["before"]), str(old_runs["after"]), "-o", str(again),
-               "--png", str(tmp_path)).exit_code == 0
+    assert (
+        gym(
+            "report", str(old_runs["before"]), str(old_runs["after"]), "-o", str(again), "--png", str(tmp_path)
+        ).exit_code
+        == 0
+    )
     assert again.read_text() == two_runs[2]
     assert all((tmp_path / f"{name}.png").read_bytes() == (two_runs[1] / f"{name}.png").read_bytes() for name in PLOTS)
 
 
 def test_labels_title_and_grouping(report_runs, tmp_path, gym):
     output = tmp_path / "by_model.html"
-    result = gym("report", str(report_runs["before"]), str(report_runs["after"]), "--label", "step 0",
-                 "--label", "step 100", "--title", "Counter <before/after>", "--by", "model", "-o", str(output), "-k", "2")
+    result = gym(
+        "report",
+        str(report_runs["before"]),
+        str(report_runs["after"]),
+        "--label",
+        "step 0",
+        "--label",
+        "step 100",
+        "--title",
+        "Counter <before/after>",
+        "--by",
+        "model",
+        "-o",
+        str(output),
+        "-k",
+        "2",
+    )
     assert result.exit_code == 0, result.output
     html = output.read_text()
     assert "<title>Counter &lt;before/after&gt;</title>" in html
@@ -210,13 +245,19 @@ def test_default_ks_and_confidence_interval():
     assert reward_ci(one_task) == pytest.approx((2 / 3, 2 / 3))
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "rollouts file not found: {path}"),
-    ("", "{path}: no rollouts"),
-    ('{"task_index": 0, "reward": 1.0}\nnot json\n', "{path}:2: not valid JSON"),
-    ('{"task_index": 0}\n', "{path}:1: not a rollout row (needs task_index and reward)"),
-    ('{"task_index": 0, "reward": "high"}\n', "{path}: cannot profile its rows (row 0 has no numeric reward: 'high')"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "rollouts file not found: {path}"),
+        ("", "{path}: no rollouts"),
+        ('{"task_index": 0, "reward": 1.0}\nnot json\n', "{path}:2: not valid JSON"),
+        ('{"task_index": 0}\n', "{path}:1: not a rollout row (needs task_index and reward)"),
+        (
+            '{"task_index": 0, "reward": "high"}\n',
+            "{path}: cannot profile its rows (row 0 has no numeric reward: 'high')",
+        ),
+    ],
+)
 def test_bad_rollouts_file(tmp_path, content, message, gym):
     path = tmp_path / "rollouts.jsonl"
     if content is not None:
@@ -241,13 +282,17 @@ def test_bad_failures_file_and_labels(report_runs, tmp_path, gym):
     result = gym("report", str(report_runs["before"]), "-o", str(tmp_path))
     assert result.exit_code == 2 and "is a directory" in result.output
     (tmp_path / "taken").write_text("")
-    result = gym("report", str(report_runs["before"]), "-o", str(tmp_path / "out.html"), "--png", str(tmp_path / "taken" / "x"))
+    result = gym(
+        "report", str(report_runs["before"]), "-o", str(tmp_path / "out.html"), "--png", str(tmp_path / "taken" / "x")
+    )
     assert result.exit_code == 2 and f"--png {tmp_path / 'taken' / 'x'}: cannot write the plots there" in result.output
 
 
 def test_gym_help_does_not_import_plotting():
-    code = ("import sys\nfrom gym_cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'numpy') or m.startswith('gym_cli.report')))")
+    code = (
+        "import sys\nfrom gym_cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'numpy') or m.startswith('gym_cli.report')))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "report" in result.stdout  # the subcommand is listed...

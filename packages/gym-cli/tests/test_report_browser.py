@@ -15,8 +15,16 @@ import pytest
 from PIL import Image, ImageStat
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 PLOTS = ["reward_histogram", "pass_at_k", "reward_by_group", "turns", "tokens", "latency"]
 # matplotlib's first two colours: the "before" and "after" runs in every plot.
 RUN_COLOURS = [(0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E)]
@@ -34,14 +42,21 @@ def report(report_runs, tmp_path_factory, gym) -> Path:
 def browser(tmp_path_factory) -> Iterator:
     """One Chromium for the module, with a fresh profile."""
     if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: the browser tests need Debian's chromium package, which .ci/run "
-                    "installs (apt-get install chromium); install it the same way")
+        pytest.fail(
+            f"{CHROMIUM} is missing: the browser tests need Debian's chromium package, which .ci/run "
+            "installs (apt-get install chromium); install it the same way"
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), args=CHROMIUM_ARGS,
-            headless=True, viewport={"width": 1280, "height": 900}, timeout=60_000)
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=str(CHROMIUM),
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1280, "height": 900},
+            timeout=60_000,
+        )
         try:
             yield context
         finally:
@@ -56,14 +71,18 @@ class Page:
         self.page.set_default_timeout(15_000)
         self.problems: list[str] = []
         self.requests: list[str] = []
-        self.page.on("console", lambda m: m.type in ("error", "warning") and self.problems.append(f"{m.type}: {m.text}"))
+        self.page.on(
+            "console", lambda m: m.type in ("error", "warning") and self.problems.append(f"{m.type}: {m.text}")
+        )
         self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
         self.page.on("request", lambda r: self.requests.append(r.url))
         self.page.goto(report.as_uri())
 
     def task_order(self) -> list[str]:
         """The task ids of the visible rows, top to bottom."""
-        return self.page.eval_on_selector_all("#task-table tbody tr:not([hidden])", "rows => rows.map(r => r.dataset.task)")
+        return self.page.eval_on_selector_all(
+            "#task-table tbody tr:not([hidden])", "rows => rows.map(r => r.dataset.task)"
+        )
 
     def sort_by(self, column: int) -> None:
         self.page.locator("#task-table tr.sort th").nth(column).click()
@@ -134,7 +153,9 @@ def test_screenshot_shows_the_plots(page, tmp_path):
         screenshot = image.convert("RGB")
     for name in PLOTS:
         box = page.page.locator(f"#plot-{name} svg").bounding_box()
-        area = screenshot.crop((int(box["x"]), int(box["y"]), int(box["x"] + box["width"]), int(box["y"] + box["height"])))
+        area = screenshot.crop(
+            (int(box["x"]), int(box["y"]), int(box["x"] + box["width"]), int(box["y"] + box["height"]))
+        )
         # A drawn plot is far from uniform, and shows both runs in their colours.
         assert ImageStat.Stat(area.convert("L")).var[0] > 200, f"{name}: the plot area is blank"
         colours = {colour for _, colour in area.getcolors(maxcolors=1 << 20)}
@@ -142,6 +163,12 @@ def test_screenshot_shows_the_plots(page, tmp_path):
             assert any(sum(abs(a - b) for a, b in zip(colour, c)) < 30 for c in colours), f"{name}: no {run} colour"
     # The check can fail: a blank stretch of the same screenshot (the header's right side) is uniform.
     header = page.page.locator("header").bounding_box()
-    blank = screenshot.crop((int(header["x"] + header["width"] - 200), int(header["y"]),
-                             int(header["x"] + header["width"]), int(header["y"] + 20)))
+    blank = screenshot.crop(
+        (
+            int(header["x"] + header["width"] - 200),
+            int(header["y"]),
+            int(header["x"] + header["width"]),
+            int(header["y"] + 20),
+        )
+    )
     assert ImageStat.Stat(blank.convert("L")).var[0] < 1

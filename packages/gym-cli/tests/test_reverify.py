@@ -71,12 +71,18 @@ def shifted_reward(task: dict) -> float:
 
 
 @contextlib.contextmanager
-def serve(config: dict, classes: dict[str, type[GymServer]] | None = None) -> Iterator[tuple[GlobalConfig, dict[str, GymServer]]]:
+def serve(
+    config: dict, classes: dict[str, type[GymServer]] | None = None
+) -> Iterator[tuple[GlobalConfig, dict[str, GymServer]]]:
     """The head and every instance of ``config`` in threads, an instance in ``classes`` served by that
     class instead of its plugin's (a verifier changed since the collection); yields the server objects."""
     plugins = get_plugin_manager()
-    global_config = load_config(base={"head_server": {"port": 0}, **config}, env_file=None,
-                                server_types=plugins.servers(), load_errors=plugins.load_errors)
+    global_config = load_config(
+        base={"head_server": {"port": 0}, **config},
+        env_file=None,
+        server_types=plugins.servers(),
+        load_errors=plugins.load_errors,
+    )
     threads = [ServerThread(build_head_app(global_config), port=global_config.head_port).start()]
     servers: dict[str, GymServer] = {}
     try:
@@ -122,8 +128,9 @@ def collected(tmp_path_factory) -> Path:
 
     async def collect(config: GlobalConfig) -> CollectSummary:
         async with ServerClient(config, config=ClientConfig(max_attempts=1)) as client:
-            return await collect_rollouts(client, TASKS, pending_pairs(len(TASKS), REPEATS, set()), options,
-                                          CollectSummary())
+            return await collect_rollouts(
+                client, TASKS, pending_pairs(len(TASKS), REPEATS, set()), options, CollectSummary()
+            )
 
     with serve(CONFIG) as (config, _):
         summary = run_async(collect(config))
@@ -152,7 +159,8 @@ def test_changed_verifier_rescores_every_row_without_calling_the_model(collected
         # The replayed increment_counter(3) brought the new session to the recorded state.
         assert new["final_count"] == task["initial_count"] + 3
         assert {k: v for k, v in new.items() if k not in ("reward", "previous_reward")} == {
-            k: v for k, v in old.items() if k != "reward"}
+            k: v for k, v in old.items() if k != "reward"
+        }
     assert list(after[0, 0])[list(after[0, 0]).index("reward") + 1] == "previous_reward"
     up = sum(shifted_reward(t) > float(t["initial_count"] + 3 == t["expected_count"]) for t in TASKS) * REPEATS
     down = sum(shifted_reward(t) < float(t["initial_count"] + 3 == t["expected_count"]) for t in TASKS) * REPEATS
@@ -203,8 +211,18 @@ def test_interrupted_reverify_resumes_without_repeating_rows(collected, tmp_path
     total = len(TASKS) * REPEATS
     with serve(CONFIG, {"counter": ShiftedCounter}) as (config, servers):
         servers["counter"].delay_s = 0.3
-        proc = gym.start("reverify", str(collected), "--output", str(out), "--parallel", "1", "--head", config.head_url,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = gym.start(
+            "reverify",
+            str(collected),
+            "--output",
+            str(out),
+            "--parallel",
+            "1",
+            "--head",
+            config.head_url,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and (not out.exists() or len(out.read_bytes().splitlines()) < 2):
             time.sleep(0.05)
@@ -230,11 +248,25 @@ def test_infrastructure_failures_are_retried_then_written_aside_never_scored(col
     times, then goes to the failures file with its typed reason; the command exits 1."""
     out = tmp_path / "reverified.jsonl"
     plugins = get_plugin_manager()
-    config = load_config(base={"head_server": {"port": 0}, "counter": {"plugin": "counter"}}, env_file=None,
-                         server_types=plugins.servers(), load_errors=plugins.load_errors)
+    config = load_config(
+        base={"head_server": {"port": 0}, "counter": {"plugin": "counter"}},
+        env_file=None,
+        server_types=plugins.servers(),
+        load_errors=plugins.load_errors,
+    )
     with ServerThread(build_head_app(config), port=config.head_port):
-        result = gym("reverify", str(collected), "--output", str(out), "--head", config.head_url,
-                        "--retries", "1", "--retry-backoff", "0")
+        result = gym(
+            "reverify",
+            str(collected),
+            "--output",
+            str(out),
+            "--head",
+            config.head_url,
+            "--retries",
+            "1",
+            "--retry-backoff",
+            "0",
+        )
     assert result.exit_code == 1, result.output
     assert rows(out) == []
     failures = rows(tmp_path / "reverified.failures.jsonl")
@@ -260,16 +292,25 @@ def test_a_row_the_environment_refuses_fails_at_once_and_the_others_go_on(collec
 
 def test_rows_whose_environment_is_not_running_stop_before_any_row(collected, tmp_path, gym):
     out = tmp_path / "reverified.jsonl"
-    with serve({"policy": {"plugin": "scripted", "turns": TURNS}, "other": {"plugin": "counter"},
-                "other2": {"plugin": "counter"}}) as (config, servers):
+    with serve(
+        {
+            "policy": {"plugin": "scripted", "turns": TURNS},
+            "other": {"plugin": "counter"},
+            "other2": {"plugin": "counter"},
+        }
+    ) as (config, servers):
         missing = gym("reverify", str(collected), "--output", str(out), "--head", config.head_url)
-        unknown = gym("reverify", str(collected), "--output", str(out), "--head", config.head_url,
-                         "--resources-server", "otehr")
-        wrong_kind = gym("reverify", str(collected), "--output", str(out), "--head", config.head_url,
-                            "--resources-server", "policy")
+        unknown = gym(
+            "reverify", str(collected), "--output", str(out), "--head", config.head_url, "--resources-server", "otehr"
+        )
+        wrong_kind = gym(
+            "reverify", str(collected), "--output", str(out), "--head", config.head_url, "--resources-server", "policy"
+        )
     assert missing.exit_code == 2, missing.output
     assert f"lines 1, 2, 3, 4, 5, 6, 7, 8 and {len(TASKS) * REPEATS - 8} more" in missing.output
-    assert "were verified by 'counter' (environment counter), which is not running and several instances" in missing.output
+    assert (
+        "were verified by 'counter' (environment counter), which is not running and several instances" in missing.output
+    )
     assert "running resources servers: other (counter), other2 (counter)" in missing.output
     assert unknown.exit_code == 2 and "no server instance named 'otehr' (did you mean 'other'?)" in unknown.output
     assert wrong_kind.exit_code == 2 and "'policy' is a model server, not a resources server" in wrong_kind.output
@@ -310,11 +351,21 @@ def test_serve_starts_the_environment_for_the_run(collected, tmp_path, gym):
     config = tmp_path / "counter.yaml"
     config.write_text(json.dumps(CONFIG))
     out = tmp_path / "reverified.jsonl"
-    result = gym("reverify", str(collected), "--output", str(out), "--serve", str(config), "--isolation", "none",
-                    "--set", "head_server.port=0")
+    result = gym(
+        "reverify",
+        str(collected),
+        "--output",
+        str(out),
+        "--serve",
+        str(config),
+        "--isolation",
+        "none",
+        "--set",
+        "head_server.port=0",
+    )
     assert result.exit_code == 0, result.output
     assert "left out policy (model), agent (agent): only resources servers" in result.output
-    table = result.output[result.output.index("gym servers"):result.output.index("All servers ready")]
+    table = result.output[result.output.index("gym servers") : result.output.index("All servers ready")]
     assert "counter" in table and "scripted" not in table and "simple_agent" not in table
     after = rows(out)
     assert len(after) == len(TASKS) * REPEATS

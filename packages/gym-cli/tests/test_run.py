@@ -152,7 +152,9 @@ def server_instances(head_port: int) -> list[dict] | None:
     """``GET /server_instances`` of the head server, None once it no longer answers."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     head = f"http://127.0.0.1:{head_port}"
-    request = urllib.request.Request(head + "/server_instances", headers={"Authorization": f"Bearer {token_for_head(head)}"})
+    request = urllib.request.Request(
+        head + "/server_instances", headers={"Authorization": f"Bearer {token_for_head(head)}"}
+    )
     try:
         with opener.open(request, timeout=10) as response:
             return json.loads(response.read())
@@ -164,8 +166,14 @@ def test_a_server_dying_after_start_up_is_reported_however_often_it_is_listed(gy
     """Listing the servers (what `gym status` does) must not consume the crash report:
     `gym run` still reports the crash and exits 1, and every listing says the server is dead."""
     head_port = free_port()
-    proc = gym.start("run", str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={head_port}",
-               "++server_restarts.attempts=0")  # no restarts: the first death stops gym run
+    proc = gym.start(
+        "run",
+        str(COUNTER_SCRIPTED),
+        "--isolation",
+        "none",
+        f"head_server.port={head_port}",
+        "++server_restarts.attempts=0",
+    )  # no restarts: the first death stops gym run
     try:
         proc.read_until("All servers ready", 120)
         before = {row["name"]: row for row in server_instances(head_port)}
@@ -195,7 +203,6 @@ def test_a_server_dying_after_start_up_is_reported_however_often_it_is_listed(gy
     assert port_is_free(head_port)
 
 
-
 # --- supervision and exit codes ------------------------------------------------------------------
 
 
@@ -222,9 +229,23 @@ def test_kill_9_takes_the_servers_down_and_the_next_run_on_the_same_ports_starts
     if command == "run":
         proc = gym.start("run", str(COUNTER_SCRIPTED), "--isolation", "none", *overrides, env=env)
     else:  # so many rollouts that it is still collecting when killed
-        proc = gym.start("collect", "--serve", str(COUNTER_SCRIPTED), "--input", str(COUNTER_TASKS), "--repeats", "20000",
-                   "--output", str(tmp_path / "out.jsonl"), "--isolation", "none", "--parallel", "1",
-                   *(f"--set={o}" for o in overrides), env=env)
+        proc = gym.start(
+            "collect",
+            "--serve",
+            str(COUNTER_SCRIPTED),
+            "--input",
+            str(COUNTER_TASKS),
+            "--repeats",
+            "20000",
+            "--output",
+            str(tmp_path / "out.jsonl"),
+            "--isolation",
+            "none",
+            "--parallel",
+            "1",
+            *(f"--set={o}" for o in overrides),
+            env=env,
+        )
     urls = [f"http://127.0.0.1:{port}" for port in ports.values()]
     try:
         proc.read_until("All servers ready", 120)
@@ -251,8 +272,15 @@ def test_a_server_killed_after_start_up_comes_back_on_its_port_and_status_shows_
     one restart for it and all servers healthy."""
     monkeypatch.setenv("GYM_HOME", str(tmp_path / "home"))  # the run's token file is there, for this test to read
     head_port = free_port()
-    proc = gym.start("run", str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={head_port}",
-               "++server_restarts.backoff_s=0", env={"GYM_HOME": str(tmp_path / "home")})
+    proc = gym.start(
+        "run",
+        str(COUNTER_SCRIPTED),
+        "--isolation",
+        "none",
+        f"head_server.port={head_port}",
+        "++server_restarts.backoff_s=0",
+        env={"GYM_HOME": str(tmp_path / "home")},
+    )
     try:
         proc.read_until("All servers ready", 120)
         lines: list[str] = []
@@ -260,15 +288,21 @@ def test_a_server_killed_after_start_up_comes_back_on_its_port_and_status_shows_
         before = instances(head_port)["counter"]
         assert (before["state"], before["restarts"]) == ("running", 0)
         os.kill(before["pid"], signal.SIGKILL)
-        after = wait_until(lambda: (row := instances(head_port)["counter"])["restarts"] == 1
-                           and row["state"] == "running" and row, "counter restarted", 60)
+        after = wait_until(
+            lambda: (row := instances(head_port)["counter"])["restarts"] == 1 and row["state"] == "running" and row,
+            "counter restarted",
+            60,
+        )
         assert after["pid"] != before["pid"] and after["url"] == before["url"] and after["alive"]
         assert answers_health(after["url"])
         status = gym.run("status", "--head", f"http://127.0.0.1:{head_port}", "--json", timeout_s=60)
         assert status.returncode == 0, status.stdout + status.stderr
         rows = {row["name"]: row for row in json.loads(status.stdout)}
         assert {name: (row["health"], row["restarts"]) for name, row in rows.items()} == {
-            "counter": ("ok", 1), "policy_model": ("ok", 0), "counter_agent": ("ok", 0)}
+            "counter": ("ok", 1),
+            "policy_model": ("ok", 0),
+            "counter_agent": ("ok", 0),
+        }
         assert proc.poll() is None  # gym run goes on serving
     finally:
         proc.stop()
@@ -282,14 +316,29 @@ def test_when_the_restart_budget_is_spent_gym_run_exits_1_naming_the_server(tmp_
     """A server that keeps dying stops `gym run` with exit status 1, its name and how it died."""
     monkeypatch.setenv("GYM_HOME", str(tmp_path / "home"))  # the run's token file is there, for this test to read
     head_port = free_port()
-    proc = gym.start("run", str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={head_port}",
-               "++server_restarts.attempts=1", "++server_restarts.backoff_s=0", env={"GYM_HOME": str(tmp_path / "home")})
+    proc = gym.start(
+        "run",
+        str(COUNTER_SCRIPTED),
+        "--isolation",
+        "none",
+        f"head_server.port={head_port}",
+        "++server_restarts.attempts=1",
+        "++server_restarts.backoff_s=0",
+        env={"GYM_HOME": str(tmp_path / "home")},
+    )
     try:
         proc.read_until("All servers ready", 120)
         first = instances(head_port)["policy_model"]["pid"]
         os.kill(first, signal.SIGKILL)
-        second = wait_until(lambda: (row := instances(head_port)["policy_model"])["restarts"] == 1
-                            and row["state"] == "running" and row["pid"], "policy_model restarted", 60)
+        second = wait_until(
+            lambda: (
+                (row := instances(head_port)["policy_model"])["restarts"] == 1
+                and row["state"] == "running"
+                and row["pid"]
+            ),
+            "policy_model restarted",
+            60,
+        )
         os.kill(second, signal.SIGKILL)
         out, _ = proc.communicate(timeout=60)
     finally:
@@ -302,7 +351,9 @@ def test_when_the_restart_budget_is_spent_gym_run_exits_1_naming_the_server(tmp_
 
 
 def test_a_bad_restart_policy_is_a_config_error(gym):
-    out = run_fails(gym, str(COUNTER_SCRIPTED), "--isolation", "none", "head_server.port=0", "++server_restarts.attempts=-1")
+    out = run_fails(
+        gym, str(COUNTER_SCRIPTED), "--isolation", "none", "head_server.port=0", "++server_restarts.attempts=-1"
+    )
     assert "server_restarts" in out and "attempts" in out and ">= 0" in out
 
 
@@ -330,8 +381,9 @@ def test_secrets_stay_secret_and_every_server_requires_the_run_token(tmp_path, g
     head_port = free_port()
     env = {"GYM_HOME": str(home), "GYM_LOG_LEVEL": "DEBUG", "GYM_AUTH_TOKEN": None}
     # Run from tmp_path: its env.yaml is the one read.
-    proc = gym.start("run", str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={head_port}", env=env,
-                     cwd=tmp_path)
+    proc = gym.start(
+        "run", str(COUNTER_SCRIPTED), "--isolation", "none", f"head_server.port={head_port}", env=env, cwd=tmp_path
+    )
     head = f"http://127.0.0.1:{head_port}"
     token_path = home / "tokens" / f"127.0.0.1_{head_port}"
     try:
@@ -350,8 +402,15 @@ def test_secrets_stay_secret_and_every_server_requires_the_run_token(tmp_path, g
             assert status == 200
             published.append(text)
         assert "<redacted>" in published[1]
-        calls = [("counter_agent", "/run", {"responses_create_params": {"input": "x"}, "initial_count": 1, "expected_count": 4}),
-                 ("policy_model", "/v1/responses", {"input": "hi"}), ("counter", "/seed_session", {})]
+        calls = [
+            (
+                "counter_agent",
+                "/run",
+                {"responses_create_params": {"input": "x"}, "initial_count": 1, "expected_count": 4},
+            ),
+            ("policy_model", "/v1/responses", {"input": "hi"}),
+            ("counter", "/seed_session", {}),
+        ]
         for name, path, body in calls:
             assert http("GET", urls[name] + "/health")[0] == 200  # liveness stays open
             status, text = http("POST", urls[name] + path, None, body)

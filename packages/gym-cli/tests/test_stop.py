@@ -34,8 +34,14 @@ def start_runs(gym, home: Path, count: int) -> list[tuple[subprocess.Popen, str,
     started = []
     for _ in range(count):
         ports = {name: free_port() for name in ("head_server", "counter", "policy_model", "counter_agent")}
-        proc = gym.start("run", str(COUNTER_SCRIPTED), "--isolation", "none",
-                         *(f"++{name}.port={port}" for name, port in ports.items()), env={"GYM_HOME": str(home)})
+        proc = gym.start(
+            "run",
+            str(COUNTER_SCRIPTED),
+            "--isolation",
+            "none",
+            *(f"++{name}.port={port}" for name, port in ports.items()),
+            env={"GYM_HOME": str(home)},
+        )
         started.append((proc, f"http://127.0.0.1:{ports['head_server']}", ports))
     try:
         for proc, _, _ in started:
@@ -98,7 +104,8 @@ def test_gym_stop_finds_the_run_by_head_or_alone_and_ends_it_with_its_servers(tm
         status = gym("status", "--json", env=home_env(home))
         assert status.exit_code == 0, status.stderr
         assert {row["url"] for row in json.loads(status.stdout)} == {
-            f"http://127.0.0.1:{first_ports[name]}" for name in ("counter", "policy_model", "counter_agent")}
+            f"http://127.0.0.1:{first_ports[name]}" for name in ("counter", "policy_model", "counter_agent")
+        }
         alone = gym("stop", env=home_env(home))
         assert alone.exit_code == 0, alone.stdout + alone.stderr
         assert f"pid {first.pid}" in alone.stdout
@@ -120,9 +127,11 @@ def test_gym_stop_finds_the_run_by_head_or_alone_and_ends_it_with_its_servers(tm
 def sleeper(ignore_sigterm: bool = False) -> subprocess.Popen:
     """A process in a session of its own that says `ready` once its signal handling is set, reaped as
     soon as it dies (as init reaps orphans)."""
-    code = ("import signal, sys, time\n"
-            + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignore_sigterm else "")
-            + "print('ready', flush=True)\ntime.sleep(120)\n")
+    code = (
+        "import signal, sys, time\n"
+        + ("signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignore_sigterm else "")
+        + "print('ready', flush=True)\ntime.sleep(120)\n"
+    )
     proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout.readline() == "ready\n"
     threading.Thread(target=proc.wait, daemon=True).start()
@@ -144,7 +153,8 @@ def test_all_stops_every_run_and_one_ignoring_sigterm_is_killed_after_the_timeou
         state = {**record(stubborn), "head_url": "http://127.0.0.1:1", "servers": {"stubborn": record(stubborn_server)}}
         (home / "runs" / f"{stubborn.pid}.json").write_text(json.dumps(state))
         (home / "runs" / f"{polite.pid}.json").write_text(
-            json.dumps({**record(polite), "head_url": "http://127.0.0.1:2", "servers": {}}))
+            json.dumps({**record(polite), "head_url": "http://127.0.0.1:2", "servers": {}})
+        )
         # `gym status` at a head that does not answer lists the runs there are.
         status = gym("status", "--head", f"http://127.0.0.1:{free_port()}", env=home_env(home))
         assert status.exit_code == 1
@@ -153,8 +163,10 @@ def test_all_stops_every_run_and_one_ignoring_sigterm_is_killed_after_the_timeou
 
         result = gym("stop", "--all", "--timeout", "0.5", env=home_env(home))
         assert result.exit_code == 0, result.stdout + result.stderr
-        assert f"killed `{PY} -c` (pid {stubborn.pid}, head http://127.0.0.1:1) after it ignored SIGTERM for 0.5 s" \
+        assert (
+            f"killed `{PY} -c` (pid {stubborn.pid}, head http://127.0.0.1:1) after it ignored SIGTERM for 0.5 s"
             in result.stdout
+        )
         assert f"(pid {polite.pid}, head http://127.0.0.1:2) and its servers" in result.stdout
         wait_until(lambda: all(proc.returncode is not None for proc in procs), "processes reaped", 10)
         assert stubborn.returncode == -signal.SIGKILL and stubborn_server.returncode == -signal.SIGKILL
@@ -173,8 +185,13 @@ def test_stale_files_stop_leftovers_and_a_recycled_launcher_pid_is_never_signall
     dead = subprocess.Popen([PY, "-c", "pass"])
     dead.wait()
     try:
-        killed = {"pid": dead.pid, "started": 1, "cmdline": [PY], "head_url": "http://127.0.0.1:1",
-                  "servers": {"counter": record(leftover)}}
+        killed = {
+            "pid": dead.pid,
+            "started": 1,
+            "cmdline": [PY],
+            "head_url": "http://127.0.0.1:1",
+            "servers": {"counter": record(leftover)},
+        }
         (home / "runs" / "1.json").write_text(json.dumps(killed))
         # A live process holds the pid a launcher once had, but started at another time: someone else's.
         recycled = {**record(stranger, started_offset=-1), "head_url": "http://127.0.0.1:2", "servers": {}}
@@ -215,10 +232,17 @@ def test_gym_stop_ends_a_run_whose_servers_are_still_starting(tmp_path, gym):
     site.mkdir()
     # A real server that is slow to start: counter's process sleeps before it even imports gym.
     (site / "sitecustomize.py").write_text(
-        "import os, time\nif os.environ.get('GYM_INSTANCE') == 'counter':\n    time.sleep(120)\n")
+        "import os, time\nif os.environ.get('GYM_INSTANCE') == 'counter':\n    time.sleep(120)\n"
+    )
     pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
-    proc = gym.start("run", str(COUNTER_SCRIPTED), "--isolation", "none", "head_server.port=0",
-               env={"GYM_HOME": str(home), "PYTHONPATH": pythonpath})
+    proc = gym.start(
+        "run",
+        str(COUNTER_SCRIPTED),
+        "--isolation",
+        "none",
+        "head_server.port=0",
+        env={"GYM_HOME": str(home), "PYTHONPATH": pythonpath},
+    )
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True)
     reader.start()
@@ -266,8 +290,10 @@ def test_gym_stop_ends_a_run_that_is_still_building_venvs(tmp_path, gym):
         assert (state["pid"], state["servers"]) == (proc.pid, {})
         result = gym("stop", "--timeout", "30", env=home_env(home))
         assert result.exit_code == 0, result.stdout + result.stderr
-        assert f"stopped `gym run` (pid {proc.pid}, head {state['head_url']}) and its servers (no servers yet)" \
+        assert (
+            f"stopped `gym run` (pid {proc.pid}, head {state['head_url']}) and its servers (no servers yet)"
             in result.stdout
+        )
         assert proc.wait(timeout=30) == 0
         reader.join(timeout=10)
         text = "".join(output)

@@ -76,15 +76,28 @@ def test_agent_choice_and_check_read_the_scan_as_they_read_tasks(tmp_path):
         for given in (tasks, rows):
             with pytest.raises(InputError, match="1 of 2 tasks name no agent"):
                 choose_agent(given, ["x", "y"])
-            with pytest.raises(InputError, match=r"agent_ref: no server instance named 'agnet' \(did you mean 'agent'\?\)"):
+            with pytest.raises(
+                InputError, match=r"agent_ref: no server instance named 'agnet' \(did you mean 'agent'\?\)"
+            ):
                 check_agents(given, None, {"agent": "agent"})
 
 
 def test_every_malformed_line_is_reported_at_once_with_its_number(tmp_path):
     path = tmp_path / "tasks.jsonl"
     good = json.dumps(task(0))
-    path.write_text("\n".join([good, "{not json", json.dumps({"responses_create_params": None}), "[1, 2]",
-                               json.dumps({"responses_create_params": [1]}), good]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                good,
+                "{not json",
+                json.dumps({"responses_create_params": None}),
+                "[1, 2]",
+                json.dumps({"responses_create_params": [1]}),
+                good,
+            ]
+        )
+        + "\n"
+    )
     with pytest.raises(InputError) as caught:
         scan_tasks(path)
     message = str(caught.value)
@@ -122,8 +135,10 @@ def test_missing_pairs_are_the_pending_pairs_in_rollout_major_order(n_tasks, rep
     expected = [(t, r) for r in range(repeats) for t in range(n_tasks) if (t, r) not in reference]
     assert list(pending_pairs(n_tasks, repeats, done)) == list(pending_pairs(n_tasks, repeats, reference)) == expected
     assert done.count == len(reference) == n_tasks * repeats - len(expected)
-    assert all((pair in done) == (pair in reference) for pair in [(t, r) for t in range(-1, n_tasks + 1)
-                                                                     for r in range(-1, repeats + 1)])
+    assert all(
+        (pair in done) == (pair in reference)
+        for pair in [(t, r) for t in range(-1, n_tasks + 1) for r in range(-1, repeats + 1)]
+    )
     for left in [(t, r) for t in range(n_tasks) for r in range(repeats)]:  # all done but one, wherever it is
         almost = DonePairs(n_tasks, repeats)
         for pair in [(t, r) for t in range(n_tasks) for r in range(repeats) if (t, r) != left]:
@@ -142,8 +157,16 @@ def test_pairs_outside_the_range_are_kept_for_duplicate_detection():
 
 def test_read_done_cuts_a_torn_line_and_drops_duplicates_in_and_out_of_range(tmp_path):
     out = tmp_path / "out.jsonl"
-    lines = [rollout_row(0, 0), rollout_row(1, 0), rollout_row(9, 0, note="outside"), rollout_row(1, 0, dup=1),
-             "", rollout_row(0, 1), rollout_row(9, 0, dup=2), rollout_row(0, 0, dup=3)]
+    lines = [
+        rollout_row(0, 0),
+        rollout_row(1, 0),
+        rollout_row(9, 0, note="outside"),
+        rollout_row(1, 0, dup=1),
+        "",
+        rollout_row(0, 1),
+        rollout_row(9, 0, dup=2),
+        rollout_row(0, 0, dup=3),
+    ]
     out.write_text("\n".join(lines) + "\n" + '{"task_index": 1, "rollout_ind')
     done, duplicates = read_done(out, DonePairs(2, 2))
     assert duplicates == 3
@@ -177,7 +200,9 @@ def test_read_done_finds_duplicates_across_windows_of_the_mapped_file(tmp_path, 
     out.write_text("\n".join(lines) + "\n")
     done, duplicates = read_done(out, DonePairs(10, 3))
     assert {pair for pair in first if pair in done} == first
-    assert done.count == len({p for p in first if p[0] < 10}) and duplicates == sum(1 for ln in lines if ln.strip()) - len(first)
+    assert done.count == len({p for p in first if p[0] < 10}) and duplicates == sum(
+        1 for ln in lines if ln.strip()
+    ) - len(first)
     assert out.read_text() == "\n".join(expected_kept) + "\n"
 
 
@@ -209,8 +234,24 @@ def test_resuming_an_output_of_a_larger_run_with_limit_collects_nothing_and_keep
     out = tmp_path / "out.jsonl"
     rows = [rollout_row(t, r) for r in range(2) for t in range(5)]
     out.write_text("\n".join(rows + [rows[7]]) + "\n")
-    result = gym("collect", "--input", str(tasks), "--output", str(out), "--limit", "3", "--repeats", "2", "--agent", "agent",
-                 "--head", "http://127.0.0.1:9", "--no-profile", "--progress", "plain")
+    result = gym(
+        "collect",
+        "--input",
+        str(tasks),
+        "--output",
+        str(out),
+        "--limit",
+        "3",
+        "--repeats",
+        "2",
+        "--agent",
+        "agent",
+        "--head",
+        "http://127.0.0.1:9",
+        "--no-profile",
+        "--progress",
+        "plain",
+    )
     assert result.exit_code == 0, result.output
     assert "dropped 1 duplicate rows" in result.output
     assert "resuming: 6 of 6 rollouts already in" in result.output and "0 rollouts collected" in result.output
@@ -271,7 +312,8 @@ def test_tasks_and_pairs_are_taken_as_the_window_moves(tmp_path):
     assert all(read <= started + parallel and taken_ <= started + parallel for started, read, taken_ in seen), seen
     written = [json.loads(line) for line in options.output.read_text().splitlines()]
     assert sorted((r["task_index"], r["rollout_index"]) for r in written) == [
-        (t, r) for t in range(n_tasks) for r in range(repeats)]
+        (t, r) for t in range(n_tasks) for r in range(repeats)
+    ]
     assert all(row["i"] == row["task_index"] for row in written)  # each row carries its own task
 
 
@@ -360,8 +402,9 @@ def test_collect_over_a_generated_input_resumes_where_it_stopped(tmp_path):
 
         async def collect(url: str) -> CollectSummary:
             async with ServerClient(urls={"agent": url}, config=ClientConfig(max_attempts=1)) as client:
-                return await collect_rollouts(client, tasks, pending_pairs(n_tasks, repeats, done), options,
-                                              CollectSummary())
+                return await collect_rollouts(
+                    client, tasks, pending_pairs(n_tasks, repeats, done), options, CollectSummary()
+                )
 
         with ServerThread(Litestar([run])) as agent:
             summary = run_async(collect(agent.url))

@@ -40,19 +40,26 @@ def test_a_child_dying_after_start_up_is_restarted_on_its_port_until_the_budget_
     port = free_port()
     notices = Collector()
     spawned = []
-    supervisor = Supervisor(output=Collector(), notice=notices,
-                            restart=RestartPolicy(attempts=2, window_s=600, backoff_s=0, ready_timeout_s=30),
-                            on_spawn=lambda: spawned.append(dict(supervisor.pids())))
+    supervisor = Supervisor(
+        output=Collector(),
+        notice=notices,
+        restart=RestartPolicy(attempts=2, window_s=600, backoff_s=0, ready_timeout_s=30),
+        on_spawn=lambda: spawned.append(dict(supervisor.pids())),
+    )
     try:
-        supervisor.start(ChildSpec("env", [PY, str(server_script), str(port)], ready_url=f"http://127.0.0.1:{port}/ready"))
+        supervisor.start(
+            ChildSpec("env", [PY, str(server_script), str(port)], ready_url=f"http://127.0.0.1:{port}/ready")
+        )
         supervisor.wait_ready(30)
         assert supervisor.states() == {"env": {"state": "running", "restarts": 0}}
         for restart in (1, 2):
             old = supervisor.pid("env")
             os.kill(old, signal.SIGKILL)
             # Called within this iteration: `old` is the value the lambda means.
-            wait_until(lambda: supervisor.pid("env") != old and supervisor.states()["env"]["state"] == "running",  # noqa: B023
-                       what=f"restart {restart}")
+            wait_until(
+                lambda: supervisor.pid("env") != old and supervisor.states()["env"]["state"] == "running",  # noqa: B023
+                what=f"restart {restart}",
+            )
             assert supervisor.states()["env"] == {"state": "running", "restarts": restart}
             assert answers_ready(port)  # the same port
             assert supervisor.exited() == []  # a restarted child is not reported as exited
@@ -72,7 +79,9 @@ def test_a_child_dying_after_start_up_is_restarted_on_its_port_until_the_budget_
 def test_without_a_restart_policy_a_dead_child_is_reported_at_once(server_script: Path) -> None:
     port = free_port()
     with Supervisor(output=Collector()) as supervisor:
-        supervisor.start(ChildSpec("env", [PY, str(server_script), str(port)], ready_url=f"http://127.0.0.1:{port}/ready"))
+        supervisor.start(
+            ChildSpec("env", [PY, str(server_script), str(port)], ready_url=f"http://127.0.0.1:{port}/ready")
+        )
         supervisor.wait_ready(30)
         os.kill(supervisor.pid("env"), signal.SIGKILL)
         exited = supervisor.watch(timeout_s=30)
@@ -105,8 +114,12 @@ def test_children_die_with_their_parent_even_by_kill_9(tmp_path: Path, server_sc
     parent_script = tmp_path / "parent.py"
     parent_script.write_text(PARENT)
     port = free_port()
-    parent = subprocess.Popen([PY, str(parent_script), str(server_script), str(port)], stdout=subprocess.PIPE,
-                              text=True, start_new_session=True)
+    parent = subprocess.Popen(
+        [PY, str(parent_script), str(server_script), str(port)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())
@@ -114,8 +127,10 @@ def test_children_die_with_their_parent_even_by_kill_9(tmp_path: Path, server_sc
         assert pid_alive(child) and answers_ready(port)
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(timeout=10)
-        wait_until(lambda: not answers_ready(port) and process_identity(child) is None,
-                   what="the child of the killed parent to be gone")
+        wait_until(
+            lambda: not answers_ready(port) and process_identity(child) is None,
+            what="the child of the killed parent to be gone",
+        )
     finally:
         if parent.poll() is None:
             os.killpg(parent.pid, signal.SIGKILL)
@@ -142,19 +157,33 @@ def test_stale_state_of_a_killed_launcher_is_cleaned_and_a_recycled_pid_is_never
         wait_until(lambda: all(process_identity(p.pid) for p in (ours, stranger, live_launcher)), what="processes up")
         started, cmdline = process_identity(ours.pid)
         stale = {
-            "pid": dead_pid(), "started": 0, "head_url": "http://127.0.0.1:1",
+            "pid": dead_pid(),
+            "started": 0,
+            "head_url": "http://127.0.0.1:1",
             "servers": {
                 "ours": {"pid": ours.pid, "started": started, "cmdline": cmdline},
                 # Same pid number as a server once had, but started at another time: someone else's.
-                "recycled": {"pid": stranger.pid, "started": process_identity(stranger.pid)[0] - 1,
-                             "cmdline": process_identity(stranger.pid)[1]},
+                "recycled": {
+                    "pid": stranger.pid,
+                    "started": process_identity(stranger.pid)[0] - 1,
+                    "cmdline": process_identity(stranger.pid)[1],
+                },
             },
         }
         (runs / "111.json").write_text(json.dumps(stale))
         live_started = process_identity(live_launcher.pid)[0]
-        live = {"pid": live_launcher.pid, "started": live_started, "head_url": "x",
-                "servers": {"theirs": {"pid": stranger.pid, "started": process_identity(stranger.pid)[0],
-                                       "cmdline": process_identity(stranger.pid)[1]}}}
+        live = {
+            "pid": live_launcher.pid,
+            "started": live_started,
+            "head_url": "x",
+            "servers": {
+                "theirs": {
+                    "pid": stranger.pid,
+                    "started": process_identity(stranger.pid)[0],
+                    "cmdline": process_identity(stranger.pid)[1],
+                }
+            },
+        }
         (runs / "222.json").write_text(json.dumps(live))
         (runs / "333.json").write_text("{not json")
         messages: list[str] = []

@@ -47,7 +47,9 @@ def member(root: Path, name: str, test: list[str], extra: str = "") -> None:
     directory = root / "packages" / name
     directory.mkdir(parents=True)
     (directory / "pyproject.toml").write_text(
-        f'[project]\nname = "{name}"\nversion = "0.1.0"\n\n[dependency-groups]\ntest = {test!r}\n{extra}'.replace("'", '"')
+        f'[project]\nname = "{name}"\nversion = "0.1.0"\n\n[dependency-groups]\ntest = {test!r}\n{extra}'.replace(
+            "'", '"'
+        )
     )
 
 
@@ -79,7 +81,9 @@ def test_an_opted_out_member_found_in_the_root_lists_is_reported_and_removed(wor
     (workspace / "pyproject.toml").write_text(text)
 
     drift = check(workspace)
-    assert any("removed gym-heavy from [project] dependencies" in d and "root-install = false" in d for d in drift), drift
+    assert any("removed gym-heavy from [project] dependencies" in d and "root-install = false" in d for d in drift), (
+        drift
+    )
     assert any("removed gym-heavy from [tool.uv.sources]" in d for d in drift), drift
 
     changes, problems = sync(workspace)

@@ -34,13 +34,21 @@ def layers(app: Any) -> list[type]:
 def test_a_gym_server_is_served_under_every_layer_in_order():
     config = load_config(base={"auth_token": "t0ken"}, env_file=None)
     assert layers(GymServer(name="s", global_config=config).build_app()) == [
-        BodyTimeout, BearerAuth, SessionMiddleware, JSONRoutes, Litestar]
+        BodyTimeout,
+        BearerAuth,
+        SessionMiddleware,
+        JSONRoutes,
+        Litestar,
+    ]
     assert layers(GymServer(name="s").build_app()) == [BodyTimeout, SessionMiddleware, JSONRoutes, Litestar]
 
 
 def test_the_head_has_the_body_bound_and_the_token_check_only():
     assert layers(build_head_app(load_config(base={"auth_token": "t0ken"}, env_file=None))) == [
-        BodyTimeout, BearerAuth, Litestar]
+        BodyTimeout,
+        BearerAuth,
+        Litestar,
+    ]
     assert layers(build_head_app(load_config(base={}, env_file=None))) == [BodyTimeout, Litestar]
 
 

@@ -158,7 +158,11 @@ async def test_retries_stop_after_max_attempts(upstream):
     k = key()
     async with ServerClient(config=ClientConfig(max_attempts=2, **FAST)) as client:
         with pytest.raises(ServerHTTPError) as info:
-            await client.post(url, "/flaky", {"key": k, "failures": 5}, )
+            await client.post(
+                url,
+                "/flaky",
+                {"key": k, "failures": 5},
+            )
     error = info.value
     assert error.status == 503 and error.attempts == 2 and server.hits[k] == 2
     assert "busy, try again" in str(error) and "after 2 attempts" in str(error)
@@ -197,7 +201,7 @@ async def test_a_server_dying_mid_answer_is_unavailable_and_retried():
         for _ in range(2):
             conn, _ = listener.accept()
             conn.recv(65536)
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\"")
+            conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"a"')
             conn.close()
             accepted.append(1)
 

@@ -77,7 +77,9 @@ def problems_of(exc: pytest.ExceptionInfo[ConfigError]) -> list[str]:
 
 
 def test_files_then_env_yaml_then_overrides(tmp_path):
-    first = write(tmp_path / "first.yaml", {"c": {"plugin": "counter", "start": 1, "label": "first"}, "_vars": {"a": 1}})
+    first = write(
+        tmp_path / "first.yaml", {"c": {"plugin": "counter", "start": 1, "label": "first"}, "_vars": {"a": 1}}
+    )
     second = write(tmp_path / "second.yaml", {"c": {"start": 2}, "_vars": {"b": 2}})
     env = write(tmp_path / "env.yaml", {"c": {"start": 3, "label": "secret"}})
     config = load_config([first, second], ["c.start=4"], env_file=env, allocate_ports=False)
@@ -94,7 +96,9 @@ def test_files_then_env_yaml_then_overrides(tmp_path):
 
 def test_base_is_merged_first(tmp_path):
     file = write(tmp_path / "c.yaml", {"c": {"plugin": "counter", "start": 9}})
-    config = load_config([file], base={"c": {"plugin": "counter", "start": 1, "label": "base"}}, env_file=None, allocate_ports=False)
+    config = load_config(
+        [file], base={"c": {"plugin": "counter", "start": 1, "label": "base"}}, env_file=None, allocate_ports=False
+    )
     assert config.data["c"] == {"plugin": "counter", "start": 9, "label": "base"}
 
 
@@ -107,8 +111,14 @@ def test_env_yaml_in_the_working_directory_is_read_by_default(tmp_path, monkeypa
 
 
 def test_interpolation_resolves_free_variables():
-    config = load({"model_name": "gpt", "_shared": {"n": 3}, "m": {"plugin": "model", "model_name": "${model_name}"},
-                   "c": {"plugin": "counter", "start": "${_shared.n}"}})
+    config = load(
+        {
+            "model_name": "gpt",
+            "_shared": {"n": 3},
+            "m": {"plugin": "model", "model_name": "${model_name}"},
+            "c": {"plugin": "counter", "start": "${_shared.n}"},
+        }
+    )
     assert config.data["m"]["model_name"] == "gpt"
     assert config.data["c"]["start"] == 3
     with pytest.raises(ConfigError, match="interpolation"):
@@ -163,7 +173,13 @@ def test_override_fills_a_missing_value():
 
 def test_every_missing_value_is_reported_in_one_error():
     with pytest.raises(ConfigError) as info:
-        load({"m": {"plugin": "model", "model_name": "???"}, "_keys": {"api_key": "???"}, "c": {"plugin": "counter", "label": "???"}})
+        load(
+            {
+                "m": {"plugin": "model", "model_name": "???"},
+                "_keys": {"api_key": "???"},
+                "c": {"plugin": "counter", "label": "???"},
+            }
+        )
     problems = problems_of(info)
     assert len(problems) == 3
     text = str(info.value)
@@ -196,7 +212,9 @@ def test_a_top_level_key_that_yaml_reads_as_a_number_is_a_config_error(tmp_path)
 
 
 def test_reserved_keys_are_not_instances():
-    config = load({"head_server": {"host": "0.0.0.0", "port": 12000}, "ray": {"num_cpus": 2}, "c": {"plugin": "counter"}})
+    config = load(
+        {"head_server": {"host": "0.0.0.0", "port": 12000}, "ray": {"num_cpus": 2}, "c": {"plugin": "counter"}}
+    )
     assert list(config.instances) == ["c"]
     assert config.head_url == "http://0.0.0.0:12000"
 
@@ -218,7 +236,9 @@ def test_unknown_plugin_of_the_real_entry_points(monkeypatch):
 
 
 def test_external_plugins_are_accepted_as_they_are(plugins):
-    config = load({"x": {"plugin": "isolated_thing", "whatever": 1}}, plugins=plugins, external_types=["isolated_thing"])
+    config = load(
+        {"x": {"plugin": "isolated_thing", "whatever": 1}}, plugins=plugins, external_types=["isolated_thing"]
+    )
     assert config.instances["x"].plugin == "isolated_thing"
 
 
@@ -254,10 +274,14 @@ def test_missing_required_option(plugins):
 def test_validation_needs_only_a_mapping_of_server_types():
     """Config validation takes the registered server types, not a plugin manager."""
     types = {"counter": ServerType("counter", "resources", "gym_core.servers:ResourcesServer", CounterConfig)}
-    config = load_config(base={"c": {"plugin": "counter", "start": 3}}, env_file=None, allocate_ports=False, server_types=types)
+    config = load_config(
+        base={"c": {"plugin": "counter", "start": 3}}, env_file=None, allocate_ports=False, server_types=types
+    )
     assert validate_instance_options(config, "c", CounterConfig, types).start == 3
     with pytest.raises(ConfigError, match="c.strat: unknown option of server type 'counter'"):
-        load_config(base={"c": {"plugin": "counter", "strat": 3}}, env_file=None, allocate_ports=False, server_types=types)
+        load_config(
+            base={"c": {"plugin": "counter", "strat": 3}}, env_file=None, allocate_ports=False, server_types=types
+        )
 
 
 def test_problems_of_every_instance_are_reported_together(plugins):
@@ -283,14 +307,24 @@ def test_valid_config_validates_to_the_plugin_struct(plugins):
         {
             "counter": {"plugin": "counter", "start": 2},
             "policy": {"plugin": "model", "model_name": "gpt"},
-            "agent": {"plugin": "agent", "model_server": "policy", "resources_server": "counter", "judge": "policy",
-                      "anything": "counter"},
+            "agent": {
+                "plugin": "agent",
+                "model_server": "policy",
+                "resources_server": "counter",
+                "judge": "policy",
+                "anything": "counter",
+            },
         },
         plugins=plugins,
     )
     options = validate_instance_options(config, "agent", AgentConfig, plugins.servers())
     assert isinstance(options, AgentConfig)
-    assert (options.model_server, options.resources_server, options.judge, options.max_steps) == ("policy", "counter", "policy", 5)
+    assert (options.model_server, options.resources_server, options.judge, options.max_steps) == (
+        "policy",
+        "counter",
+        "policy",
+        5,
+    )
     assert validate_instance_options(config, "counter", CounterConfig).start == 2
 
 
@@ -318,7 +352,12 @@ def test_reference_to_the_wrong_kind(plugins):
             {
                 "counter": {"plugin": "counter"},
                 "policy": {"plugin": "model", "model_name": "m"},
-                "agent": {"plugin": "agent", "model_server": "counter", "resources_server": "policy", "judge": "counter"},
+                "agent": {
+                    "plugin": "agent",
+                    "model_server": "counter",
+                    "resources_server": "policy",
+                    "judge": "counter",
+                },
             },
             plugins=plugins,
         )
@@ -371,7 +410,9 @@ def test_head_port_zero_gets_a_free_port():
 
 def test_duplicate_explicit_ports_are_rejected():
     with pytest.raises(ConfigError) as info:
-        load({"a": {"plugin": "counter", "port": 23458}, "b": {"plugin": "counter", "port": 23458}}, allocate_ports=True)
+        load(
+            {"a": {"plugin": "counter", "port": 23458}, "b": {"plugin": "counter", "port": 23458}}, allocate_ports=True
+        )
     assert "b.port: port 23458 is also used by a" in str(info.value)
 
 

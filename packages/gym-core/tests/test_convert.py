@@ -101,8 +101,15 @@ def test_responses_to_chat_to_responses_keeps_the_conversation():
     back = chat_to_create_params(create_params_to_chat(original))
     items = back.input
     assert [type(i).__name__ for i in items] == [
-        "Message", "Message", "Reasoning", "Message", "FunctionCall", "FunctionCall",
-        "FunctionCallOutput", "FunctionCallOutput", "Message",
+        "Message",
+        "Message",
+        "Reasoning",
+        "Message",
+        "FunctionCall",
+        "FunctionCall",
+        "FunctionCallOutput",
+        "FunctionCallOutput",
+        "Message",
     ]
     system, user, reasoning, text, call1, call2, out1, out2, final = items
     assert (system.role, system.content) == ("system", "You are terse.")
@@ -201,8 +208,17 @@ def chat_request() -> ChatCompletionRequest:
 def test_chat_to_create_params_maps_every_shape():
     params = chat_to_create_params(chat_request())
     kinds = [type(i).__name__ for i in params.input]
-    assert kinds == ["Message", "Message", "Reasoning", "Message", "FunctionCall", "FunctionCall",
-                     "FunctionCallOutput", "FunctionCallOutput", "Message"]
+    assert kinds == [
+        "Message",
+        "Message",
+        "Reasoning",
+        "Message",
+        "FunctionCall",
+        "FunctionCall",
+        "FunctionCallOutput",
+        "FunctionCallOutput",
+        "Message",
+    ]
     assert params.input[2].summary == [SummaryText(text="plan")]
     assert params.input[3].content == [OutputText(text="calling")]
     assert params.input[7] == FunctionCallOutput(call_id="c2", output="two")
@@ -271,7 +287,10 @@ def test_chat_completion_to_response_with_reasoning_text_and_calls():
     assert kinds == ["Reasoning", "Message", "FunctionCall", "FunctionCall"]
     assert response.output[0].summary == [SummaryText(text="why")]
     assert response.output[1].content == [OutputText(text="sure")] and response.output[1].id.startswith("msg_")
-    assert [(c.call_id, c.name, c.arguments) for c in response.output[2:]] == [("c1", "f", "{}"), ("c2", "g", '{"x": 2}')]
+    assert [(c.call_id, c.name, c.arguments) for c in response.output[2:]] == [
+        ("c1", "f", "{}"),
+        ("c2", "g", '{"x": 2}'),
+    ]
     assert response.status == "completed" and response.incomplete_details is None
     assert response.usage == Usage(input_tokens=5, output_tokens=6, total_tokens=11)
     assert response.model == "m"
@@ -314,12 +333,16 @@ def test_training_fields_are_carried_both_ways():
     last = response.output[-1]
     assert isinstance(last, FunctionCall)
     assert (last.prompt_token_ids, last.generation_token_ids, last.generation_log_probs) == (
-        [1, 2], [3, 4, 5], [-0.1, -0.2, -0.3]
+        [1, 2],
+        [3, 4, 5],
+        [-0.1, -0.2, -0.3],
     )
     assert response.output[0].generation_token_ids is None  # only the last generated item
     back = response_to_chat_completion(response).choices[0].message
     assert (back.prompt_token_ids, back.generation_token_ids, back.generation_log_probs) == (
-        [1, 2], [3, 4, 5], [-0.1, -0.2, -0.3]
+        [1, 2],
+        [3, 4, 5],
+        [-0.1, -0.2, -0.3],
     )
 
 
@@ -362,7 +385,10 @@ def test_completion_without_choices_gives_no_output():
 
 _SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}}
 _TEXT_FORMAT = {"type": "json_schema", "name": "answer", "schema": _SCHEMA, "strict": True, "description": "d"}
-_RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": _SCHEMA, "strict": True, "description": "d"}}
+_RESPONSE_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {"name": "answer", "schema": _SCHEMA, "strict": True, "description": "d"},
+}
 
 
 def test_text_format_becomes_response_format_and_back():

@@ -54,8 +54,10 @@ def test_the_page_check_catches_either_side_changing_alone(monkeypatch):
     text = PAGE.read_text()
     edited = text.replace("| `session_expired` | 409 |", "| `session_expired` | 410 |")
     assert edited != text and failures.update_page(edited) == text  # the page edited alone
-    changed = [failures.Failure(**{**vars(row), "collector_retries": False}) if row.type == "session_expired" else row
-               for row in TABLE]
+    changed = [
+        failures.Failure(**{**vars(row), "collector_retries": False}) if row.type == "session_expired" else row
+        for row in TABLE
+    ]
     monkeypatch.setattr(failures, "TABLE", tuple(changed))
     assert failures.update_page(text) != text  # the table changed alone
     with pytest.raises(ValueError, match="no failure table section"):
@@ -150,8 +152,11 @@ def test_the_typed_errors_carry_the_tables_statuses():
         assert (error.status, error.kind) == (FAILURES[kind].status, kind)
     assert (SessionError("x").status, SessionError("x").kind) == (409, "session_expired")
     assert ToolError("x").status == failures.TOOL_ERROR.status
-    for error, row in [(InfrastructureError("x"), failures.INFRASTRUCTURE_ERROR),
-                       (JudgeError("j", "x"), failures.JUDGE_FAILED), (SandboxError("x"), failures.SANDBOX_FAILED)]:
+    for error, row in [
+        (InfrastructureError("x"), failures.INFRASTRUCTURE_ERROR),
+        (JudgeError("j", "x"), failures.JUDGE_FAILED),
+        (SandboxError("x"), failures.SANDBOX_FAILED),
+    ]:
         assert (error.status, error.kind) == (row.status, row.type)
 
 
@@ -246,8 +251,9 @@ async def test_a_tool_call_ends_the_rollout_as_the_table_says(moody_url, name, e
     """A tool answering 429 (after the client's retries) is busy, not the model's doing: the
     rollout ends and is run again, as the collector already judged a 429 (it used to be shown to
     the model as the tool's output)."""
-    agent = ToolCallingAgent(ServerConfig(client=ClientConfig(max_attempts=2, backoff_s=0.01, backoff_max_s=0.02)),
-                             name="agent")
+    agent = ToolCallingAgent(
+        ServerConfig(client=ClientConfig(max_attempts=2, backoff_s=0.01, backoff_max_s=0.02)), name="agent"
+    )
     call = FunctionCall(call_id="c1", name=name, arguments="{}")
     try:
         if ends:
@@ -259,7 +265,6 @@ async def test_a_tool_call_ends_the_rollout_as_the_table_says(moody_url, name, e
             assert "amount must be >= 0" in output.output
     finally:
         await agent.client.close()
-
 
 
 def test_every_row_is_a_public_name():

@@ -25,7 +25,7 @@ import gym_simple_agent.plugin
 SCRIPT = json.dumps([{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 1}}]}, {"text": "done"}])
 MESSAGE = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
 ANSWER = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "1", "annotations": []}]}
-CALL = {"type": "function_call", "call_id": "c1", "name": "increment_counter", "arguments": "{\"count\": 1}"}
+CALL = {"type": "function_call", "call_id": "c1", "name": "increment_counter", "arguments": '{"count": 1}'}
 TOOL = {"type": "function", "name": "increment_counter", "parameters": {"type": "object", "properties": {}}}
 PARAMS = {"input": [MESSAGE], "tools": [TOOL], "max_output_tokens": 8, "metadata": {"scripted_turns": SCRIPT}}
 
@@ -33,28 +33,65 @@ PARAMS = {"input": [MESSAGE], "tools": [TOOL], "max_output_tokens": 8, "metadata
 TEMPLATES: dict[tuple[str, str], dict[str, Any]] = {
     ("policy", "/v1/responses"): PARAMS,
     ("policy", "/v1/chat/completions"): {
-        "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-                     {"role": "assistant", "content": None, "tool_calls": [
-                         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-                     {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+        "messages": [
+            {"role": "system", "content": "s"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ],
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-        "response_format": {"type": "json_object"}, "max_tokens": 8, "metadata": {"scripted_turns": SCRIPT},
+        "response_format": {"type": "json_object"},
+        "max_tokens": 8,
+        "metadata": {"scripted_turns": SCRIPT},
     },
     ("env", "/seed_session"): {"responses_create_params": PARAMS, "initial_count": 1},
-    ("env", "/verify"): {"responses_create_params": PARAMS, "response": {"output": [CALL, ANSWER]}, "expected_count": 1},
+    ("env", "/verify"): {
+        "responses_create_params": PARAMS,
+        "response": {"output": [CALL, ANSWER]},
+        "expected_count": 1,
+    },
     ("env", "/tools/increment_counter"): {"count": 1},
     ("env", "/close_session"): {},
     ("agent", "/run"): {"responses_create_params": PARAMS, "initial_count": 0, "expected_count": 1},
     ("agent", "/v1/responses"): PARAMS,
 }
 
-KEYS = st.sampled_from(["type", "role", "content", "text", "input", "output", "tools", "function", "name",
-                        "arguments", "call_id", "responses_create_params", "response", "messages", "metadata",
-                        "tool_calls", "parameters", "count"]) | st.text(max_size=6)
-LEAVES = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-          | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
-JSON = st.recursive(LEAVES, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=4),
-                    max_leaves=10)
+KEYS = st.sampled_from(
+    [
+        "type",
+        "role",
+        "content",
+        "text",
+        "input",
+        "output",
+        "tools",
+        "function",
+        "name",
+        "arguments",
+        "call_id",
+        "responses_create_params",
+        "response",
+        "messages",
+        "metadata",
+        "tool_calls",
+        "parameters",
+        "count",
+    ]
+) | st.text(max_size=6)
+LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+JSON = st.recursive(
+    LEAVES, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=4), max_leaves=10
+)
 
 
 def mutations(value: Any) -> st.SearchStrategy[Any]:
@@ -66,7 +103,7 @@ def mutations(value: Any) -> st.SearchStrategy[Any]:
         options.append(keys.map(lambda k: {kk: vv for kk, vv in value.items() if kk != k}))
     if isinstance(value, list) and value:
         index = st.integers(0, len(value) - 1)
-        options.append(index.flatmap(lambda i: mutations(value[i]).map(lambda v: [*value[:i], v, *value[i + 1:]])))
+        options.append(index.flatmap(lambda i: mutations(value[i]).map(lambda v: [*value[:i], v, *value[i + 1 :]])))
     return st.one_of(*options)
 
 
@@ -80,13 +117,18 @@ KILLERS = [
     b'{"a":' * 1000 + b"1" + b"}" * 1000,
     b'{"input": [{"type": {"a": 1}, "role": "user", "content": "x"}]}',  # unhashable type
     b'{"input": [{"type": [1], "content": "x"}], "responses_create_params": {"input": [{"type": []}]}}',
-    b'{"responses_create_params": null}', b'{"responses_create_params": 5}', b'{"responses_create_params": [1]}',
+    b'{"responses_create_params": null}',
+    b'{"responses_create_params": 5}',
+    b'{"responses_create_params": [1]}',
     b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}',  # chat tool without function
     b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {}}]}',
     b'{"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}',
     b'{"\xff\xfe": 1, "input": "x"}',  # invalid UTF-8 in a key
     b'{"responses_create_params": {}, "response": {"output": [{"type": {"a": 1}}]}}',
-    b"\xff", b"", b"null", b"1e400",
+    b"\xff",
+    b"",
+    b"null",
+    b"1e400",
 ]
 
 
@@ -125,8 +167,13 @@ def test_the_known_killers_get_a_4xx(servers, instance, path):
 
 @pytest.mark.parametrize(("instance", "path"), sorted(TEMPLATES))
 def test_no_body_gets_a_5xx(servers, instance, path):
-    @settings(max_examples=40, derandomize=True, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=40,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
     @given(body=bodies(TEMPLATES[(instance, path)]))
     def check(body: bytes) -> None:
         assert_no_5xx(post(servers, instance, path, body), f"{instance} {path} {body[:200]!r}")

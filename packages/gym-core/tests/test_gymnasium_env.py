@@ -32,7 +32,9 @@ class Walk(GymnasiumEnvironment):
     closed: list[int] = []
 
     def reset(self, task: WalkTask) -> Reset:
-        return Reset({"at": 0, "goal": task.goal}, f"at 0, goal {task.goal}", {"goal": task.goal}, max_steps=task.max_steps)
+        return Reset(
+            {"at": 0, "goal": task.goal}, f"at 0, goal {task.goal}", {"goal": task.goal}, max_steps=task.max_steps
+        )
 
     def step(self, state: dict, action: str) -> Step:
         state["at"] += 1 if action == "right" else -1
@@ -67,28 +69,58 @@ class TestGymnasiumEnvironment(ResourcesServerTests):
     plugins = [WalkPlugin()]
     example_data = [
         {**ROW, "conformance": {"tool_calls": [{"name": "act", "arguments": {"action": "right"}}] * 2, "reward": 0.8}},
-        {**ROW, "goal": 1, "conformance": {"tool_calls": [{"name": "act", "arguments": {"action": "RIGHT"}}], "reward": 0.9}},
+        {
+            **ROW,
+            "goal": 1,
+            "conformance": {"tool_calls": [{"name": "act", "arguments": {"action": "RIGHT"}}], "reward": 0.9},
+        },
         {**ROW, "conformance": {"tool_calls": [], "reward": 0.0}},
     ]
 
     def test_reset_then_steps_until_terminated(self, gym_servers: RunningServers):
         caller = gym_servers.caller()
         reset = caller.post("/reset", ROW).json()
-        assert reset == {"observation": "at 0, goal 2",
-                         "info": {"goal": 2, "supports_explicit_close": True, "supports_step_idempotency": True}}
+        assert reset == {
+            "observation": "at 0, goal 2",
+            "info": {"goal": 2, "supports_explicit_close": True, "supports_step_idempotency": True},
+        }
         first = caller.post("/step", step_body("I go <b>right</b>")).json()
-        assert first == {"observation": "at 1", "reward": -0.1, "terminated": False, "truncated": False, "info": {"at": 1}}
+        assert first == {
+            "observation": "at 1",
+            "reward": -0.1,
+            "terminated": False,
+            "truncated": False,
+            "info": {"at": 1},
+        }
         second = caller.post("/step", step_body("right")).json()
-        assert second == {"observation": "at 2", "reward": 0.9, "terminated": True, "truncated": False, "info": {"at": 2}}
+        assert second == {
+            "observation": "at 2",
+            "reward": 0.9,
+            "terminated": True,
+            "truncated": False,
+            "info": {"at": 2},
+        }
         verdict = caller.post("/verify", step_body("")).json()
-        assert verdict == {"reward": pytest.approx(0.8), "terminated": True, "truncated": False, "steps": 2, "info": {"at": 2}}
+        assert verdict == {
+            "reward": pytest.approx(0.8),
+            "terminated": True,
+            "truncated": False,
+            "steps": 2,
+            "info": {"at": 2},
+        }
 
     def test_a_step_after_the_end_plays_nothing(self, gym_servers: RunningServers):
         caller = gym_servers.caller()
         caller.post("/reset", {**ROW, "goal": 1})
         caller.post("/step", step_body("right"))
         again = caller.post("/step", step_body("left")).json()
-        assert again == {"observation": "at 1", "reward": 0.0, "terminated": True, "truncated": False, "info": {"at": 1}}
+        assert again == {
+            "observation": "at 1",
+            "reward": 0.0,
+            "terminated": True,
+            "truncated": False,
+            "info": {"at": 1},
+        }
         assert caller.post("/verify", step_body("")).json()["steps"] == 1
 
     def test_the_step_limit_truncates(self, gym_servers: RunningServers):

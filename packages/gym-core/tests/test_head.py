@@ -112,9 +112,12 @@ async def test_the_head_never_publishes_secrets(serve, tmp_path):
         "counter: {session_secret: cookie-signing-key-42}\n"
     )
     config = load_config(
-        base={"head_server": {"port": 0}, "policy": {"plugin": "openai_model", "model": "m"},
-              "counter": {"plugin": "counter"}, "judge": {"plugin": "openai_model", "hf_token": "hf_not_from_env",
-                                                          "max_tokens": 77}},
+        base={
+            "head_server": {"port": 0},
+            "policy": {"plugin": "openai_model", "model": "m"},
+            "counter": {"plugin": "counter"},
+            "judge": {"plugin": "openai_model", "hf_token": "hf_not_from_env", "max_tokens": 77},
+        },
         env_file=env,
     )
     assert config.instances["policy"].options["api_key"] == "sk-live-0123456789abcdef"  # the servers still get it

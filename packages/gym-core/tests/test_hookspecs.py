@@ -10,11 +10,7 @@ import pytest
 from gym_core import hookspecs
 from gym_core.plugins import PluginManager, hook_names
 
-SPECS = {
-    name: fn
-    for name, fn in vars(hookspecs).items()
-    if inspect.isfunction(fn) and hasattr(fn, "gym_spec")
-}
+SPECS = {name: fn for name, fn in vars(hookspecs).items() if inspect.isfunction(fn) and hasattr(fn, "gym_spec")}
 
 
 def test_there_are_hooks_and_hook_names_lists_exactly_them():

@@ -46,8 +46,14 @@ class RawServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 request = head + await reader.readexactly(length)
                 self.requests.append(request)
                 reply = self.answer(request)
@@ -67,8 +73,14 @@ class RawServer:
 
 
 def ok(body: bytes = b'{"ok":true}', extra: bytes = b"") -> bytes:
-    return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n" + extra + \
-        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        + extra
+        + b"content-length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
 
 
 async def test_keep_alive_reuses_one_connection_for_sequential_requests():
@@ -81,7 +93,11 @@ async def test_keep_alive_reuses_one_connection_for_sequential_requests():
         await pool.close()
     assert server.connections == 1 and len(server.requests) == 20
     first = server.requests[0]
-    assert first.startswith(b"POST /x HTTP/1.1\r\n") and b"content-length: 2\r\n" in first and first.endswith(b"\r\n\r\n{}")
+    assert (
+        first.startswith(b"POST /x HTTP/1.1\r\n")
+        and b"content-length: 2\r\n" in first
+        and first.endswith(b"\r\n\r\n{}")
+    )
     assert b"user-agent: gym-core\r\n" in first and b"accept-encoding" not in first.lower()
 
 
@@ -118,8 +134,7 @@ async def test_the_overall_limit_holds_across_origins():
 
 async def test_a_chunked_answer_is_joined():
     def chunked(request: bytes) -> bytes:
-        return (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
-                b"5\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\n\r\n")
+        return b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\n\r\n"
 
     server = RawServer(chunked)
     async with server as url:
@@ -132,7 +147,9 @@ async def test_a_chunked_answer_is_joined():
 
 
 async def test_an_answer_without_length_ends_with_the_connection_and_is_not_reused():
-    server = RawServer(lambda request: b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nall of it", close_after=True)
+    server = RawServer(
+        lambda request: b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nall of it", close_after=True
+    )
     async with server as url:
         pool = Pool()
         for _ in range(2):
@@ -192,7 +209,7 @@ async def test_garbage_is_a_connection_failure_and_the_connection_is_dropped():
 
 
 async def test_a_body_cut_short_is_a_connection_failure():
-    server = RawServer(lambda request: b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{\"a\"", close_after=True)
+    server = RawServer(lambda request: b'HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{"a"', close_after=True)
     async with server as url:
         pool = Pool()
         with pytest.raises(ConnectionFailed, match="closed the connection before a whole answer"):
@@ -317,7 +334,7 @@ async def test_targets_are_prefixed_and_escaped_and_headers_cannot_inject_lines(
 
 async def test_a_large_body_goes_both_ways():
     body = b"x" * 3_000_000
-    server = RawServer(lambda request: ok(request[request.index(b"\r\n\r\n") + 4:]))
+    server = RawServer(lambda request: ok(request[request.index(b"\r\n\r\n") + 4 :]))
     async with server as url:
         pool = Pool()
         response = await pool.request("POST", origin_of(url), "/echo", None, body, 5)
@@ -345,8 +362,13 @@ async def test_https_checks_the_certificate(monkeypatch, tmp_path):
 
 def test_origins_parse_and_refuse_what_is_not_http():
     origin = origin_of("https://api.example.com/v1/")
-    assert (origin.scheme, origin.host, origin.port, origin.prefix, origin.host_header) == \
-        ("https", "api.example.com", 443, "/v1", "api.example.com")
+    assert (origin.scheme, origin.host, origin.port, origin.prefix, origin.host_header) == (
+        "https",
+        "api.example.com",
+        443,
+        "/v1",
+        "api.example.com",
+    )
     assert origin_of("http://[::1]:8000").host_header == "[::1]:8000"
     with pytest.raises(ValueError, match="not an http"):
         origin_of("ftp://example.com")

@@ -61,8 +61,15 @@ async def test_request_object_works_in_json_routes(serve):
         status, body, headers = await _call("POST", url + "/info", b'{"a": [1, 2]}', **{"x-probe": "42"})
         assert status == 200
         assert headers["content-type"] == "application/json"
-        assert body == {"path": "/info", "method": "POST", "json": {"a": [1, 2]}, "echo": {"a": [1, 2]},
-                        "has_app": True, "handler": body["handler"], "header": "42"}
+        assert body == {
+            "path": "/info",
+            "method": "POST",
+            "json": {"a": [1, 2]},
+            "echo": {"a": [1, 2]},
+            "has_app": True,
+            "handler": body["handler"],
+            "header": "42",
+        }
         assert "info" in body["handler"]
         status, body, _ = await _call("POST", url + "/streamed", b"x" * 5000)
         assert (status, body) == (200, {"size": 5000})

@@ -93,8 +93,12 @@ class JudgeServers(ServerTests):
     instance = "judged"
     instances = {
         "judge": {"plugin": "counting_judge", "rules": RULES, "turns": [{"text": "No label."}], "delay_s": 0.2},
-        "judged": {"plugin": "judged", "judge_model_server": "judge", "judge_max_attempts": 2,
-                   "judge_responses_create_params": {"max_output_tokens": 32}},
+        "judged": {
+            "plugin": "judged",
+            "judge_model_server": "judge",
+            "judge_max_attempts": 2,
+            "judge_responses_create_params": {"max_output_tokens": 32},
+        },
     }
 
 
@@ -189,10 +193,13 @@ def test_request_builds_the_input_with_and_without_a_system_message(make_judge):
     base = {"input": [{"role": "user", "content": "replaced"}], "max_output_tokens": 8, "temperature": 0.0}
     judge = make_judge(params=base)
     assert judge.request("Is 1 = 1?") == {
-        "max_output_tokens": 8, "temperature": 0.0, "input": [{"role": "user", "content": "Is 1 = 1?"}],
+        "max_output_tokens": 8,
+        "temperature": 0.0,
+        "input": [{"role": "user", "content": "Is 1 = 1?"}],
     }
     assert judge.request("Is 1 = 1?", system="Be strict.")["input"] == [
-        {"role": "system", "content": "Be strict."}, {"role": "user", "content": "Is 1 = 1?"},
+        {"role": "system", "content": "Be strict."},
+        {"role": "user", "content": "Is 1 = 1?"},
     ]
     assert judge.request("q", system="")["input"] == [{"role": "user", "content": "q"}]  # empty: no system message
     assert judge.request("q", metadata={"k": "v"})["metadata"] == {"k": "v"}  # overrides
@@ -226,7 +233,9 @@ async def test_ask_reads_the_scripted_judge_reply(make_judge, judge_server):
     assert reply.params == judge.request("say-equal: 12 and 12.0?", system="You judge.")
     assert reply.response["object"] == "response" and reply.response["output"][0]["type"] == "message"
     assert reply.record(verdict_label="[[A=B]]") == {
-        "responses_create_params": reply.params, "response": reply.response, "verdict_label": "[[A=B]]",
+        "responses_create_params": reply.params,
+        "response": reply.response,
+        "verdict_label": "[[A=B]]",
     }
     assert judge_server.prompts == ["You judge.\nsay-equal: 12 and 12.0?"]  # what the judge received
 
@@ -326,7 +335,9 @@ def test_verify_asks_the_judge(servers: RunningServers):
 
 def test_a_judge_error_in_verify_answers_502_judge_failed_final(servers: RunningServers, judge_server):
     request = urllib.request.Request(
-        servers.url + "/verify", data=json.dumps(verify_body("fail-500")).encode(), method="POST",
+        servers.url + "/verify",
+        data=json.dumps(verify_body("fail-500")).encode(),
+        method="POST",
         headers={"content-type": "application/json", "authorization": f"Bearer {servers.config.auth_token}"},
     )
     with pytest.raises(urllib.error.HTTPError) as caught:

@@ -97,9 +97,7 @@ def test_expected_max_equals_pass_at_k_on_binary():
         n = rng.randint(1, 12)
         rewards = [float(rng.random() < 0.4) for _ in range(n)]
         for k in range(1, n + 1):
-            assert expected_max_at_k(rewards, k) == pytest.approx(
-                pass_at_k(n, int(sum(rewards)), k), abs=1e-12
-            )
+            assert expected_max_at_k(rewards, k) == pytest.approx(pass_at_k(n, int(sum(rewards)), k), abs=1e-12)
 
 
 def test_expected_max_hand_computed():
@@ -160,9 +158,7 @@ def test_majority_brute_force():
         truth = rng.choice(["x", "y", "z"])
         correct = [a == truth for a in answers]
         for k in range(1, n + 1):
-            assert majority_at_k(answers, correct, k) == pytest.approx(
-                brute_majority(answers, correct, k), abs=1e-12
-            )
+            assert majority_at_k(answers, correct, k) == pytest.approx(brute_majority(answers, correct, k), abs=1e-12)
 
 
 def test_majority_large_n_is_fast_and_sane():
@@ -212,13 +208,19 @@ def _rows():
     # task 0: binary rewards, 4 rollouts, 1 correct
     for i, (r, ans) in enumerate([(0.0, "11"), (1.0, "12"), (0.0, "11"), (0.0, None)]):
         rows.append(
-            {"task_index": 0, "rollout_index": i, "reward": r, "num_tokens": 10 * (i + 1),
-             "answer": ans, "ok": r == 1.0, "note": "x"}
+            {
+                "task_index": 0,
+                "rollout_index": i,
+                "reward": r,
+                "num_tokens": 10 * (i + 1),
+                "answer": ans,
+                "ok": r == 1.0,
+                "note": "x",
+            }
         )
     # task 1: non-binary rewards, 3 rollouts
     for i, r in enumerate([0.5, 0.2, 0.9]):
-        rows.append({"task_index": 1, "rollout_index": i, "reward": r, "num_tokens": 5,
-                     "answer": "a"})
+        rows.append({"task_index": 1, "rollout_index": i, "reward": r, "num_tokens": 5, "answer": "a"})
     return rows
 
 
@@ -235,9 +237,7 @@ def test_profile_rollouts_structure_and_values():
     assert t0["pass@1"] == pytest.approx(0.25)
     assert t0["pass@2"] == pytest.approx(0.5)
     assert t0["pass@4"] == pytest.approx(1.0)
-    assert t0["majority@1"] == pytest.approx(
-        brute_majority(["11", "12", "11", None], [0, 1, 0, 0], 1)
-    )
+    assert t0["majority@1"] == pytest.approx(brute_majority(["11", "12", "11", None], [0, 1, 0, 0], 1))
     assert t0["majority@4"] == 0.0  # "11" wins 2-1
 
     assert t1["num_rollouts"] == 3 and t1["binary"] is False
@@ -294,8 +294,9 @@ def test_pass_at_k_family_of_two_tasks():
         {"task_index": 1, "rollout_index": 1, "reward": 1.0, "answer": ["c"]},  # unhashable answers vote too
         {"task_index": 1, "rollout_index": 0, "reward": 0.0, "answer": None},
     ]
-    got = pass_at_k_family(rows, "env/", answer_field="answer", scores={"accuracy": lambda r: r["reward"]},
-                           majority_score="accuracy")
+    got = pass_at_k_family(
+        rows, "env/", answer_field="answer", scores={"accuracy": lambda r: r["reward"]}, majority_score="accuracy"
+    )
     assert got["env/pass@1/accuracy"] == 50.0 and got["env/pass@2/accuracy"] == 100.0
     assert got["env/pass@1[avg-of-1]/accuracy"] == 50.0  # first rollouts: 1.0 and 0.0
     assert got["env/pass@1[avg-of-1]/no_answer"] == 50.0 and got["env/pass@2/no_answer"] == 50.0

@@ -144,7 +144,9 @@ def dataset_row(**params: Any) -> dict[str, Any]:
 
 def sdk_chat_messages() -> list[dict[str, Any]]:
     """A chat history whose assistant turns are ``ChatCompletionMessage.model_dump()`` (nulls included)."""
-    call = ChatCompletionMessageFunctionToolCall(id="call_0", type="function", function=Function(name="add", arguments="{}"))
+    call = ChatCompletionMessageFunctionToolCall(
+        id="call_0", type="function", function=Function(name="add", arguments="{}")
+    )
     return [
         {"role": "system", "content": "Answer with a number.", "name": None},
         {"role": "user", "content": "What is 2+2?"},
@@ -205,7 +207,9 @@ def test_sdk_input_items_decode_with_nulls_as_unset():
     assert assistant.content == [OutputText(text="It is 4.", logprobs=None)]
     assert reference == ItemReference(id="msg_0")
     # Re-encoded, the items carry none of the nulls: what gym sends on is what OpenAI accepts.
-    assert all(value is not None for item in json.loads(msgspec.json.encode(params))["input"] for value in item.values())
+    assert all(
+        value is not None for item in json.loads(msgspec.json.encode(params))["input"] for value in item.values()
+    )
 
 
 def test_sdk_response_dump_decodes_and_reencodes_as_an_openai_response():
@@ -296,7 +300,9 @@ class FourModel(ModelServer):
         return ChatCompletion(
             model=self.model_name,
             choices=[ChatChoice(index=0, message=ChatMessage(role="assistant", content="4"))],
-            usage=ChatUsage(prompt_tokens=len(request.messages), completion_tokens=1, total_tokens=len(request.messages) + 1),
+            usage=ChatUsage(
+                prompt_tokens=len(request.messages), completion_tokens=1, total_tokens=len(request.messages) + 1
+            ),
         )
 
 
@@ -318,7 +324,9 @@ class RelayAgent(AgentServer):
         await self.client.request("POST", self.resources_url, "/seed_session", body=task, cookies=cookies)
         response = await self.responses(body.responses_create_params)
         # The row as sent, nulls included: verify decodes them too.
-        raw = await self.client.request("POST", self.resources_url, "/verify", body={**task, "response": response}, cookies=cookies)
+        raw = await self.client.request(
+            "POST", self.resources_url, "/verify", body={**task, "response": response}, cookies=cookies
+        )
         return {**msgspec.json.decode(raw), "response": response}
 
 
@@ -428,4 +436,6 @@ async def test_agent_run_with_a_dataset_row_naming_model_and_tools(servers):
     assert result["seen"]["tools"] == [{"type": "function", "name": "add"}]  # its nulls not sent on
     request = servers["model_server"].requests[-1]
     assert request.model == "gpt-test" and request.temperature == 0.5
-    assert request.tools == [{"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}]
+    assert request.tools == [
+        {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
+    ]

@@ -41,11 +41,18 @@ def test_describe_options_gives_type_default_and_description():
     options = {o.name: o for o in describe_options(ExampleConfig)}
     policy = options["policy"]
     assert (policy.type, policy.required, policy.description, policy.inherited) == (
-        "model server name", True, "who answers", False)
+        "model server name",
+        True,
+        "who answers",
+        False,
+    )
     assert options["judge"].type == "model server name | None" and options["judge"].default is None
     assert options["anything"].type == "server name | None"
     assert (options["mode"].type, options["mode"].default, options["mode"].description) == (
-        "'fast' | 'exact'", "exact", "how to grade")
+        "'fast' | 'exact'",
+        "exact",
+        "how to grade",
+    )
     assert options["tags"].type == "list[str]" and options["tags"].default == []
     assert options["undocumented"].description == "" and options["undocumented"].default == 3
 

@@ -52,8 +52,14 @@ def test_registered_server_is_listed_with_its_details_and_provider():
         (
             "echo_pkg",
             ServersPlugin(
-                dict(name="echo", kind="resources", server=EchoServer, config=EchoConfig, description="echoes",
-                     needs_ray=True),
+                dict(
+                    name="echo",
+                    kind="resources",
+                    server=EchoServer,
+                    config=EchoConfig,
+                    description="echoes",
+                    needs_ray=True,
+                ),
                 dict(name="plain", kind="agent", server="gym_core.servers:AgentServer"),
             ),
         )
@@ -89,7 +95,12 @@ def test_duplicate_server_names_name_both_providers():
 
 def test_duplicate_name_within_one_plugin_is_an_error():
     pm = manager(
-        ("solo", ServersPlugin(dict(name="x", kind="model", server=ModelServer), dict(name="x", kind="agent", server=ModelServer)))
+        (
+            "solo",
+            ServersPlugin(
+                dict(name="x", kind="model", server=ModelServer), dict(name="x", kind="agent", server=ModelServer)
+            ),
+        )
     )
     with pytest.raises(PluginError, match="registered twice"):
         pm.servers()
@@ -325,7 +336,11 @@ class MetricsPlugin:
 
 def test_aggregate_metrics_merges_every_plugin_and_skips_none():
     rows = [{"task_index": 0, "rollout_index": 0, "reward": 1.0}]
-    first, second, silent = MetricsPlugin({"a/mean": 1.0}), MetricsPlugin({"b/count": 2.0, "b/x": 0.5}), MetricsPlugin(None)
+    first, second, silent = (
+        MetricsPlugin({"a/mean": 1.0}),
+        MetricsPlugin({"b/count": 2.0, "b/x": 0.5}),
+        MetricsPlugin(None),
+    )
     pm = manager(("first", first), ("second", second), ("silent", silent))
     assert pm.aggregate_metrics(rows) == {"a/mean": 1.0, "b/count": 2.0, "b/x": 0.5}
     assert first.seen is rows and silent.seen is rows
@@ -396,7 +411,9 @@ def test_hook_wrappers_run_around_server_registration():
             calls.append("after")
             return result
 
-    pm = manager(("echo_pkg", ServersPlugin(dict(name="echo", kind="resources", server=EchoServer))), ("wrap", Wrapper()))
+    pm = manager(
+        ("echo_pkg", ServersPlugin(dict(name="echo", kind="resources", server=EchoServer))), ("wrap", Wrapper())
+    )
     servers = pm.servers()
     assert calls == ["before", "after"]
     assert servers["added_by_wrapper"].provider == "wrap"

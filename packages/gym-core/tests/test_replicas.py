@@ -51,10 +51,18 @@ def test_weights_and_choices_are_fixed_vectors():
 def test_another_interpreter_makes_the_same_choices():
     """Nothing process-local (str hash randomisation, dict order) enters the choice."""
     keys = [f"k{i}" for i in range(200)]
-    script = ("import json, sys; from gym_core.routing import Replicas; "
-              f"print(json.dumps([Replicas({NAMES!r}).choose(k) for k in {keys!r}]))")
-    other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                           env={"PYTHONHASHSEED": "12345", "PATH": ""}, timeout=60)
+    script = (
+        "import json, sys; from gym_core.routing import Replicas; "
+        f"print(json.dumps([Replicas({NAMES!r}).choose(k) for k in {keys!r}]))"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": ""},
+        timeout=60,
+    )
     assert json.loads(other.stdout) == [Replicas(NAMES).choose(k) for k in keys]
 
 
@@ -114,8 +122,12 @@ def test_an_empty_replica_list_is_refused():
 
 def _load(**counter: Any) -> GlobalConfig:
     plugins = get_plugin_manager()
-    return load_config(base={"head_server": {"port": 0}, "counter": {"plugin": "counter", **counter}}, env_file=None,
-                       server_types=plugins.servers(), load_errors=plugins.load_errors)
+    return load_config(
+        base={"head_server": {"port": 0}, "counter": {"plugin": "counter", **counter}},
+        env_file=None,
+        server_types=plugins.servers(),
+        load_errors=plugins.load_errors,
+    )
 
 
 def test_replicas_get_distinct_free_ports_published_in_the_config():
@@ -146,16 +158,19 @@ def test_one_replica_is_the_default_and_changes_nothing():
     assert counter.replica_urls == [counter.url]
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ({"replicas": 0}, "counter.replicas: 0 is not a number of replicas"),
-    ({"replicas": "two"}, "counter.replicas: 'two' is not a number of replicas"),
-    ({"replicas": True}, "counter.replicas: True is not a number of replicas"),
-    ({"replicas": 1.5}, "counter.replicas: 1.5 is not a number of replicas"),
-    ({"replicas": 2, "replica_ports": [0]}, "counter.replica_ports: expected a list of 2 ports"),
-    ({"replicas": 2, "replica_ports": [0, 70000]}, "counter.replica_ports[1]: 70000 is out of range"),
-    ({"replicas": 2, "replica_ports": [5000, 5000]}, "counter.replica_ports: a port appears twice"),
-    ({"replicas": 2, "port": 5001, "replica_ports": [5000, 5002]}, "the first replica's port must be counter.port"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"replicas": 0}, "counter.replicas: 0 is not a number of replicas"),
+        ({"replicas": "two"}, "counter.replicas: 'two' is not a number of replicas"),
+        ({"replicas": True}, "counter.replicas: True is not a number of replicas"),
+        ({"replicas": 1.5}, "counter.replicas: 1.5 is not a number of replicas"),
+        ({"replicas": 2, "replica_ports": [0]}, "counter.replica_ports: expected a list of 2 ports"),
+        ({"replicas": 2, "replica_ports": [0, 70000]}, "counter.replica_ports[1]: 70000 is out of range"),
+        ({"replicas": 2, "replica_ports": [5000, 5000]}, "counter.replica_ports: a port appears twice"),
+        ({"replicas": 2, "port": 5001, "replica_ports": [5000, 5002]}, "the first replica's port must be counter.port"),
+    ],
+)
 def test_bad_replica_settings_are_config_errors_naming_the_key(value, message):
     with pytest.raises(ConfigError) as info:
         _load(**value)
@@ -168,9 +183,14 @@ def test_replica_ports_given_are_kept_and_clash_with_other_instances_is_refused(
     assert counter.replica_ports[1] == 23_456 and counter.replica_ports[0] == counter.port != 0
     plugins = get_plugin_manager()
     with pytest.raises(ConfigError, match="port 23456 is also used by"):
-        load_config(base={"a": {"plugin": "counter", "port": 23_456},
-                          "counter": {"plugin": "counter", "replicas": 2, "replica_ports": [0, 23_456]}},
-                    env_file=None, server_types=plugins.servers())
+        load_config(
+            base={
+                "a": {"plugin": "counter", "port": 23_456},
+                "counter": {"plugin": "counter", "replicas": 2, "replica_ports": [0, 23_456]},
+            },
+            env_file=None,
+            server_types=plugins.servers(),
+        )
 
 
 # --- routing against real replicas ------------------------------------------------------------------
@@ -185,9 +205,12 @@ async def _rollout(client: ServerClient, key: str, initial: int, add: int) -> di
     cookies = {ROLLOUT_COOKIE: key}
     await client.post("counter", "/seed_session", {"initial_count": initial}, cookies=cookies)
     await client.post("counter", "/tools/increment_counter", {"count": add}, cookies=cookies)
-    verdict = await client.post("counter", "/verify", {"expected_count": initial + add, "response": {"output": []},
-                                                    "responses_create_params": {"input": "count"}},
-                                cookies=cookies)
+    verdict = await client.post(
+        "counter",
+        "/verify",
+        {"expected_count": initial + add, "response": {"output": []}, "responses_create_params": {"input": "count"}},
+        cookies=cookies,
+    )
     assert verdict["reward"] == 1.0 and verdict["final_count"] == initial + add
     return cookies
 
@@ -242,9 +265,12 @@ def test_a_rollout_without_a_key_gets_one_and_keeps_it():
                 key = cookies[ROLLOUT_COOKIE]
                 for _ in range(5):  # would fail with 403 on any other replica
                     await client.post("counter", "/tools/increment_counter", {"count": 1}, cookies=cookies)
-                verdict = await client.post("counter", "/verify", {"expected_count": 9, "response": {"output": []},
-                                                               "responses_create_params": {"input": "count"}},
-                                            cookies=cookies)
+                verdict = await client.post(
+                    "counter",
+                    "/verify",
+                    {"expected_count": 9, "response": {"output": []}, "responses_create_params": {"input": "count"}},
+                    cookies=cookies,
+                )
                 assert verdict["reward"] == 1.0
                 assert cookies[ROLLOUT_COOKIE] == key
                 return cookies, key
@@ -274,8 +300,11 @@ def _replicas_except(down: int) -> Iterator[GlobalConfig]:
         for index in range(3):
             if index != down:
                 own = config.for_replica("counter", index)
-                threads.append(ServerThread(build_server(own, "counter", plugins).build_app(), "127.0.0.1",
-                                            own.instances["counter"].port).start())
+                threads.append(
+                    ServerThread(
+                        build_server(own, "counter", plugins).build_app(), "127.0.0.1", own.instances["counter"].port
+                    ).start()
+                )
         yield config
     finally:
         for thread in reversed(threads):

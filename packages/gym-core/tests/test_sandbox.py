@@ -115,8 +115,9 @@ def test_concurrent_runs_are_capped(sandbox):
 
 
 def test_sleeping_past_the_wall_limit_is_a_timeout(sandbox):
-    result = run(sandbox, "import time; print('start', flush=True); time.sleep(60)",
-                 limits=SandboxLimits(wall_time_s=0.5))
+    result = run(
+        sandbox, "import time; print('start', flush=True); time.sleep(60)", limits=SandboxLimits(wall_time_s=0.5)
+    )
     assert result.outcome == "timeout" and result.exit_code is None and result.stdout == b"start\n"
 
 
@@ -171,10 +172,10 @@ def host_listener() -> Iterator[int]:
 
 ESCAPES: dict[str, str] = {
     "tcp_to_host_loopback": "import socket, sys\n"
-                            "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2)\nprint('ESCAPED')",
+    "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2)\nprint('ESCAPED')",
     "tcp_to_the_internet": "import socket\ns = socket.create_connection(('1.1.1.1', 53), timeout=2)\nprint('ESCAPED')",
     "udp_to_the_internet": "import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-                           "s.sendto(b'x', ('8.8.8.8', 53))\nprint('ESCAPED')",
+    "s.sendto(b'x', ('8.8.8.8', 53))\nprint('ESCAPED')",
     "dns_lookup": "import socket\nsocket.getaddrinfo('pypi.org', 443)\nprint('ESCAPED')",
     "abstract_unix_socket": "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('\\0gym-sandbox-test')\nprint('ESCAPED')",
     "write_to_usr": "open('/usr/escaped', 'w').write('x')\nprint('ESCAPED')",
@@ -185,7 +186,7 @@ ESCAPES: dict[str, str] = {
     "write_core_pattern": "open('/proc/sys/kernel/core_pattern', 'w').write('|/bin/false')\nprint('ESCAPED')",
     "sysrq_trigger": "open('/proc/sysrq-trigger', 'w').write('s')\nprint('ESCAPED')",
     "remount_root_writable": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                             "if libc.mount(b'none', b'/usr', b'tmpfs', 0, None) == 0: print('ESCAPED')",
+    "if libc.mount(b'none', b'/usr', b'tmpfs', 0, None) == 0: print('ESCAPED')",
     "raise_process_limit": "import resource\nresource.setrlimit(resource.RLIMIT_NPROC, (100000, 100000))\nprint('ESCAPED')",
     "raise_memory_limit_with_ctypes": (
         "import ctypes, resource\nlibc = ctypes.CDLL(None, use_errno=True)\n"
@@ -195,17 +196,17 @@ ESCAPES: dict[str, str] = {
     ),
     "become_root": "import os\nos.setuid(0)\nprint('ESCAPED')",
     "new_user_namespace_for_capabilities": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                                           "if libc.unshare(0x10000000) == 0: print('ESCAPED')",
+    "if libc.unshare(0x10000000) == 0: print('ESCAPED')",
     # Its own UTS namespace: even where this succeeds, the host's name must be unchanged (checked below).
     "change_hostname": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.sethostname(b'pwned', 5)\n"
-                       "open('/proc/sys/kernel/hostname', 'w').write('pwned')",
+    "open('/proc/sys/kernel/hostname', 'w').write('pwned')",
     "read_the_server_process": "import sys\nprint('ESCAPED', open(f'/proc/{sys.argv[2]}/environ', 'rb').read())",
     "kill_every_process": "import os, signal\nos.kill(-1, signal.SIGKILL)",
     "signal_the_parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nos.kill(1, signal.SIGKILL)\nprint('alive')",
     "fill_the_disk": "f = open('big', 'wb')\nfor _ in range(10_000): f.write(b'x' * (1 << 20))\nprint('ESCAPED')",
     "exhaust_file_descriptors": "fs = [open('main.py') for _ in range(100_000)]\nprint('ESCAPED')",
     "thread_bomb": "import threading, time\nts = [threading.Thread(target=time.sleep, args=(5,)) for _ in range(10_000)]\n"
-                   "[t.start() for t in ts]\nprint('ESCAPED')",
+    "[t.start() for t in ts]\nprint('ESCAPED')",
 }
 
 
@@ -281,8 +282,11 @@ def test_escape_a_background_process_does_not_outlive_the_run(sandbox):
 def test_escape_signalling_the_host_leaves_host_processes_alive(sandbox):
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        result = run(sandbox, ESCAPES["kill_every_process"] + "\nimport os, signal\nfor pid in range(2, 400):\n"
-                     "    try: os.kill(pid, signal.SIGKILL)\n    except OSError: pass\n")
+        result = run(
+            sandbox,
+            ESCAPES["kill_every_process"] + "\nimport os, signal\nfor pid in range(2, 400):\n"
+            "    try: os.kill(pid, signal.SIGKILL)\n    except OSError: pass\n",
+        )
         assert bystander.poll() is None
         assert result.outcome in ("exited", "signaled")
     finally:
@@ -292,8 +296,10 @@ def test_escape_signalling_the_host_leaves_host_processes_alive(sandbox):
 
 def test_no_process_is_left_after_a_killed_run(sandbox):
     marker = uuid.uuid4().hex
-    source = (f"import subprocess, sys, time\n"
-              f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])\ntime.sleep(60)")
+    source = (
+        f"import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])\ntime.sleep(60)"
+    )
     result = run(sandbox, source, limits=SandboxLimits(wall_time_s=1))
     assert result.outcome == "timeout"
     assert host_processes_with(marker) == []

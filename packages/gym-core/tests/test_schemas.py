@@ -83,7 +83,9 @@ def openai_response(**overrides: Any) -> OpenAIResponse:
         tools=[],
         status="completed",
         output=[
-            ResponseReasoningItem(id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="I should call f")]),
+            ResponseReasoningItem(
+                id="rs_1", type="reasoning", summary=[Summary(type="summary_text", text="I should call f")]
+            ),
             ResponseOutputMessage(
                 id="msg_1",
                 type="message",
@@ -94,8 +96,12 @@ def openai_response(**overrides: Any) -> OpenAIResponse:
                     ResponseOutputRefusal(type="refusal", refusal="not that one"),
                 ],
             ),
-            ResponseFunctionToolCall(type="function_call", id="fc_1", call_id="call_1", name="f", arguments='{"x": 1}', status="completed"),
-            ResponseFunctionToolCall(type="function_call", id="fc_2", call_id="call_2", name="g", arguments="{}", status="completed"),
+            ResponseFunctionToolCall(
+                type="function_call", id="fc_1", call_id="call_1", name="f", arguments='{"x": 1}', status="completed"
+            ),
+            ResponseFunctionToolCall(
+                type="function_call", id="fc_2", call_id="call_2", name="g", arguments="{}", status="completed"
+            ),
         ],
         usage=ResponseUsage(
             input_tokens=10,
@@ -145,7 +151,13 @@ def test_gym_response_validates_as_an_openai_response():
             FunctionCall(id="fc_1", call_id="call_9", name="lookup", arguments='{"q": "x"}', status="completed"),
         ],
         usage=Usage(input_tokens=7, output_tokens=3, total_tokens=10),
-        tools=[FunctionTool(name="lookup", parameters={"type": "object", "properties": {"q": {"type": "string"}}}, description="Look up")],
+        tools=[
+            FunctionTool(
+                name="lookup",
+                parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+                description="Look up",
+            )
+        ],
         max_output_tokens=64,
         temperature=0.5,
     )
@@ -298,8 +310,15 @@ def test_openai_create_params_decode(as_bytes):
 
     assert gym.model == "gpt-test" and gym.instructions == "You add numbers."
     assert [type(i).__name__ for i in gym.input] == [
-        "Message", "Message", "Message", "Reasoning", "FunctionCall", "FunctionCallOutput", "Message",
-        "OtherItem", "OtherItem",
+        "Message",
+        "Message",
+        "Message",
+        "Reasoning",
+        "FunctionCall",
+        "FunctionCallOutput",
+        "Message",
+        "OtherItem",
+        "OtherItem",
     ]
     developer, user, picture = gym.input[0], gym.input[1], gym.input[2]
     assert developer.role == "developer" and developer.content == "Be brief."
@@ -351,7 +370,11 @@ def test_string_input_and_empty_body():
 
 def test_unknown_content_part_keeps_its_text():
     gym = decode_create_params(
-        {"input": [{"role": "user", "content": [{"type": "input_audio", "text": "hello"}, {"type": "mystery", "x": 1}]}]}
+        {
+            "input": [
+                {"role": "user", "content": [{"type": "input_audio", "text": "hello"}, {"type": "mystery", "x": 1}]}
+            ]
+        }
     )
     parts = gym.input[0].content
     assert parts[0] == InputText(text="hello")
@@ -394,8 +417,12 @@ def test_training_fields_survive_a_roundtrip():
         generation_log_probs=[-0.5, -1.25],
     )
     message = Message(
-        id="msg_1", role="assistant", status="completed", content=[OutputText(text="x")],
-        generation_token_ids=[9], generation_log_probs=[-0.1],
+        id="msg_1",
+        role="assistant",
+        status="completed",
+        content=[OutputText(text="x")],
+        generation_token_ids=[9],
+        generation_log_probs=[-0.1],
     )
     response = Response(output=[message, item])
     encoded = roundtrip_json(response)
@@ -409,7 +436,13 @@ def test_training_fields_survive_a_roundtrip():
 
 def test_training_fields_are_omitted_when_unset():
     encoded = roundtrip_json(
-        Response(output=[Message(role="assistant", content="x"), FunctionCall(call_id="c", name="f", arguments="{}"), Reasoning()])
+        Response(
+            output=[
+                Message(role="assistant", content="x"),
+                FunctionCall(call_id="c", name="f", arguments="{}"),
+                Reasoning(),
+            ]
+        )
     )
     for item in encoded["output"]:
         for key in ("prompt_token_ids", "generation_token_ids", "generation_log_probs"):
@@ -438,31 +471,46 @@ def test_response_text_reads_only_assistant_messages():
 
 def test_function_calls_in_order():
     calls = [FunctionCall(call_id=str(i), name=f"f{i}", arguments="{}") for i in range(3)]
-    response = Response(output=[calls[0], Message(role="assistant", content="x"), calls[1],
-                                FunctionCallOutput(call_id="0", output="o"), calls[2]])
+    response = Response(
+        output=[
+            calls[0],
+            Message(role="assistant", content="x"),
+            calls[1],
+            FunctionCallOutput(call_id="0", output="o"),
+            calls[2],
+        ]
+    )
     assert function_calls(response) == calls
     assert function_calls(Response()) == []
 
 
 def test_usage_add_sums_every_count():
     a = Usage(
-        input_tokens=1, output_tokens=2, total_tokens=3,
+        input_tokens=1,
+        output_tokens=2,
+        total_tokens=3,
         input_tokens_details=InputTokensDetails(cached_tokens=4, cache_write_tokens=5),
         output_tokens_details=OutputTokensDetails(reasoning_tokens=6),
     )
     b = Usage(
-        input_tokens=10, output_tokens=20, total_tokens=30,
+        input_tokens=10,
+        output_tokens=20,
+        total_tokens=30,
         input_tokens_details=InputTokensDetails(cached_tokens=40, cache_write_tokens=50),
         output_tokens_details=OutputTokensDetails(reasoning_tokens=60),
     )
     total = a + b
     assert total == Usage(
-        input_tokens=11, output_tokens=22, total_tokens=33,
+        input_tokens=11,
+        output_tokens=22,
+        total_tokens=33,
         input_tokens_details=InputTokensDetails(cached_tokens=44, cache_write_tokens=55),
         output_tokens_details=OutputTokensDetails(reasoning_tokens=66),
     )
     assert a == Usage(
-        input_tokens=1, output_tokens=2, total_tokens=3,
+        input_tokens=1,
+        output_tokens=2,
+        total_tokens=3,
         input_tokens_details=InputTokensDetails(cached_tokens=4, cache_write_tokens=5),
         output_tokens_details=OutputTokensDetails(reasoning_tokens=6),
     )  # operands untouched
@@ -522,7 +570,13 @@ def test_openai_chat_completion_roundtrips_through_gym():
 def test_gym_chat_completion_validates_as_openai():
     gym = ChatCompletion(
         model="m",
-        choices=[ChatChoice(index=0, message=ChatMessage(role="assistant", content="hi", reasoning_content="hmm"), finish_reason="length")],
+        choices=[
+            ChatChoice(
+                index=0,
+                message=ChatMessage(role="assistant", content="hi", reasoning_content="hmm"),
+                finish_reason="length",
+            )
+        ],
         usage=ChatUsage(prompt_tokens=1, completion_tokens=1, total_tokens=2),
     )
     parsed = OpenAIChatCompletion.model_validate(roundtrip_json(gym))
@@ -535,7 +589,11 @@ def test_chat_request_from_a_dumped_openai_message_is_accepted():
     previous = ChatCompletionMessage(
         role="assistant",
         content=None,
-        tool_calls=[ChatCompletionMessageFunctionToolCall(id="call_1", type="function", function=Function(name="f", arguments="{}"))],
+        tool_calls=[
+            ChatCompletionMessageFunctionToolCall(
+                id="call_1", type="function", function=Function(name="f", arguments="{}")
+            )
+        ],
     ).model_dump(mode="json")
     body = {
         "model": "m",
@@ -562,16 +620,26 @@ def test_chat_request_from_a_dumped_openai_message_is_accepted():
 def _views_response():
     from gym_core.schemas import decode_response
 
-    return decode_response({"output": [
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}]},
-        {"type": "message", "role": "assistant", "content": [
-            {"type": "output_text", "text": "Hello "}, {"type": "refusal", "refusal": "no"},
-            {"type": "output_text", "text": " world"}]},
-        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "c1", "output": "42"},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Last. "}]},
-    ]})
+    return decode_response(
+        {
+            "output": [
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "thinking"}]},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [
+                        {"type": "output_text", "text": "Hello "},
+                        {"type": "refusal", "refusal": "no"},
+                        {"type": "output_text", "text": " world"},
+                    ],
+                },
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "42"},
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Last. "}]},
+            ]
+        }
+    )
 
 
 def test_output_text_concatenates_every_output_text_part_with_no_separator():
@@ -593,14 +661,23 @@ def test_assistant_text_joins_assistant_text_parts_by_newline_and_strips():
 def test_last_user_text_reads_the_request_a_task_asks():
     from gym_core.schemas import decode_create_params, last_user_text
 
-    params = decode_create_params({"input": [
-        {"role": "user", "content": "first question"},
-        {"role": "assistant", "content": "an answer"},
-        {"role": "user", "content": [{"type": "input_text", "text": " second "},
-                                     {"type": "input_image", "image_url": "data:,"},
-                                     {"type": "input_text", "text": "part "}]},
-        {"role": "system", "content": "a later system note"},
-    ]})
+    params = decode_create_params(
+        {
+            "input": [
+                {"role": "user", "content": "first question"},
+                {"role": "assistant", "content": "an answer"},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": " second "},
+                        {"type": "input_image", "image_url": "data:,"},
+                        {"type": "input_text", "text": "part "},
+                    ],
+                },
+                {"role": "system", "content": "a later system note"},
+            ]
+        }
+    )
     assert last_user_text(params) == "second \npart"  # text parts joined by newlines, stripped; the image skipped
     assert last_user_text(decode_create_params({"input": "  a string input  "})) == "a string input"
     assert last_user_text(decode_create_params({"input": [{"role": "system", "content": "only this"}]})) == ""

@@ -296,6 +296,7 @@ async def test_tools_share_session_state_and_verify_sees_it(serve):
     server = Counter(name="counter")
     with serve(server) as url:
         async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+
             async def post(path: str, body: Any) -> tuple[int, Any]:
                 async with http.post(url + path, json=body) as resp:
                     return resp.status, await resp.json()
@@ -399,7 +400,14 @@ class ResponsesOnlyModel(ModelServer):
         text = params.input if isinstance(params.input, str) else str(params.input[-1].content)
         return Response(
             model=self.model_name,
-            output=[Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=f"resp echo: {text}")])],
+            output=[
+                Message(
+                    id=new_id("msg"),
+                    role="assistant",
+                    status="completed",
+                    content=[OutputText(text=f"resp echo: {text}")],
+                )
+            ],
             usage=Usage(input_tokens=4, output_tokens=3, total_tokens=7),
         )
 
@@ -467,7 +475,14 @@ async def test_official_openai_client_gets_parsed_objects(model_urls, model_clas
 
 
 async def test_official_openai_client_tool_call_roundtrip(model_urls):
-    tools = [{"type": "function", "name": "lookup", "description": "Look up", "parameters": {"type": "object", "properties": {}}}]
+    tools = [
+        {
+            "type": "function",
+            "name": "lookup",
+            "description": "Look up",
+            "parameters": {"type": "object", "properties": {}},
+        }
+    ]
     url = model_urls[ChatOnlyModel]
     async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=10) as client:
         first = await client.responses.create(model="any", input="find it", tools=tools)
@@ -523,8 +538,11 @@ class OneEnvironmentAgent(EchoAgent):
 async def test_agent_rollouts_record_the_environment_that_verified_them(serve):
     """Per-environment metrics need each row to say which environment (server type) verified it."""
     global_config = GlobalConfig(
-        {"arith": {"plugin": "math", "port": 1}, "judge": {"plugin": "scripted", "port": 2},
-         "agent": {"plugin": "one_env_agent", "resources_server": "arith", "port": 3}}
+        {
+            "arith": {"plugin": "math", "port": 1},
+            "judge": {"plugin": "scripted", "port": 2},
+            "agent": {"plugin": "one_env_agent", "resources_server": "arith", "port": 3},
+        }
     )
     config = OneEnvironmentAgentConfig(resources_server="arith", judge="judge")
     with serve(OneEnvironmentAgent(config, name="agent", global_config=global_config)) as url:
@@ -550,7 +568,9 @@ async def test_agent_run_and_default_responses(serve):
 async def test_agent_responses_override(serve):
     class TalkingAgent(EchoAgent):
         async def responses(self, params: ResponseCreateParams) -> Response:
-            return Response(output=[Message(id="msg_1", role="assistant", status="completed", content=f"agent: {params.input}")])
+            return Response(
+                output=[Message(id="msg_1", role="assistant", status="completed", content=f"agent: {params.input}")]
+            )
 
     with serve(TalkingAgent(name="agent")) as url:
         status, body, _ = await fetch("POST", url + "/v1/responses", {"input": "hi"})
@@ -597,8 +617,9 @@ async def test_a_handler_and_its_calls_end_within_the_callers_wait(serve):
     the calls the handler makes for it are given less than that, never this server's own 600 s."""
     inner, outer = Slow(name="inner"), Slow(name="outer")
     with serve(inner) as inner_url, serve(outer) as outer_url:
-        status, body, headers = await fetch("POST", outer_url + "/relay", {"url": inner_url},
-                                            headers={"x-gym-timeout": "1.0"})
+        status, body, headers = await fetch(
+            "POST", outer_url + "/relay", {"url": inner_url}, headers={"x-gym-timeout": "1.0"}
+        )
         assert status == 504 and body["error"]["type"] in ("ServerTimeoutError", "deadline_exceeded"), body
         assert "x-gym-final" in headers
         assert len(inner.budgets) == 1 and 0 < inner.budgets[0] <= 1.0

@@ -55,7 +55,11 @@ def test_server_thread_serves_and_stops():
             while chunk := sock.recv(4096):
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 200")
-        assert msgspec.json.decode(answer.split(b"\r\n\r\n", 1)[1]) == {"status": "ok", "name": "echo", "kind": "resources"}
+        assert msgspec.json.decode(answer.split(b"\r\n\r\n", 1)[1]) == {
+            "status": "ok",
+            "name": "echo",
+            "kind": "resources",
+        }
         assert server.is_ready
     finally:
         thread.stop()
@@ -135,8 +139,11 @@ def test_a_server_busy_with_a_long_request_stops_on_sigterm(tmp_path):
                 threading.Event().wait(0.1)
 
         def slow_call() -> None:
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/responses", data=b'{"input": "hi"}',
-                                             headers={"content-type": "application/json"})
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/responses",
+                data=b'{"input": "hi"}',
+                headers={"content-type": "application/json"},
+            )
             try:
                 urllib.request.urlopen(request, timeout=60).read()
             except OSError:

@@ -164,7 +164,9 @@ class Echo(ModelServer):
         text = params.input if isinstance(params.input, str) else str(getattr(params.input[-1], "content", ""))
         if isinstance(params.input, list) and isinstance(params.input[-1].content, list):
             text = "".join(getattr(part, "text", "") for part in params.input[-1].content)
-        return Response(model="echo", output=[Message(role="assistant", status="completed", content=[OutputText(text=text)])])
+        return Response(
+            model="echo", output=[Message(role="assistant", status="completed", content=[OutputText(text=text)])]
+        )
 
 
 class DisagreeingModel(Echo):
@@ -260,7 +262,15 @@ class AdderTests(ResourcesServerTests):
     example_data = TASKS
 
     def response_for(self, row):
-        return {"output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": row["expected_answer"]}]}]}
+        return {
+            "output": [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": row["expected_answer"]}],
+                }
+            ]
+        }
 
     def expected_reward(self, row):
         return 1.0
@@ -334,22 +344,31 @@ def test_kit_passes_a_good_model_server():
 
 def test_kit_passes_a_good_agent():
     outcomes = run_kit(OneShotTests, expected_reward=lambda self, row: 0.0)  # the echo model repeats the question
-    assert {"test_run_on_the_example_data", "test_the_rollout_closes_its_session",
-            "test_the_model_reaches_only_the_tools_offered", "test_a_failing_environment_fails_the_run"} <= set(outcomes)
+    assert {
+        "test_run_on_the_example_data",
+        "test_the_rollout_closes_its_session",
+        "test_the_model_reaches_only_the_tools_offered",
+        "test_a_failing_environment_fails_the_run",
+    } <= set(outcomes)
     assert failures(outcomes) == {}
 
 
 def test_kit_fails_an_agent_that_leaves_sessions_open():
     found = failures(run_kit(OneShotTests, server_type="leaky", expected_reward=lambda self, row: 0.0))
     # (the adder keeps no state for a session, so the example rows leave nothing open there)
-    assert set(found) == {"test_the_rollout_closes_its_session", "test_the_model_reaches_only_the_tools_offered",
-                          "test_a_failing_environment_fails_the_run"}
+    assert set(found) == {
+        "test_the_rollout_closes_its_session",
+        "test_the_model_reaches_only_the_tools_offered",
+        "test_a_failing_environment_fails_the_run",
+    }
     assert "left 1 session(s) open" in found["test_the_rollout_closes_its_session"]
     assert "async with self.rollout(task)" in found["test_the_rollout_closes_its_session"]
 
 
 def test_kit_fails_an_agent_that_runs_whatever_the_model_names():
-    found = failures(run_kit(OneShotTests, server_type="runs_what_the_model_names", expected_reward=lambda self, row: 0.0))
+    found = failures(
+        run_kit(OneShotTests, server_type="runs_what_the_model_names", expected_reward=lambda self, row: 0.0)
+    )
     assert list(found) == ["test_the_model_reaches_only_the_tools_offered"]
     message = found["test_the_model_reaches_only_the_tools_offered"]
     assert "the model's calls reached the environment" in message
@@ -397,7 +416,9 @@ def test_kit_fails_model_endpoints_that_disagree():
     found = failures(run_kit(EchoTests, server_type="disagreeing"))
     assert "test_both_endpoints_agree" in found and "something else" in found["test_both_endpoints_agree"]
     # A model that samples may disagree: the endpoints must then only both answer.
-    assert "test_both_endpoints_agree" not in failures(run_kit(EchoTests, server_type="disagreeing", deterministic=False))
+    assert "test_both_endpoints_agree" not in failures(
+        run_kit(EchoTests, server_type="disagreeing", deterministic=False)
+    )
 
 
 def test_kit_fails_an_agent_reward_outside_the_environment_range():
@@ -440,7 +461,9 @@ def test_a_subclass_is_collected_with_every_kit_test(pytester: pytest.Pytester):
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "-q", "-o", "asyncio_default_fixture_loop_scope=function")
     result.assert_outcomes(passed=8, failed=1)  # the base class imported there is not collected
-    result.stdout.fnmatch_lines(["*TestGenerous.test_seed_tool_verify_on_the_example_data*", "*reward 10.0 is outside reward_range*"])
+    result.stdout.fnmatch_lines(
+        ["*TestGenerous.test_seed_tool_verify_on_the_example_data*", "*reward 10.0 is outside reward_range*"]
+    )
 
 
 # --- example arguments ----------------------------------------------------------------------------

@@ -74,7 +74,9 @@ class Engine:
             answer = json.dumps(COMPLETION).encode()
         else:
             answer = json.dumps({"error": {"message": f"trouble; you sent {headers}"}}).encode()
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        )
         await send({"type": "http.response.body", "body": answer})
 
 
@@ -124,7 +126,13 @@ async def test_an_answer_comes_back_and_the_request_carries_the_headers(engine):
         (500, BUSY_STATUSES, 502, "upstream_error", 1),  # may have been generated (and billed): not retried
         (502, BUSY_STATUSES, 502, "upstream_error", 1),
         (504, BUSY_STATUSES, 502, "upstream_error", 1),  # the engine's own timeout is an error of the engine
-        (500, BUSY_STATUSES | {500}, 502, "upstream_unavailable", 3),  # a server whose engine bills nothing may retry it
+        (
+            500,
+            BUSY_STATUSES | {500},
+            502,
+            "upstream_unavailable",
+            3,
+        ),  # a server whose engine bills nothing may retry it
     ],
 )
 async def test_failures_are_typed_and_only_the_chosen_statuses_retried(engine, status, retry_statuses, answered, kind,
@@ -177,7 +185,9 @@ async def test_a_deadline_bounds_the_call_and_is_restored_after(bound):
     before = REQUEST_DEADLINE.get()
     try:
         with silent() as url, pytest.raises(UpstreamError) as caught:
-            await up.post(url, "/v1/chat/completions", {}, deadline=time.monotonic() + 0.3 if bound == "deadline" else None)
+            await up.post(
+                url, "/v1/chat/completions", {}, deadline=time.monotonic() + 0.3 if bound == "deadline" else None
+            )
         assert (caught.value.status, caught.value.kind) == (504, "upstream_timeout")
         assert REQUEST_DEADLINE.get() == before  # the call's own deadline was the call's only
     finally:
@@ -197,7 +207,9 @@ async def test_the_wait_for_a_slot_is_bounded_typed_and_the_slot_freed(engine, b
         token = REQUEST_DEADLINE.set(time.monotonic() + 0.2) if bound == "caller" else None
         try:
             with pytest.raises(UpstreamError) as caught:
-                await up.post(url, "/v1/chat/completions", {}, deadline=time.monotonic() + 0.2 if bound == "deadline" else None)
+                await up.post(
+                    url, "/v1/chat/completions", {}, deadline=time.monotonic() + 0.2 if bound == "deadline" else None
+                )
         finally:
             if token is not None:
                 REQUEST_DEADLINE.reset(token)
@@ -206,7 +218,9 @@ async def test_the_wait_for_a_slot_is_bounded_typed_and_the_slot_freed(engine, b
             await holder
     try:
         assert (caught.value.status, caught.value.kind) == (503, "model_overloaded")
-        assert str(caught.value).startswith("policy: no upstream slot free") and "max_concurrency 1" in str(caught.value)
+        assert str(caught.value).startswith("policy: no upstream slot free") and "max_concurrency 1" in str(
+            caught.value
+        )
         # The cancelled holder gave its slot back: the next call gets it.
         assert await up.post(url, "/v1/chat/completions", {})
     finally:
@@ -240,7 +254,9 @@ async def test_an_answer_that_cannot_be_read_is_an_upstream_error(engine):
     finally:
         await up.close()
     assert (caught.value.status, caught.value.kind) == (502, "upstream_error")
-    assert str(caught.value).startswith("replica 2 /v1/chat/completions: unexpected answer") and "<html>gateway" in str(caught.value)
+    assert str(caught.value).startswith("replica 2 /v1/chat/completions: unexpected answer") and "<html>gateway" in str(
+        caught.value
+    )
 
 
 # --- fields gym does not model --------------------------------------------------------------------
@@ -257,7 +273,9 @@ def test_chat_fields_drop_convert_and_refuse():
     fields = {"truncation": "auto", "include": ["x"], "top_logprobs": 2, "frequency_penalty": 0.5, "user": "u1"}
     assert chat_fields(fields, request, owner="policy") == {"frequency_penalty": 0.5, "user": "u1"}
     assert (request.logprobs, request.top_logprobs) == (True, 2)
-    assert chat_fields({"user": "u1"}, ChatCompletionRequest(messages=[]), owner="p", drop=RESPONSES_ONLY | {"user"}) == {}
+    assert (
+        chat_fields({"user": "u1"}, ChatCompletionRequest(messages=[]), owner="p", drop=RESPONSES_ONLY | {"user"}) == {}
+    )
     for name in ("previous_response_id", "conversation"):
         with pytest.raises(HTTPException) as caught:
             chat_fields({name: "x"}, ChatCompletionRequest(messages=[]), owner="policy", remedy=" (api: responses)")
@@ -289,7 +307,9 @@ class Relay(ModelServer):
 
     async def _chat(self, request: Any, chat: ChatCompletionRequest, fields: dict[str, Any]) -> Any:
         self.seen.append(("chat", chat, fields))
-        payload = await self.upstream.post(self.engine_url, "/v1/chat/completions", {**msgspec.to_builtins(chat), **fields})
+        payload = await self.upstream.post(
+            self.engine_url, "/v1/chat/completions", {**msgspec.to_builtins(chat), **fields}
+        )
         return self.upstream.decode("/v1/chat/completions", payload, msgspec.json.Decoder(ChatCompletion).decode)
 
     async def _responses(self, request: Any, params: ResponseCreateParams, fields: dict[str, Any]) -> Any:
@@ -307,7 +327,9 @@ def test_raw_body_routes_keep_the_unmodelled_fields_and_answer_failures_final(en
     with serve(relay) as relay_url:
         caller = HTTPCaller(relay_url)
         hello = [{"role": "user", "content": "hi"}]
-        reply = caller.post("/v1/chat/completions", {"messages": hello, "logit_bias": {"7": -100}, "seed": 1, "top_k": None})
+        reply = caller.post(
+            "/v1/chat/completions", {"messages": hello, "logit_bias": {"7": -100}, "seed": 1, "top_k": None}
+        )
         assert reply.status == 200 and reply.json()["choices"][0]["message"]["content"] == "4"
         kind, chat, fields = relay.seen[-1]
         assert kind == "chat" and chat.seed == 1 and fields == {"logit_bias": {"7": -100}}
@@ -328,8 +350,11 @@ def test_raw_body_routes_keep_the_unmodelled_fields_and_answer_failures_final(en
         assert len(relay.seen) == seen
 
         # An UpstreamError is answered with its status and type, marked final, the key left out.
-        request = urllib.request.Request(f"{relay_url}/v1/chat/completions", method="POST",
-                                         data=json.dumps({"messages": hello, "status": 401}).encode())
+        request = urllib.request.Request(
+            f"{relay_url}/v1/chat/completions",
+            method="POST",
+            data=json.dumps({"messages": hello, "status": 401}).encode(),
+        )
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(request, timeout=30)
         text = caught.value.read().decode()

@@ -372,6 +372,8 @@ def test_workers_end_with_the_interpreter():
 
 def test_importing_the_module_is_cheap():
     code = "import sys, gym_core.workers; print(' '.join(sorted(sys.modules)))"
-    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split())
+    loaded = set(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    )
     heavy = {"asyncio", "litestar", "aiohttp", "omegaconf", "msgspec", "subprocess", "concurrent.futures"}
     assert loaded & heavy == set()

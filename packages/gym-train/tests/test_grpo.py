@@ -15,8 +15,15 @@ from gym_train.model import load_policy, token_log_probs
 
 def _tiny_model(seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(config).eval()
 
 
@@ -25,7 +32,9 @@ def _batch() -> list[RolloutSample]:
     samples = []
     for group, prompt in enumerate(([5, 6, 7], [9, 10])):
         for reward, completion in ((1.0, [20, 21, 22]), (1.0, [20, 21, 23, 24]), (0.0, [30, 31]), (0.0, [32, 33, 34])):
-            samples.append(RolloutSample(prompt_token_ids=prompt, generation_token_ids=completion, reward=reward, group=group))
+            samples.append(
+                RolloutSample(prompt_token_ids=prompt, generation_token_ids=completion, reward=reward, group=group)
+            )
     return samples
 
 
@@ -45,9 +54,16 @@ def _with_old_log_probs(model, samples) -> list[RolloutSample]:
     out = []
     for row, sample in enumerate(samples):
         start = len(sample.prompt_token_ids) - 1
-        old = log_probs[row, start:start + len(sample.generation_token_ids)].tolist()
-        out.append(RolloutSample(prompt_token_ids=sample.prompt_token_ids, generation_token_ids=sample.generation_token_ids,
-                                 reward=sample.reward, group=sample.group, generation_log_probs=old))
+        old = log_probs[row, start : start + len(sample.generation_token_ids)].tolist()
+        out.append(
+            RolloutSample(
+                prompt_token_ids=sample.prompt_token_ids,
+                generation_token_ids=sample.generation_token_ids,
+                reward=sample.reward,
+                group=sample.group,
+                generation_log_probs=old,
+            )
+        )
     return out
 
 
@@ -64,7 +80,9 @@ def test_advantages_are_standardised_within_each_group_only():
     # Group 0: rewards 1, 2, 3 (mean 2, population std sqrt(2/3)).
     assert advantages[[0, 2, 4]].tolist() == pytest.approx([-1 / math.sqrt(2 / 3), 0.0, 1 / math.sqrt(2 / 3)], abs=1e-4)
     mean, std = 20.0, statistics.pstdev([10.0, 10.0, 40.0])
-    assert advantages[[1, 3, 5]].tolist() == pytest.approx([(10 - mean) / std, (10 - mean) / std, (40 - mean) / std], abs=1e-4)
+    assert advantages[[1, 3, 5]].tolist() == pytest.approx(
+        [(10 - mean) / std, (10 - mean) / std, (40 - mean) / std], abs=1e-4
+    )
     assert float(advantages[[1, 3, 5]].sum()) == pytest.approx(0.0, abs=1e-5)
     assert group_advantages([3.0], ["alone"]).tolist() == [0.0]
     with pytest.raises(ValueError, match="group labels"):
@@ -98,7 +116,9 @@ def test_the_kl_term_is_k3_and_needs_a_reference():
     loss, parts = grpo_loss(new, new, torch.tensor([0.0]), mask, ref_log_probs=ref, kl_coef=0.1)
     delta = ref - new
     expected = (torch.exp(delta) - delta - 1).sum()
-    assert parts["kl"].item() == pytest.approx(expected.item()) and loss.item() == pytest.approx(0.1 * expected.item() / 2)
+    assert parts["kl"].item() == pytest.approx(expected.item()) and loss.item() == pytest.approx(
+        0.1 * expected.item() / 2
+    )
     with pytest.raises(ValueError, match="reference"):
         grpo_loss(new, new, torch.tensor([0.0]), mask, kl_coef=0.1)
     with pytest.raises(ValueError, match="reference"):
@@ -106,9 +126,15 @@ def test_the_kl_term_is_k3_and_needs_a_reference():
 
 
 def test_collate_lines_up_completions_and_rejects_what_a_rollout_lacks():
-    batch = collate([RolloutSample(prompt_token_ids=[1, 2, 3], generation_token_ids=[4, 5], reward=1.0,
-                                   generation_log_probs=[-0.1, -0.2]),
-                     RolloutSample(prompt_token_ids=[1], generation_token_ids=[6], reward=0.0)], pad_token_id=0)
+    batch = collate(
+        [
+            RolloutSample(
+                prompt_token_ids=[1, 2, 3], generation_token_ids=[4, 5], reward=1.0, generation_log_probs=[-0.1, -0.2]
+            ),
+            RolloutSample(prompt_token_ids=[1], generation_token_ids=[6], reward=0.0),
+        ],
+        pad_token_id=0,
+    )
     assert batch.input_ids.tolist() == [[1, 2, 3, 4, 5], [1, 6, 0, 0, 0]]
     # Position t predicts token t + 1: the completion of row 0 is predicted at positions 2 and 3.
     assert batch.completion_mask.tolist() == [[0, 0, 1, 1], [1, 0, 0, 0]]
@@ -117,8 +143,10 @@ def test_collate_lines_up_completions_and_rejects_what_a_rollout_lacks():
     with pytest.raises(ValueError, match="token-faithful"):
         collate([RolloutSample(prompt_token_ids=[1], generation_token_ids=[], reward=1.0)], pad_token_id=0)
     with pytest.raises(ValueError, match="1 log-probs for 2"):
-        collate([RolloutSample(prompt_token_ids=[1], generation_token_ids=[2, 3], reward=1.0,
-                               generation_log_probs=[-1.0])], pad_token_id=0)
+        collate(
+            [RolloutSample(prompt_token_ids=[1], generation_token_ids=[2, 3], reward=1.0, generation_log_probs=[-1.0])],
+            pad_token_id=0,
+        )
 
 
 def test_one_step_lowers_the_loss_and_favours_positive_advantages():
@@ -176,10 +204,19 @@ def test_a_batch_without_signal_is_refused_only_when_it_has_no_tokens():
 def test_one_step_on_smollm2_favours_the_rewarded_completion():
     policy = load_policy()
     prompt = policy.encode_chat([{"role": "user", "content": "What is 2+2? Answer with a number."}])
-    answers = {"4<|im_end|>": 1.0, "The answer is 4.<|im_end|>": 1.0, "5<|im_end|>": 0.0, "I don't know.<|im_end|>": 0.0}
-    samples = _with_old_log_probs(policy.model, [
-        RolloutSample(prompt_token_ids=prompt, generation_token_ids=policy.encode(text), reward=reward, group="q")
-        for text, reward in answers.items()])
+    answers = {
+        "4<|im_end|>": 1.0,
+        "The answer is 4.<|im_end|>": 1.0,
+        "5<|im_end|>": 0.0,
+        "I don't know.<|im_end|>": 0.0,
+    }
+    samples = _with_old_log_probs(
+        policy.model,
+        [
+            RolloutSample(prompt_token_ids=prompt, generation_token_ids=policy.encode(text), reward=reward, group="q")
+            for text, reward in answers.items()
+        ],
+    )
     trainer = GRPOTrainer(policy.model, GRPOConfig(learning_rate=1e-5), pad_token_id=policy.pad_token_id)
     before = torch.tensor([sum(s.generation_log_probs) for s in samples])
     stats = trainer.train_step(samples)

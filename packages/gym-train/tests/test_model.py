@@ -78,8 +78,12 @@ def test_tokenizers_agree_with_local_llamas(policy, engine):
         assert policy.tokenizer.decode(ids) == text
     conversations = [
         _chat("What is 2+2?"),
-        [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "Bonjour ☀️"},
-         {"role": "assistant", "content": "Salut !"}, {"role": "user", "content": "Ça va ?"}],
+        [
+            {"role": "system", "content": "Answer in French."},
+            {"role": "user", "content": "Bonjour ☀️"},
+            {"role": "assistant", "content": "Salut !"},
+            {"role": "user", "content": "Ça va ?"},
+        ],
     ]
     for messages in conversations:
         # The GGUF's own chat template (transformers) and local_llama's renderer give the same ids.
@@ -89,8 +93,15 @@ def test_tokenizers_agree_with_local_llamas(policy, engine):
 def test_log_probs_of_a_local_llama_generation_agree_with_the_engines(policy, engine):
     differences, shifted = [], []
     for seed, question in enumerate(PROMPTS):
-        generation = engine.generate(_chat(question), temperature=1.0, top_p=1.0, max_tokens=32, seed=seed,
-                                     return_token_ids=True, return_logprobs=True)
+        generation = engine.generate(
+            _chat(question),
+            temperature=1.0,
+            top_p=1.0,
+            max_tokens=32,
+            seed=seed,
+            return_token_ids=True,
+            return_logprobs=True,
+        )
         prompt, tokens = generation.prompt_token_ids, generation.generation_token_ids
         ours = np.array(policy.log_probs(prompt, tokens))
         theirs = np.array(generation.generation_log_probs)
@@ -130,7 +141,9 @@ def test_a_saved_gguf_serves_the_trained_weights_in_llama_cpp(policy, engine, tm
             prompt = engine.tokenize_prompt(engine.render_prompt(messages))
             # The tokenizer and chat template travel with the weights.
             assert served.tokenize_prompt(served.render_prompt(messages)) == prompt
-            reply = served.generate(messages, temperature=0.0, max_tokens=16, return_token_ids=True, return_logprobs=True)
+            reply = served.generate(
+                messages, temperature=0.0, max_tokens=16, return_token_ids=True, return_logprobs=True
+            )
             ours = policy.generate(prompt, max_new_tokens=16)
             assert reply.generation_token_ids == ours.token_ids
             assert np.abs(np.array(reply.generation_log_probs) - np.array(ours.log_probs)).max() <= SAVED_TOLERANCE
@@ -152,7 +165,7 @@ def test_saving_writes_changed_weights_not_the_originals(policy, engine, tmp_pat
         tokens = policy.encode("The answer is 4.")
         with torch.no_grad():
             ids = torch.tensor([prompt + tokens])
-            logits = changed(input_ids=ids).logits[0, len(prompt) - 1:-1]
+            logits = changed(input_ids=ids).logits[0, len(prompt) - 1 : -1]
             expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens)[:, None]).squeeze(-1).numpy()
         got = np.array(served.log_probs(prompt, tokens))
         before = np.array(engine.log_probs(prompt, tokens))

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # spawned workers inherit it: they import protocol_models, protocol_flaky
+sys.path.insert(
+    0, str(Path(__file__).parent)
+)  # spawned workers inherit it: they import protocol_models, protocol_flaky
 
 from gym_train.protocol import (  # noqa: E402
     HookCall,
@@ -60,7 +62,9 @@ def test_queued_requests_run_in_arrival_order_at_flush(master):
     worker = master.workers[1]
     worker.call("fetch")
     batch = [HookCall("data_transfer", {"ids": ["s1", "s3"]})]
-    pending = [worker.send(kind, {"max_new_tokens": 3}, pre_hooks=batch) for kind in ("generate", "inference", "train_step")]
+    pending = [
+        worker.send(kind, {"max_new_tokens": 3}, pre_hooks=batch) for kind in ("generate", "inference", "train_step")
+    ]
     assert worker.flush() == 3
     seqs = [p.worker.wait(p).seq for p in pending]
     assert seqs == sorted(seqs) and len(set(seqs)) == 3
@@ -79,7 +83,9 @@ def test_train_steps_lower_the_loss_on_every_worker(master):
         last = master.workers[0].call("train_step", pre_hooks=transfer)["loss"]
     assert last < first
     # Both workers in one step: send to all, one flush each, results by worker.
-    results = master.call("train_step", pre_hooks=[HookCall("data_transfer", {"samples": [[1, 2, 3, 4], [5, 6, 7, 8]]})])
+    results = master.call(
+        "train_step", pre_hooks=[HookCall("data_transfer", {"samples": [[1, 2, 3, 4], [5, 6, 7, 8]]})]
+    )
     assert [r["loss"] > 0 for r in results] == [True, True]
 
 
@@ -100,7 +106,9 @@ def test_hooks_run_in_order_around_the_compute(master, tmp_path):
     assert 0 < evaluated["loss"] <= reply.result["loss"]
     assert Path(checkpoint["path"]).is_file() and offloaded["tensors"] == 3
     # Offloaded, then reloaded by the next compute: the same log-probs as the evaluation saw.
-    again = worker.call("inference", pre_hooks=[HookCall("data_transfer", {"ids": ["s0"], "samples": [[1, 2, 3, 4, 5, 6]]})])
+    again = worker.call(
+        "inference", pre_hooks=[HookCall("data_transfer", {"ids": ["s0"], "samples": [[1, 2, 3, 4, 5, 6]]})]
+    )
     mean = -sum(sum(row) for row in again) / sum(len(row) for row in again)
     assert mean == pytest.approx(evaluated["loss"], rel=1e-5)
 
@@ -163,7 +171,9 @@ def test_a_reply_past_its_deadline_is_a_timeout_and_the_worker_is_stopped(flaky)
 
 
 def test_an_interface_that_cannot_be_built_fails_the_start():
-    with pytest.raises(WorkerRequestError, match="cannot build model interface 'protocol_flaky:Unbuildable': no such checkpoint"):
+    with pytest.raises(
+        WorkerRequestError, match="cannot build model interface 'protocol_flaky:Unbuildable': no such checkpoint"
+    ):
         Master("protocol_flaky:Unbuildable", start_timeout_s=60).start()
     with pytest.raises(WorkerRequestError, match="not a 'module:attr' path"):
         Master("protocol_models", start_timeout_s=60).start()

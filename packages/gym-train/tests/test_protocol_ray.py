@@ -54,13 +54,17 @@ def flaky():
 
 
 # The protocol's tests, run here against the actors: same requests, same replies, same errors.
-test_fetch_keeps_the_data_on_the_workers_and_returns_metadata = shared.test_fetch_keeps_the_data_on_the_workers_and_returns_metadata
+test_fetch_keeps_the_data_on_the_workers_and_returns_metadata = (
+    shared.test_fetch_keeps_the_data_on_the_workers_and_returns_metadata
+)
 test_a_blocking_request_waits_for_flush = shared.test_a_blocking_request_waits_for_flush
 test_queued_requests_run_in_arrival_order_at_flush = shared.test_queued_requests_run_in_arrival_order_at_flush
 test_train_steps_lower_the_loss_on_every_worker = shared.test_train_steps_lower_the_loss_on_every_worker
 test_hooks_run_in_order_around_the_compute = shared.test_hooks_run_in_order_around_the_compute
 test_a_bad_request_is_refused_at_once = shared.test_a_bad_request_is_refused_at_once
-test_a_failing_compute_is_a_typed_error_and_the_worker_goes_on = shared.test_a_failing_compute_is_a_typed_error_and_the_worker_goes_on
+test_a_failing_compute_is_a_typed_error_and_the_worker_goes_on = (
+    shared.test_a_failing_compute_is_a_typed_error_and_the_worker_goes_on
+)
 test_clear_data_cache_drops_the_stored_samples = shared.test_clear_data_cache_drops_the_stored_samples
 
 
@@ -81,8 +85,11 @@ def test_an_actor_that_dies_mid_request_is_an_error_at_the_master(flaky):
     pending = worker.send("inference", {"batch": [[1, 2]], "crash": True})  # its process exits (os._exit)
     # Unlike a pipe's, what the actor had sent but not yet handed over dies with it: the flush's
     # acknowledgement may be lost too.
-    with pytest.raises(WorkerCrashedError, match=r"model worker 0 died \(its Ray actor died: \w+\) while the master waited "
-                                                 r"for the (acknowledgement of|reply to) flush request"):
+    with pytest.raises(
+        WorkerCrashedError,
+        match=r"model worker 0 died \(its Ray actor died: \w+\) while the master waited "
+        r"for the (acknowledgement of|reply to) flush request",
+    ):
         worker.flush()
     with pytest.raises(WorkerCrashedError):  # and every later wait or request says so at once
         pending.result()
@@ -123,13 +130,17 @@ def test_close_stops_every_actor():
 
 
 def test_an_interface_that_cannot_be_built_fails_the_start():
-    with pytest.raises(WorkerRequestError, match="cannot build model interface 'protocol_flaky:Unbuildable': no such checkpoint"):
+    with pytest.raises(
+        WorkerRequestError, match="cannot build model interface 'protocol_flaky:Unbuildable': no such checkpoint"
+    ):
         Master("protocol_flaky:Unbuildable", start_timeout_s=60, backend="ray").start()
 
 
 def test_ray_resources_place_the_actor():
     # No node has this resource: the actor is never placed, the start times out and the actor is killed.
-    master = Master(FLAKY, start_timeout_s=2, backend="ray", ray_resources={"num_cpus": 1, "resources": {"gym_test_slot": 1}})
+    master = Master(
+        FLAKY, start_timeout_s=2, backend="ray", ray_resources={"num_cpus": 1, "resources": {"gym_test_slot": 1}}
+    )
     with pytest.raises(ReplyTimeoutError, match="model worker 0 sent no reply to the worker to start"):
         master.start()
     assert _actor_is_gone(master.workers[0].actor)
@@ -155,8 +166,10 @@ def test_the_ray_backend_without_ray_says_how_to_install_it(monkeypatch):
 
 
 def test_the_protocol_imports_no_ray_and_a_bad_address_is_a_clear_error():
-    code = ("import sys; from gym_train.protocol import Master; assert 'ray' not in sys.modules, 'ray imported';"
-            "Master('protocol_flaky:Flaky', backend='ray').start()")
+    code = (
+        "import sys; from gym_train.protocol import Master; assert 'ray' not in sys.modules, 'ray imported';"
+        "Master('protocol_flaky:Flaky', backend='ray').start()"
+    )
     env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:9"}  # nothing listens on the discard port
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -15,8 +15,14 @@ WAIT_S = 30  # a bound for waits that succeed; never reached unless the stream i
 
 def row(task: int, rollout: int = 0, version: int | None = None, reward: float = 1.0) -> dict:
     """A row as `gym collect` writes it (a task's fields, policy_version among them, copied in)."""
-    data = {"task_index": task, "rollout_index": rollout, "agent": "simple_agent", "reward": reward,
-            "responses_create_params": {"input": f"task {task}"}, "response": {"output": []}}
+    data = {
+        "task_index": task,
+        "rollout_index": rollout,
+        "agent": "simple_agent",
+        "reward": reward,
+        "responses_create_params": {"input": f"task {task}"},
+        "response": {"output": []},
+    }
     if version is not None:
         data["policy_version"] = version
     return data
@@ -167,11 +173,14 @@ def test_groups_of_one_task_are_handed_out_as_they_complete(tmp_path):
     assert [keys(g) for g in stream.groups(1, group_size=2, timeout_s=WAIT_S)] == [[(3, 0), (3, 1)]]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"max_staleness": -1}, "max_staleness must be at least 0"),
-    ({"stale": "ignore"}, "stale must be 'drop' or 'downweight'"),
-    ({"decay": 0}, r"decay must be in \(0, 1\]"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_staleness": -1}, "max_staleness must be at least 0"),
+        ({"stale": "ignore"}, "stale must be 'drop' or 'downweight'"),
+        ({"decay": 0}, r"decay must be in \(0, 1\]"),
+    ],
+)
 def test_bad_settings_are_clear_errors(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
         StreamDataset(FileTail(tmp_path / "x.jsonl"), **kwargs)

@@ -28,8 +28,14 @@ pytestmark = pytest.mark.timeout(900)
 def _gym_train(out: Path, *args: str, timeout_s: float = 840) -> subprocess.CompletedProcess:
     """``gym train --output OUT ARGS...`` to its end; the result's ``pid`` is the command's process."""
     env = {k: v for k, v in os.environ.items() if k not in ("GYM_PLUGINS", "GYM_DISABLE_PLUGINS")}
-    with subprocess.Popen([sys.executable, "-m", "gym_cli", "train", "--output", str(out), *args], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL, env=env) as popen:
+    with subprocess.Popen(
+        [sys.executable, "-m", "gym_cli", "train", "--output", str(out), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    ) as popen:
         try:
             stdout, stderr = popen.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -44,8 +50,23 @@ def _gym_train(out: Path, *args: str, timeout_s: float = 840) -> subprocess.Comp
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("train") / "run"
-    proc = _gym_train(out, "--steps", "2", "--repeats", "4", "--limit", "4", "--max-output-tokens", "12",
-                      "--learning-rate", "1e-4", "--mode", "async", "--max-staleness", "1")
+    proc = _gym_train(
+        out,
+        "--steps",
+        "2",
+        "--repeats",
+        "4",
+        "--limit",
+        "4",
+        "--max-output-tokens",
+        "12",
+        "--learning-rate",
+        "1e-4",
+        "--mode",
+        "async",
+        "--max-staleness",
+        "1",
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return out, proc
 
@@ -58,7 +79,9 @@ def test_the_rollouts_file_holds_both_rounds_versioned_and_token_faithful(run):
     out, _ = run
     rows = _rows(out / "rollouts.jsonl")
     # Rounds 0 and 1 on the base policy (1 overlapped step 1), round 2 (evaluation) on step 2's policy.
-    assert sorted((r["train_round"], r["policy_version"]) for r in rows) == [(0, 0)] * 16 + [(1, 0)] * 16 + [(2, 2)] * 16
+    assert (
+        sorted((r["train_round"], r["policy_version"]) for r in rows) == [(0, 0)] * 16 + [(1, 0)] * 16 + [(2, 2)] * 16
+    )
     # Rollout indices run on across rounds: (task, rollout) names one row.
     assert len({(r["task_index"], r["rollout_index"]) for r in rows}) == 48
     assert {r["rollout_index"] for r in rows if r["train_round"] == 2} == {8, 9, 10, 11}
@@ -84,7 +107,10 @@ def test_the_written_gguf_holds_the_trained_weights(run):
     out, _ = run
     steps = _rows(out / "steps.jsonl")
     # Step 2 trained on round 1, collected by version 0 while step 1 ran: one version stale.
-    assert [(s["step"], s["round"], s["rollout_policy_version"], s["staleness"]) for s in steps] == [(1, 0, 0, 0), (2, 1, 0, 1)]
+    assert [(s["step"], s["round"], s["rollout_policy_version"], s["staleness"]) for s in steps] == [
+        (1, 0, 0, 0),
+        (2, 1, 0, 1),
+    ]
     assert all(s["num_rollouts"] == 16 for s in steps)
     assert steps[0]["grad_norm"] > 0, "no group had rewards that differ: nothing to learn from"
     trained = {t.name: t for t in GGUFReader(out / "policy" / "policy-v2.gguf").tensors}
@@ -118,8 +144,23 @@ def test_sync_mode_with_the_trainer_in_a_ray_actor(tmp_path):
     """--backend ray: the same loop with the model worker hosted by a Ray actor (a local Ray started
     for the run and stopped after it), here in sync mode: collect, step, serve, collect."""
     out = tmp_path / "run"
-    proc = _gym_train(out, "--steps", "1", "--repeats", "2", "--limit", "2", "--max-output-tokens", "8",
-                      "--mode", "sync", "--backend", "ray", "--trainer-resources", '{"num_cpus": 1}')
+    proc = _gym_train(
+        out,
+        "--steps",
+        "1",
+        "--repeats",
+        "2",
+        "--limit",
+        "2",
+        "--max-output-tokens",
+        "8",
+        "--mode",
+        "sync",
+        "--backend",
+        "ray",
+        "--trainer-resources",
+        '{"num_cpus": 1}',
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     summary = json.loads((out / "summary.json").read_text())
     trainer = summary["trainer"]
@@ -129,19 +170,23 @@ def test_sync_mode_with_the_trainer_in_a_ray_actor(tmp_path):
     rows = _rows(out / "rollouts.jsonl")
     # Sync: round 1 (the evaluation round) waited for step 1's policy and was collected on it.
     assert sorted((r["train_round"], r["policy_version"], r["model"]) for r in rows) == (
-        [(0, 0, "SmolLM2-135M-Instruct")] * 4 + [(1, 1, "policy-v1")] * 4)
+        [(0, 0, "SmolLM2-135M-Instruct")] * 4 + [(1, 1, "policy-v1")] * 4
+    )
     [step] = _rows(out / "steps.jsonl")
     assert (step["step"], step["round"], step["staleness"], step["num_rollouts"]) == (1, 0, 0, 4)
     assert Path(step["gguf"]).is_file()  # written by the actor, on this (its) node
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--trainer-resources", '{"num_gpus": 1}'], "are for --backend ray"),
-    (["--ray-address", "127.0.0.1:6379"], "are for --backend ray"),
-    (["--backend", "ray", "--trainer-resources", "[1]"], "a JSON object is wanted"),
-    (["--backend", "ray", "--trainer-resources", "{gpus"], "not JSON"),
-    (["--backend", "ray", "--trainer-resources", '{"gpus": 1}'], "unknown option 'gpus'"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--trainer-resources", '{"num_gpus": 1}'], "are for --backend ray"),
+        (["--ray-address", "127.0.0.1:6379"], "are for --backend ray"),
+        (["--backend", "ray", "--trainer-resources", "[1]"], "a JSON object is wanted"),
+        (["--backend", "ray", "--trainer-resources", "{gpus"], "not JSON"),
+        (["--backend", "ray", "--trainer-resources", '{"gpus": 1}'], "unknown option 'gpus'"),
+    ],
+)
 def test_ray_options_are_checked_before_anything_starts(tmp_path, args, says):
     proc = _gym_train(tmp_path / "run", "--steps", "1", *args, timeout_s=120)
     assert proc.returncode == 2, proc.stderr
@@ -150,15 +195,24 @@ def test_ray_options_are_checked_before_anything_starts(tmp_path, args, says):
 
 
 def test_a_row_without_token_ids_is_refused():
-    row = {"task_index": 3, "rollout_index": 1, "reward": 1.0,
-           "response": {"output": [{"type": "message", "content": [{"type": "output_text", "text": "hi"}]}]}}
+    row = {
+        "task_index": 3,
+        "rollout_index": 1,
+        "reward": 1.0,
+        "response": {"output": [{"type": "message", "content": [{"type": "output_text", "text": "hi"}]}]},
+    }
     with pytest.raises(TrainError, match="task 3, rollout 1.*token_preserving"):
         rollout_sample(row, 0)
 
 
 def test_an_existing_output_is_refused_before_anything_starts(tmp_path):
     (tmp_path / "rollouts.jsonl").write_text("")
-    proc = subprocess.run([sys.executable, "-m", "gym_cli", "train", "--output", str(tmp_path), "--steps", "1"],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gym_cli", "train", "--output", str(tmp_path), "--steps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "exists" in proc.stderr and "fresh --output" in proc.stderr

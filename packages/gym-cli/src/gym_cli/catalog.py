@@ -67,8 +67,16 @@ class Catalog:
         path = (self._doc.get("core") or {}).get("path")
         return (self.root / path).resolve() if path else None
 
-    def add(self, name: str, *, kind: str | None, path: Path | None = None, requirement: str | None = None,
-            find_links: tuple[str, ...] = (), index_url: str | None = None) -> CatalogEntry:
+    def add(
+        self,
+        name: str,
+        *,
+        kind: str | None,
+        path: Path | None = None,
+        requirement: str | None = None,
+        find_links: tuple[str, ...] = (),
+        index_url: str | None = None,
+    ) -> CatalogEntry:
         """Record a plugin (replacing an entry of that name) and save the file, comments kept."""
         if self.file is None:
             raise GymError(f"no {CATALOG_FILE} found here or above; create one or set $GYM_WORKSPACE")

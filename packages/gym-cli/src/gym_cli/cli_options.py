@@ -21,13 +21,29 @@ def serve_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     from gym_cli.head import default_head
 
-    for option in reversed((
-        click.option("--head", default=default_head(), show_default=True, help="Head server of a running `gym run`."),
-        click.option("--serve", "serve_configs", multiple=True, type=click.Path(),
-                     help="Start the servers of this config first (repeatable), stop them at the end."),
-        click.option("--set", "overrides", multiple=True, help="Override for --serve configs, Hydra grammar (repeatable)."),
-        click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="venv", show_default=True,
-                     help="Where --serve servers run: venv, each plugin's own; none, the Python running gym."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "--head", default=default_head(), show_default=True, help="Head server of a running `gym run`."
+            ),
+            click.option(
+                "--serve",
+                "serve_configs",
+                multiple=True,
+                type=click.Path(),
+                help="Start the servers of this config first (repeatable), stop them at the end.",
+            ),
+            click.option(
+                "--set", "overrides", multiple=True, help="Override for --serve configs, Hydra grammar (repeatable)."
+            ),
+            click.option(
+                "--isolation",
+                type=click.Choice(ISOLATION_MODES),
+                default="venv",
+                show_default=True,
+                help="Where --serve servers run: venv, each plugin's own; none, the Python running gym.",
+            ),
+        )
+    ):
         command = option(command)
     return command

@@ -91,36 +91,48 @@ def check_core_requirement(requires: list[str], core_version: str | None) -> lis
     problems = []
     for requirement in found:
         if requirement.url:
-            problems.append(f"its gym-core dependency points at {requirement.url}: an index cannot serve that; "
-                            f"use a version range like {floor_hint!r}")
+            problems.append(
+                f"its gym-core dependency points at {requirement.url}: an index cannot serve that; "
+                f"use a version range like {floor_hint!r}"
+            )
             continue
         specifiers = list(requirement.specifier)
         if not specifiers:
-            problems.append(f"its gym-core dependency has no version range (a bare 'gym-core' claims every gym-core, "
-                            f"future ones included): give the oldest it works with, e.g. {floor_hint!r}, "
-                            "in [project] dependencies")
+            problems.append(
+                f"its gym-core dependency has no version range (a bare 'gym-core' claims every gym-core, "
+                f"future ones included): give the oldest it works with, e.g. {floor_hint!r}, "
+                "in [project] dependencies"
+            )
             continue
         for spec in specifiers:
             if spec.operator == "===" or (spec.operator == "==" and not spec.version.endswith(".*")):
-                problems.append(f"its gym-core dependency is an exact pin ({spec}): the plugin could run with that one "
-                                f"gym-core only; use a floor, e.g. {floor_hint!r}")
+                problems.append(
+                    f"its gym-core dependency is an exact pin ({spec}): the plugin could run with that one "
+                    f"gym-core only; use a floor, e.g. {floor_hint!r}"
+                )
                 continue
             try:
                 version = Version(spec.version.removesuffix(".*"))
             except InvalidVersion:
                 continue
             if version.local is not None or version.is_devrelease:
-                problems.append(f"its gym-core dependency names {spec.version}, a development or local version no "
-                                f"index has: name a released version, e.g. {floor_hint!r}")
+                problems.append(
+                    f"its gym-core dependency names {spec.version}, a development or local version no "
+                    f"index has: name a released version, e.g. {floor_hint!r}"
+                )
         if problems:
             continue
         if not any(spec.operator in (">=", ">", "~=", "==") for spec in specifiers):
-            problems.append(f"its gym-core dependency {str(requirement.specifier)!r} has no floor: add the oldest "
-                            f"gym-core it works with, e.g. {floor_hint!r}")
+            problems.append(
+                f"its gym-core dependency {str(requirement.specifier)!r} has no floor: add the oldest "
+                f"gym-core it works with, e.g. {floor_hint!r}"
+            )
         elif core_version and not requirement.specifier.contains(core_version, prereleases=True):
-            problems.append(f"its gym-core dependency {str(requirement)!r} excludes the gym-core running now "
-                            f"({core_version}): gym could not run the plugin; upgrade gym, or lower the floor to what "
-                            f"the plugin needs (at most {floor_hint!r})")
+            problems.append(
+                f"its gym-core dependency {str(requirement)!r} excludes the gym-core running now "
+                f"({core_version}): gym could not run the plugin; upgrade gym, or lower the floor to what "
+                f"the plugin needs (at most {floor_hint!r})"
+            )
     return problems
 
 
@@ -141,7 +153,9 @@ def check_wheel(wheel: Path, core_version: str | None) -> BuildReport:
                 return report
             (info,) = dist_info
             metadata = zf.read(f"{info}/METADATA").decode("utf-8")
-            entry_text = zf.read(f"{info}/entry_points.txt").decode("utf-8") if f"{info}/entry_points.txt" in names else ""
+            entry_text = (
+                zf.read(f"{info}/entry_points.txt").decode("utf-8") if f"{info}/entry_points.txt" in names else ""
+            )
     except (OSError, zipfile.BadZipFile, KeyError, UnicodeDecodeError) as exc:
         report.problems.append(f"{wheel.name} is not a readable wheel: {exc}")
         return report
@@ -165,7 +179,9 @@ def check_wheel(wheel: Path, core_version: str | None) -> BuildReport:
             report.entry_points[name] = value
             module = value.split(":", 1)[0].strip()
             if not module or not all(part.isidentifier() for part in module.split(".")):
-                report.problems.append(f"entry point {name} = {value!r} in group {ENTRY_POINT_GROUP!r} does not name a module")
+                report.problems.append(
+                    f"entry point {name} = {value!r} in group {ENTRY_POINT_GROUP!r} does not name a module"
+                )
             elif not names.intersection(_module_files(module)):
                 report.problems.append(
                     f"entry point {name} = {value!r} in group {ENTRY_POINT_GROUP!r} names module {module!r}, which the "
@@ -177,8 +193,10 @@ def check_wheel(wheel: Path, core_version: str | None) -> BuildReport:
     payload = message.get_payload() if not message.is_multipart() else ""
     description = payload if isinstance(payload, str) else ""
     if not description.strip() and not (message.get("Description") or "").strip():
-        report.problems.append('it has no long description (the page an index shows): add readme = "README.md" '
-                               "to [project] in pyproject.toml")
+        report.problems.append(
+            'it has no long description (the page an index shows): add readme = "README.md" '
+            "to [project] in pyproject.toml"
+        )
     return report
 
 
@@ -204,8 +222,9 @@ def _uv_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
 
 
-def build_distributions(directory: Path, out: Path, uv: str, core_version: str | None,
-                        problems: list[str] | None = None) -> BuildReport:
+def build_distributions(
+    directory: Path, out: Path, uv: str, core_version: str | None, problems: list[str] | None = None
+) -> BuildReport:
     """Build the sdist and wheel of the package in ``directory`` with ``uv build`` and check them.
 
     They land in ``out`` only when the checks find no problem (a file of the same name is replaced);
@@ -217,8 +236,16 @@ def build_distributions(directory: Path, out: Path, uv: str, core_version: str |
     with tempfile.TemporaryDirectory(prefix=".gym-build-", dir=out) as tmp:
         command = [uv, "build", "--sdist", "--wheel", "--no-sources", "--out-dir", tmp, str(directory)]
         try:
-            proc = subprocess.run(command, cwd=directory, env=_uv_environ(), stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True, errors="replace", timeout=BUILD_TIMEOUT_S)
+            proc = subprocess.run(
+                command,
+                cwd=directory,
+                env=_uv_environ(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=BUILD_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired:
             raise GymError(f"`uv build` of {directory} did not finish within {BUILD_TIMEOUT_S:.0f} s") from None
         except OSError as exc:
@@ -228,7 +255,9 @@ def build_distributions(directory: Path, out: Path, uv: str, core_version: str |
             raise GymError(f"`uv build` of {directory} failed with exit code {proc.returncode}:\n{tail}")
         wheels, sdists = sorted(Path(tmp).glob("*.whl")), sorted(Path(tmp).glob("*.tar.gz"))
         if len(wheels) != 1 or len(sdists) != 1:
-            raise GymError(f"`uv build` of {directory} made {len(wheels)} wheels and {len(sdists)} sdists, not one of each")
+            raise GymError(
+                f"`uv build` of {directory} made {len(wheels)} wheels and {len(sdists)} sdists, not one of each"
+            )
         report = check_wheel(wheels[0], core_version)
         check_sdist(sdists[0], report)
         report.problems[:0] = problems or []
@@ -253,7 +282,9 @@ def installed_version(venv: Path, distribution: str) -> str | None:
             metadata = info / "METADATA"
             if not metadata.is_file():
                 continue
-            message = email.parser.Parser().parsestr(metadata.read_text(encoding="utf-8", errors="replace"), headersonly=True)
+            message = email.parser.Parser().parsestr(
+                metadata.read_text(encoding="utf-8", errors="replace"), headersonly=True
+            )
             if normalize_name(message.get("Name", "")) == wanted:
                 return message.get("Version")
     return None
@@ -299,7 +330,9 @@ def _find_sdist(distribution: str, version: str, source: PluginSource) -> tuple[
                     return str(path), path.read_bytes()
         elif parsed.scheme in ("http", "https"):
             pages.append(link)
-    pages.append(urllib.parse.urljoin((source.index_url or PYPI_SIMPLE).rstrip("/") + "/", normalize_name(distribution) + "/"))
+    pages.append(
+        urllib.parse.urljoin((source.index_url or PYPI_SIMPLE).rstrip("/") + "/", normalize_name(distribution) + "/")
+    )
     for page in pages:
         try:
             links = _Links()
@@ -312,12 +345,18 @@ def _find_sdist(distribution: str, version: str, source: PluginSource) -> tuple[
                 continue
             data = _fetch(url)
             algorithm, _, expected = fragment.partition("=")
-            if algorithm in hashlib.algorithms_guaranteed and expected and hashlib.new(algorithm, data).hexdigest() != expected:
+            if (
+                algorithm in hashlib.algorithms_guaranteed
+                and expected
+                and hashlib.new(algorithm, data).hexdigest() != expected
+            ):
                 raise GymError(f"the sdist at {url} does not have the {algorithm} hash its index lists")
             return url, data
     where = ", ".join([*source.find_links, source.index_url or PYPI_SIMPLE])
-    raise GymError(f"no sdist of {distribution} {version} in {where}: its tests ship in the sdist "
-                   "(`gym plugin build` makes one next to the wheel)")
+    raise GymError(
+        f"no sdist of {distribution} {version} in {where}: its tests ship in the sdist "
+        "(`gym plugin build` makes one next to the wheel)"
+    )
 
 
 def published_sources(source: PluginSource, venv: Path, home: Path) -> Path:
@@ -341,7 +380,11 @@ def published_sources(source: PluginSource, venv: Path, home: Path) -> Path:
                     tf.extractall(tmp, filter="data")  # no absolute paths, links out, devices
                 else:  # Python < 3.11.4: refuse what the filter would
                     for member in tf.getmembers():
-                        if member.name.startswith("/") or ".." in Path(member.name).parts or not (member.isfile() or member.isdir()):
+                        if (
+                            member.name.startswith("/")
+                            or ".." in Path(member.name).parts
+                            or not (member.isfile() or member.isdir())
+                        ):
                             raise GymError(f"{where}: refusing to unpack {member.name!r}")
                     tf.extractall(tmp)
         except (OSError, tarfile.TarError) as exc:

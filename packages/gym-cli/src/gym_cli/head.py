@@ -46,10 +46,14 @@ async def connect(head: str, timeout_s: float) -> ServerClient:
     from gym_cli.exits import CommandFailed
 
     try:
-        return await ServerClient.from_head(head, config=ClientConfig(timeout_s=timeout_s, max_attempts=1, deadline_s=timeout_s))
+        return await ServerClient.from_head(
+            head, config=ClientConfig(timeout_s=timeout_s, max_attempts=1, deadline_s=timeout_s)
+        )
     except ServerCallError as exc:
-        raise CommandFailed(f"cannot reach the head server at {head} ({exc.detail}): start the servers with "
-                            "`gym run CONFIG` and pass its --head, or let this command start them with --serve CONFIG") from None
+        raise CommandFailed(
+            f"cannot reach the head server at {head} ({exc.detail}): start the servers with "
+            "`gym run CONFIG` and pass its --head, or let this command start them with --serve CONFIG"
+        ) from None
 
 
 async def server_instances(client: ServerClient, head: str) -> list[dict[str, Any]]:

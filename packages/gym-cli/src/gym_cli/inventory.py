@@ -114,14 +114,18 @@ def find_server_type(name: str, catalog: Catalog) -> ServerTypeInfo:
         raise GymError(f"unknown server type {name!r}{did_you_mean(name, known)}; known: {', '.join(known) or 'none'}")
     venv = VenvManager(core_path=catalog.core_path).lookup(source_of_entry(entry))
     if venv is None:
-        raise GymError(f"{name!r} is in the catalog but not installed here and its venv is not built: "
-                       f"run `gym plugin install {name}` first")
+        raise GymError(
+            f"{name!r} is in the catalog but not installed here and its venv is not built: "
+            f"run `gym plugin install {name}` first"
+        )
     report = check_registration(venv.python, None)
     for server in report["servers"]:
         if server["name"] == name:
             return ServerTypeInfo(**server)
-    raise GymError(f"the plugin of catalog entry {name!r} ({entry.source}) registers no server type {name!r} in its "
-                   f"venv (it registers: {', '.join(s['name'] for s in report['servers']) or 'nothing'})")
+    raise GymError(
+        f"the plugin of catalog entry {name!r} ({entry.source}) registers no server type {name!r} in its "
+        f"venv (it registers: {', '.join(s['name'] for s in report['servers']) or 'nothing'})"
+    )
 
 
 # --- listing ---------------------------------------------------------------------------------------
@@ -182,8 +186,13 @@ def collect_plugins(catalog: Catalog, *, options: bool = False) -> list[PluginIn
             continue
         dist = ep.dist
         info = PluginInfo(
-            name=name, kind="?", version=dist.version if dist else None, source=f"{dist.name} (installed)" if dist else "",
-            source_type="installed", distribution=dist.name if dist else None, installed=True,
+            name=name,
+            kind="?",
+            version=dist.version if dist else None,
+            source=f"{dist.name} (installed)" if dist else "",
+            source_type="installed",
+            distribution=dist.name if dist else None,
+            installed=True,
         )
         if name in manager.load_errors:
             info.error = f"failed to import: {manager.load_errors[name]}"
@@ -260,18 +269,27 @@ def check_registration(python: Path, distribution: str | None) -> dict[str, Any]
     when it is given."""
     env = {k: v for k, v in os.environ.items() if k not in ("GYM_PLUGINS", "GYM_DISABLE_PLUGINS")}
     try:
-        proc = subprocess.run([str(python), "-I", "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env,
-                              cwd=python.parent, timeout=300)
+        proc = subprocess.run(
+            [str(python), "-I", "-c", CHECK_SCRIPT],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=python.parent,
+            timeout=300,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise GymError(f"cannot load the plugin in its venv ({python}): {exc}") from exc
     answer = next((line for line in reversed(proc.stdout.splitlines()) if line.startswith("GYM-CHECK ")), None)
     if proc.returncode != 0 or answer is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise GymError(f"loading the plugin in its venv failed: {tail[0]}")
-    report = json.loads(answer[len("GYM-CHECK "):])
+    report = json.loads(answer[len("GYM-CHECK ") :])
     wanted = normalize_name(distribution) if distribution else None
-    ours = {name for name, dist in report["entry_points"].items()
-            if wanted is None or (dist is not None and normalize_name(dist) == wanted)}
+    ours = {
+        name
+        for name, dist in report["entry_points"].items()
+        if wanted is None or (dist is not None and normalize_name(dist) == wanted)
+    }
     servers = [s for s in report["servers"] if s["entry_point"] in ours]
     return {
         "entry_points": sorted(ours),

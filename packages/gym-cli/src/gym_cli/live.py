@@ -92,7 +92,7 @@ class LatencySketch:
             seen += self.buckets[index]
             if seen >= rank:
                 # The bucket (gamma^(i-1), gamma^i]: its midpoint in relative terms is within the error.
-                estimate = 2 * self._gamma ** index / (self._gamma + 1)
+                estimate = 2 * self._gamma**index / (self._gamma + 1)
                 return min(max(estimate, self.min), self.max)
         return self.max  # not reached: the counts add up to self.count
 
@@ -130,8 +130,9 @@ class ProgressEvent(msgspec.Struct, kw_only=True):
     interrupted: bool = False
 
 
-def progress_event(summary: CollectSummary, event: Literal["progress", "done"] = "progress",
-                   interrupted: bool = False) -> ProgressEvent:
+def progress_event(
+    summary: CollectSummary, event: Literal["progress", "done"] = "progress", interrupted: bool = False
+) -> ProgressEvent:
     """The figures of ``summary`` now."""
     elapsed = summary.elapsed_s
     sums = summary.environment_reward_sum
@@ -146,8 +147,10 @@ def progress_event(summary: CollectSummary, event: Literal["progress", "done"] =
         elapsed_s=elapsed,
         rollouts_per_s=(summary.done + summary.failed) / max(elapsed, 1e-9),
         mean_reward=summary.mean_reward,
-        environments={name: EnvironmentProgress(n, sums.get(name, 0.0) / n if n else None)
-                      for name, n in sorted(summary.environment_done.items())},
+        environments={
+            name: EnvironmentProgress(n, sums.get(name, 0.0) / n if n else None)
+            for name, n in sorted(summary.environment_done.items())
+        },
         failures=dict(sorted(summary.failure_reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
         latency_p50_s=summary.latency.quantile(0.5),
         latency_p99_s=summary.latency.quantile(0.99),
@@ -299,9 +302,16 @@ class RichReporter(Reporter):
         )
 
         # Never started itself: the Live below draws it, on our timer rather than its own thread.
-        self._progress = Progress(TextColumn("[bold]collecting"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                                  console=self.console, auto_refresh=False)
+        self._progress = Progress(
+            TextColumn("[bold]collecting"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=self.console,
+            auto_refresh=False,
+        )
         self._bar = self._progress.add_task("collect", total=summary.total, completed=summary.skipped)
         self._live = Live(self.render(summary), console=self.console, auto_refresh=False, transient=False)
         self._live.start()
@@ -341,8 +351,10 @@ def progress_panel(event: ProgressEvent) -> RenderableType:
     if event.environments:
         grid.add_row("by environment", Text(_environments(event)))
     failed = f"{event.failed}" + (f"  ({_failures(event)})" if event.failures else "")
-    grid.add_row("failed", Text(failed + (f"   retried {event.retried}" if event.retried else ""),
-                                style="yellow" if event.failed else ""))
+    grid.add_row(
+        "failed",
+        Text(failed + (f"   retried {event.retried}" if event.retried else ""), style="yellow" if event.failed else ""),
+    )
     grid.add_row("latency", Text(f"p50 {_seconds(event.latency_p50_s)}   p99 {_seconds(event.latency_p99_s)}"))
     return Panel(grid, title="gym collect", title_align="left", expand=False)
 

@@ -42,8 +42,11 @@ def cli() -> click.Group:
     if "gym_cli" not in plugins.plugin_names:
         plugins.register(commands, name="gym_cli")
 
-    @click.group(cls=GymGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-                 epilog=EXIT_CODES_HELP)
+    @click.group(
+        cls=GymGroup,
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+        epilog=EXIT_CODES_HELP,
+    )
     @click.version_option(package_name="gym-cli", prog_name="gym")
     def gym() -> None:
         """gym: build, serve and run reinforcement-learning environments for LLMs.

@@ -42,8 +42,17 @@ from gym_cli.sources import (
 )
 from gym_cli.venvs import Venv, VenvManager, find_uv
 
-__all__ = ["Target", "Outcome", "TEST_REQUIREMENTS", "find_targets", "requirements_for_tests", "pytest_arguments",
-           "run_plugin_tests", "check_docs", "summary_table"]
+__all__ = [
+    "Target",
+    "Outcome",
+    "TEST_REQUIREMENTS",
+    "find_targets",
+    "requirements_for_tests",
+    "pytest_arguments",
+    "run_plugin_tests",
+    "check_docs",
+    "summary_table",
+]
 
 # Installed into a plugin's venv before its tests run, with its own `test` dependency group.
 TEST_REQUIREMENTS = ("pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.3")
@@ -133,7 +142,11 @@ def requirements_for_tests(directory: Path, catalog: Catalog | None = None) -> l
 
 
 def _install_test_requirements(
-    venv: Venv, requirements: list[str], console: Console, manager: VenvManager, root: Path,
+    venv: Venv,
+    requirements: list[str],
+    console: Console,
+    manager: VenvManager,
+    root: Path,
     index_args: list[str] | None = None,
 ) -> None:
     """Install ``requirements`` into ``venv`` unless an earlier run installed the same ones."""
@@ -150,8 +163,13 @@ def _install_test_requirements(
     # root's build variables and are not compiled again.
     links = ["--find-links", str(manager.wheels_dir)] if manager.wheels_dir.is_dir() else []
     links += index_args or []  # where the plugin came from: its test group may name its siblings
-    proc = subprocess.run([uv, "pip", "install", "--python", str(venv.python), *links, *requirements],
-                          capture_output=True, text=True, env=environ, cwd=root)
+    proc = subprocess.run(
+        [uv, "pip", "install", "--python", str(venv.python), *links, *requirements],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=root,
+    )
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise GymError(f"cannot install pytest into the venv of {venv.name}: " + " | ".join(tail))
@@ -170,12 +188,19 @@ def _python_for(target: Target, isolation: str, console: Console) -> tuple[str, 
         return sys.executable, environ
     entry = target.catalog.entries.get(target.name)
     source = source_of_entry(entry) if entry is not None else PluginSource(name=target.name, path=target.directory)
-    manager = VenvManager(core_path=target.catalog.core_path,
-                          console=lambda line: console.print(f"[dim]{escape(line)}[/]"))
+    manager = VenvManager(
+        core_path=target.catalog.core_path, console=lambda line: console.print(f"[dim]{escape(line)}[/]")
+    )
     venv = manager.ensure(source)
     assert target.directory is not None  # only packages with tests/ get here
-    _install_test_requirements(venv, requirements_for_tests(target.directory, target.catalog), console, manager,
-                               target.catalog.root, source.index_args())
+    _install_test_requirements(
+        venv,
+        requirements_for_tests(target.directory, target.catalog),
+        console,
+        manager,
+        target.catalog.root,
+        source.index_args(),
+    )
     for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         environ.pop(var, None)
     return str(venv.python), environ
@@ -202,8 +227,18 @@ def pytest_arguments(directory: Path, junit: Path) -> list[str]:
     table = tool.get("pytest") or {}
     # pytest 9 reads [tool.pytest] itself; older ones [tool.pytest.ini_options].
     own = {**{k: v for k, v in table.items() if k != "ini_options"}, **(table.get("ini_options") or {})}
-    args = ["tests", "-c", str(directory / "pyproject.toml"), "--rootdir", str(directory),
-            "-p", "no:cacheprovider", f"--junitxml={junit}", "-q", "-rfEs"]
+    args = [
+        "tests",
+        "-c",
+        str(directory / "pyproject.toml"),
+        "--rootdir",
+        str(directory),
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        "-q",
+        "-rfEs",
+    ]
     if "import-mode" not in str(own.get("addopts", "")):
         args.append("--import-mode=importlib")
     for key, value in DEFAULT_INI.items():
@@ -250,8 +285,16 @@ def run_plugin_tests(target: Target, isolation: str, console: Console, stream: b
     with tempfile.TemporaryDirectory(prefix="gym-test-") as tmp:
         junit = Path(tmp) / "junit.xml"
         command = [python, "-m", "pytest", *pytest_arguments(directory, junit)]
-        proc = subprocess.Popen(command, cwd=directory, env=environ, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+        proc = subprocess.Popen(
+            command,
+            cwd=directory,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             line = line.rstrip("\n")
@@ -279,8 +322,11 @@ def check_docs(targets: list[Target], outcomes: list[Outcome]) -> None:
     outcome. The plugin modules are loaded from source by the Python running gym, all at once."""
     from gym_cli.plugin_docs import check_package, describe_packages, shown_path
 
-    local = [(t.directory, o) for t, o in zip(targets, outcomes)
-             if t.directory is not None and not _published(t) and (t.directory / "pyproject.toml").is_file()]
+    local = [
+        (t.directory, o)
+        for t, o in zip(targets, outcomes)
+        if t.directory is not None and not _published(t) and (t.directory / "pyproject.toml").is_file()
+    ]
     packages = describe_packages([directory for directory, _ in local])
     for (directory, outcome), package in zip(local, packages):
         outcome.docs, outcome.docs_notes = check_package(package, shown=shown_path(directory, Path.cwd()))
@@ -295,8 +341,15 @@ def summary_table(outcomes: list[Outcome]) -> Table:
     """One row per tested plugin: its result, its counts of tests, and whether its README and
     example data are complete (``docs``: "-" when not checked)."""
     table = Table(title="gym test")
-    for column, justify in (("plugin", "left"), ("result", "left"), ("passed", "right"), ("failed", "right"),
-                            ("skipped", "right"), ("seconds", "right"), ("docs", "left")):
+    for column, justify in (
+        ("plugin", "left"),
+        ("result", "left"),
+        ("passed", "right"),
+        ("failed", "right"),
+        ("skipped", "right"),
+        ("seconds", "right"),
+        ("docs", "left"),
+    ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     styles = {"passed": "green", "failed": "red", "error": "red", "no tests": "yellow"}
     for o in outcomes:

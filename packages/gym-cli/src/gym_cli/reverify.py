@@ -67,12 +67,21 @@ _encoder = msgspec.json.Encoder()
 # Fields a row holds about how it was produced and scored, not about its task: never sent back to the
 # environment. (A verdict's own extra fields stay in the row and are sent: environments ignore
 # fields they do not declare.)
-ROW_FIELDS = frozenset({
-    *COLLECTOR_FIELDS, *ENVIRONMENT_FIELDS, PREVIOUS_REWARD_FIELD, "response", *RolloutRecord.__struct_fields__,
-})
+ROW_FIELDS = frozenset(
+    {
+        *COLLECTOR_FIELDS,
+        *ENVIRONMENT_FIELDS,
+        PREVIOUS_REWARD_FIELD,
+        "response",
+        *RolloutRecord.__struct_fields__,
+    }
+)
 # Rows whose reward is not one /verify verdict: (field present and truthy, why it cannot be recomputed).
 _NOT_ONE_VERDICT = (
-    ("env_steps", "a gymnasium rollout: its reward is the sum of the environment's /step rewards, not a /verify verdict"),
+    (
+        "env_steps",
+        "a gymnasium rollout: its reward is the sum of the environment's /step rewards, not a /verify verdict",
+    ),
     ("attempt_rewards", "a proof_refinement rollout: it was verified once per correction turn"),
     ("verification_skipped", "its agent skipped verification (tool_simulation's skip_verification)"),
 )
@@ -139,7 +148,9 @@ def _is_number(value: Any) -> bool:
 def _row_problem(row: Any) -> str | None:
     if not isinstance(row, dict):
         return f"a rollout row must be a JSON object, got {type(row).__name__}"
-    missing = [k for k in ("task_index", "rollout_index", "reward", "responses_create_params", "response") if k not in row]
+    missing = [
+        k for k in ("task_index", "rollout_index", "reward", "responses_create_params", "response") if k not in row
+    ]
     if missing:
         return f"not a rollout row of gym collect: missing {', '.join(missing)}"
     if not (_is_int(row["task_index"]) and _is_int(row["rollout_index"])):
@@ -173,8 +184,10 @@ def read_rollout_rows(path: Path) -> list[RolloutRow]:
             continue
         entry = RolloutRow(number, row)
         if entry.pair in first_line:
-            problems.append(f"{path}:{number}: (task_index, rollout_index) = {entry.pair} is already on line "
-                            f"{first_line[entry.pair]}")
+            problems.append(
+                f"{path}:{number}: (task_index, rollout_index) = {entry.pair} is already on line "
+                f"{first_line[entry.pair]}"
+            )
             continue
         first_line[entry.pair] = number
         rows.append(entry)
@@ -214,8 +227,11 @@ def _offered(params: dict[str, Any]) -> set[str] | None:
     tools = params.get("tools")
     if not isinstance(tools, list):
         return None
-    return {t["name"] for t in tools if isinstance(t, dict) and t.get("type", "function") == "function"
-            and isinstance(t.get("name"), str)}
+    return {
+        t["name"]
+        for t in tools
+        if isinstance(t, dict) and t.get("type", "function") == "function" and isinstance(t.get("name"), str)
+    }
 
 
 def _lines(numbers: list[int]) -> str:
@@ -237,10 +253,14 @@ def resolve_resources_servers(
     running = ", ".join(f"{n} ({p})" for n, p in sorted(resources.items())) or "none"
     if override is not None:
         if override not in instances:
-            raise InputError(f"--resources-server: no server instance named {override!r}"
-                             f"{did_you_mean(override, resources)} (running resources servers: {running})")
+            raise InputError(
+                f"--resources-server: no server instance named {override!r}"
+                f"{did_you_mean(override, resources)} (running resources servers: {running})"
+            )
         if override not in resources:
-            raise InputError(f"--resources-server: {override!r} is a {instances[override][0]} server, not a resources server")
+            raise InputError(
+                f"--resources-server: {override!r} is a {instances[override][0]} server, not a resources server"
+            )
         return {row.line: override for row in rows}
     chosen: dict[int, str] = {}
     unresolved: dict[tuple[str | None, str | None], list[int]] = {}
@@ -266,9 +286,12 @@ def resolve_resources_servers(
                 if environment and sum(p == environment for p in resources.values()) > 1:
                     what += f" and several instances of {environment} are"
             problems.append(f"{_lines(lines)} ({len(lines)} row{'s' * (len(lines) > 1)}) {what}")
-        raise InputError("no running resources server for some rows: " + "; ".join(problems)
-                         + f" (running resources servers: {running}); serve a config that runs them "
-                         "or pass --resources-server NAME")
+        raise InputError(
+            "no running resources server for some rows: "
+            + "; ".join(problems)
+            + f" (running resources servers: {running}); serve a config that runs them "
+            "or pass --resources-server NAME"
+        )
     return chosen
 
 
@@ -312,7 +335,9 @@ async def reverify_rollouts(
         cookies: dict[str, str] = {}
         diverged = False
         try:
-            await client.request("POST", instance, "/seed_session", body=task, cookies=cookies, timeout_s=left("/seed_session"))
+            await client.request(
+                "POST", instance, "/seed_session", body=task, cookies=cookies, timeout_s=left("/seed_session")
+            )
             offered = _offered(row.data["responses_create_params"])
             for call, recorded in executed_calls(row.data["response"]):
                 path = f"/tools/{call['name']}"
@@ -323,8 +348,9 @@ async def reverify_rollouts(
                 arguments = call.get("arguments")
                 body = arguments.encode() if isinstance(arguments, str) else arguments
                 try:
-                    text = (await client.request("POST", instance, path, body=body, cookies=cookies,
-                                                 timeout_s=left(path))).decode()
+                    text = (
+                        await client.request("POST", instance, path, body=body, cookies=cookies, timeout_s=left(path))
+                    ).decode()
                 except ServerHTTPError as exc:
                     # A 4xx the environment meant was the model's output, as the agent recorded it (the
                     # failure table's rule, the agents' own).
@@ -332,13 +358,25 @@ async def reverify_rollouts(
                         raise
                     text = _encoder.encode({"error": exc.detail}).decode()
                 diverged = diverged or text != recorded
-            raw = await client.request("POST", instance, "/verify", body={**task, "response": row.data["response"]},
-                                       cookies=cookies, timeout_s=left("/verify"))
+            raw = await client.request(
+                "POST",
+                instance,
+                "/verify",
+                body={**task, "response": row.data["response"]},
+                cookies=cookies,
+                timeout_s=left("/verify"),
+            )
         finally:
             if cookies:
                 try:
-                    await client.request("POST", instance, "/close_session", body=b"{}", cookies=cookies,
-                                         timeout_s=min(10.0, max(deadline - time.monotonic(), 0.5)))
+                    await client.request(
+                        "POST",
+                        instance,
+                        "/close_session",
+                        body=b"{}",
+                        cookies=cookies,
+                        timeout_s=min(10.0, max(deadline - time.monotonic(), 0.5)),
+                    )
                 except ServerCallError:
                     pass  # best effort: the session expires on its own
         verdict = msgspec.json.decode(raw)
@@ -357,11 +395,21 @@ async def reverify_rollouts(
 
             try:
                 verdict, diverged = await with_retries(
-                    lambda: attempt(row, instance, deadline), retries=options.retries, backoff_s=options.retry_backoff_s,
-                    backoff_max_s=options.retry_backoff_max_s, deadline=deadline, on_retry=retried)
+                    lambda: attempt(row, instance, deadline),
+                    retries=options.retries,
+                    backoff_s=options.retry_backoff_s,
+                    backoff_max_s=options.retry_backoff_max_s,
+                    deadline=deadline,
+                    on_retry=retried,
+                )
             except GaveUp as failure:
-                record = {"task_index": row.pair[0], "rollout_index": row.pair[1], "line": row.line,
-                          "resources_server": instance, **failure_fields(failure)}
+                record = {
+                    "task_index": row.pair[0],
+                    "rollout_index": row.pair[1],
+                    "line": row.line,
+                    "resources_server": instance,
+                    **failure_fields(failure),
+                }
                 failures.write(_encoder.encode(record) + b"\n")
                 summary.failed += 1
                 on_progress(summary)
@@ -398,9 +446,14 @@ class _Diff:
         self.after += after
 
     def fields(self) -> dict[str, Any]:
-        return {"rows": self.rows, "up": self.up, "down": self.down, "changed": self.up + self.down,
-                "mean_before": self.before / self.rows if self.rows else None,
-                "mean_after": self.after / self.rows if self.rows else None}
+        return {
+            "rows": self.rows,
+            "up": self.up,
+            "down": self.down,
+            "changed": self.up + self.down,
+            "mean_before": self.before / self.rows if self.rows else None,
+            "mean_after": self.after / self.rows if self.rows else None,
+        }
 
 
 def reward_diff(rows: list[RolloutRow], output: Path) -> dict[str, Any]:
@@ -410,7 +463,7 @@ def reward_diff(rows: list[RolloutRow], output: Path) -> dict[str, Any]:
     # Looked up with whatever pair an output row holds (the output may hold rows of other runs).
     before: dict[tuple[Any, Any], RolloutRow] = {row.pair: row for row in rows}
     overall, groups = _Diff(), {}
-    for _, new, problem in (iter_jsonl(output) if output.exists() else ()):
+    for _, new, problem in iter_jsonl(output) if output.exists() else ():
         if problem or not isinstance(new, dict) or not _is_number(new.get("reward")):
             continue
         old = before.get((new.get("task_index"), new.get("rollout_index")))

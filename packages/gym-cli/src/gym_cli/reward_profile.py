@@ -72,8 +72,9 @@ def _grouped(rows: list[dict[str, Any]], by: str, ks, answer_field: str | None) 
     }
 
 
-def build_profile(rows: list[dict[str, Any]], ks=DEFAULT_KS, answer_field: str | None = None,
-                  by: str = "environment") -> dict[str, Any]:
+def build_profile(
+    rows: list[dict[str, Any]], ks=DEFAULT_KS, answer_field: str | None = None, by: str = "environment"
+) -> dict[str, Any]:
     """The profile of rollout rows, with every plugin's aggregate metrics under ``plugin_metrics``;
     under ``environments``, the overall block of each environment's own rows (rows record the
     environment that verified them; a collection can mix several); under ``groups``, the same per
@@ -93,8 +94,9 @@ def build_profile(rows: list[dict[str, Any]], ks=DEFAULT_KS, answer_field: str |
     return profile
 
 
-def profile_file(path: Path, output: Path | None = None, ks=DEFAULT_KS, answer_field: str | None = None,
-                 by: str = "environment") -> dict[str, Any]:
+def profile_file(
+    path: Path, output: Path | None = None, ks=DEFAULT_KS, answer_field: str | None = None, by: str = "environment"
+) -> dict[str, Any]:
     """Profile a rollouts file and write the JSON next to it (``<stem>.profile.json``)."""
     profile = build_profile(read_rollouts(path), ks, answer_field, by)
     output = output or path.with_name(path.stem + ".profile.json")
@@ -109,8 +111,11 @@ def _fmt(value: Any) -> str:
 
 def _costs_cells(block: dict[str, Any]) -> list[str]:
     tokens = block.get("tokens_per_rollout") or {}
-    values = [block.get("turns_per_rollout"), block.get("tool_calls_per_rollout"),
-              *(tokens.get(k) for k in ("total", "input", "output"))]
+    values = [
+        block.get("turns_per_rollout"),
+        block.get("tool_calls_per_rollout"),
+        *(tokens.get(k) for k in ("total", "input", "output")),
+    ]
     return ["-" if v is None else f"{v:.1f}" for v in values]
 
 
@@ -139,10 +144,18 @@ def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30
         if index >= max_tasks:
             k_table.add_row(f"… {len(tasks) - max_tasks} more", "", "", *[""] * len(metric_keys))
             break
-        k_table.add_row(str(task), str(block["num_rollouts"]), _fmt(block["fields"]["reward"]["mean"]),
-                        *(_fmt(block.get(k, "-")) for k in metric_keys))
-    k_table.add_row("[bold]overall", str(overall["num_rollouts"]), _fmt(overall["fields"]["reward"]["mean"]),
-                    *(f"[bold]{_fmt(overall[k])}" for k in metric_keys))
+        k_table.add_row(
+            str(task),
+            str(block["num_rollouts"]),
+            _fmt(block["fields"]["reward"]["mean"]),
+            *(_fmt(block.get(k, "-")) for k in metric_keys),
+        )
+    k_table.add_row(
+        "[bold]overall",
+        str(overall["num_rollouts"]),
+        _fmt(overall["fields"]["reward"]["mean"]),
+        *(f"[bold]{_fmt(overall[k])}" for k in metric_keys),
+    )
     console.print(k_table)
     by = profile.get("grouped_by", "environment")
     groups = profile.get("groups", profile.get("environments", {}))
@@ -153,8 +166,13 @@ def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30
         for column in (by, "tasks", "rollouts", "mean reward", *keys):
             g_table.add_column(column, justify="left" if column == by else "right", no_wrap=column == by)
         for name, block in groups.items():
-            g_table.add_row(name, str(block["num_tasks"]), str(block["num_rollouts"]),
-                            _fmt(block["fields"]["reward"]["mean"]), *(_fmt(block.get(k, "-")) for k in keys))
+            g_table.add_row(
+                name,
+                str(block["num_tasks"]),
+                str(block["num_rollouts"]),
+                _fmt(block["fields"]["reward"]["mean"]),
+                *(_fmt(block.get(k, "-")) for k in keys),
+            )
         console.print(g_table)
     if with_costs:
         c_table = Table(title=f"per rollout, by {by}")

@@ -243,8 +243,10 @@ class TaskFile:
         except msgspec.DecodeError:
             task = None
         if (stat.st_size, stat.st_mtime_ns) != self._stamp or not isinstance(task, dict):
-            raise InputError(f"{self.path} changed during the collection: tasks are read from it as they are needed, "
-                             "so it must stay as it was until the run ends")
+            raise InputError(
+                f"{self.path} changed during the collection: tasks are read from it as they are needed, "
+                "so it must stay as it was until the run ends"
+            )
         return task
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -492,8 +494,9 @@ def _add_new(done: DonePairs | set[tuple[int, int]], rows: list[_RowPair]) -> li
 def read_done(output: Path) -> tuple[set[tuple[int, int]], int]: ...
 @overload
 def read_done(output: Path, done: Done) -> tuple[Done, int]: ...
-def read_done(output: Path, done: DonePairs | set[tuple[int, int]] | None = None
-              ) -> tuple[DonePairs | set[tuple[int, int]], int]:
+def read_done(
+    output: Path, done: DonePairs | set[tuple[int, int]] | None = None
+) -> tuple[DonePairs | set[tuple[int, int]], int]:
     """The (task, rollout) pairs already in the output, added to ``done`` (a :class:`DonePairs`, or by
     default a new set), and how many duplicate rows were dropped.
 
@@ -526,7 +529,7 @@ def read_done(output: Path, done: DonePairs | set[tuple[int, int]] | None = None
                     again = _add_new(done, _window_rows(lines, output))
                     if again:
                         duplicates.extend(_line_spans(lines, offset, again))
-                block[:filled - end] = block[end:filled]  # the part line read ahead moves to the front
+                block[: filled - end] = block[end:filled]  # the part line read ahead moves to the front
                 offset, filled = offset + end, filled - end
             if not read:
                 break
@@ -593,8 +596,12 @@ def output_lock(output: Path) -> Iterator[None]:
         os.close(fd)
     try:
         since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": since,
-                  "command": shlex.join(["gym", *sys.argv[1:]] if sys.argv[1:] else sys.argv)}
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": since,
+            "command": shlex.join(["gym", *sys.argv[1:]] if sys.argv[1:] else sys.argv),
+        }
         os.ftruncate(fd, 0)
         os.write(fd, _encoder.encode(holder) + b"\n")
         yield
@@ -667,8 +674,10 @@ def choose_agent(tasks: TaskFile | Sequence[dict[str, Any]], agents: list[str]) 
     what = f"{unnamed} of {len(tasks)} tasks name no agent (no agent_ref)"
     if not agents:
         raise InputError(f"{what} and the running config has no agent server: add one, or give rows an agent_ref")
-    raise InputError(f"{what} and the running config has {len(agents)} agents ({', '.join(agents)}): "
-                     f"pass --agent NAME, or give rows an agent_ref {{\"name\": ...}}")
+    raise InputError(
+        f"{what} and the running config has {len(agents)} agents ({', '.join(agents)}): "
+        f'pass --agent NAME, or give rows an agent_ref {{"name": ...}}'
+    )
 
 
 def check_agents(tasks: TaskFile | Sequence[dict[str, Any]], agent: str | None, kinds: dict[str, str | None]) -> None:
@@ -693,7 +702,7 @@ def check_agents(tasks: TaskFile | Sequence[dict[str, Any]], agent: str | None, 
 def _agent_for(task: dict[str, Any], options: CollectOptions) -> str:
     agent = options.agent or task_agent(task) or options.default_agent
     if agent is None:
-        raise InputError("no agent for this task: pass --agent NAME or give rows an agent_ref {\"name\": ...}")
+        raise InputError('no agent for this task: pass --agent NAME or give rows an agent_ref {"name": ...}')
     return agent
 
 
@@ -719,8 +728,11 @@ def is_infrastructure_failure(exc: BaseException) -> bool:
     if isinstance(exc, ServerHTTPError):
         return retried_by_collector(exc.status, exc.reason)
     # No answer: the client's own failure, by its row (a subclass counts as its base).
-    return any(retried_by_collector(None, kind.__name__) for kind in (ServerUnavailableError, ServerTimeoutError)
-               if isinstance(exc, kind))
+    return any(
+        retried_by_collector(None, kind.__name__)
+        for kind in (ServerUnavailableError, ServerTimeoutError)
+        if isinstance(exc, kind)
+    )
 
 
 class GaveUp(Exception):
@@ -737,7 +749,12 @@ _ATTEMPT_ERRORS = (ServerCallError, GymError, KeyError, TypeError, ValueError, m
 
 
 async def with_retries(
-    attempt: Callable[[], Awaitable[T]], *, retries: int, backoff_s: float, backoff_max_s: float, deadline: float,
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    retries: int,
+    backoff_s: float,
+    backoff_max_s: float,
+    deadline: float,
     on_retry: Callable[[], None] = lambda: None,
 ) -> T:
     """The collector's retry policy for one unit of work (a rollout, a re-verified row): await
@@ -764,8 +781,11 @@ def failure_fields(failure: GaveUp) -> dict[str, Any]:
     """How a failures file records a failure: its typed ``reason``, ``message``, ``attempts`` and,
     when a server answered, ``status``."""
     exc = failure.cause
-    fields: dict[str, Any] = {"reason": exc.reason if isinstance(exc, ServerCallError) else type(exc).__name__,
-                              "message": str(exc), "attempts": failure.attempts}
+    fields: dict[str, Any] = {
+        "reason": exc.reason if isinstance(exc, ServerCallError) else type(exc).__name__,
+        "message": str(exc),
+        "attempts": failure.attempts,
+    }
     if isinstance(exc, ServerCallError) and exc.status is not None:
         fields["status"] = exc.status
     return fields
@@ -828,7 +848,9 @@ async def collect_rollouts(
             agent = _agent_for(task, options)
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ServerTimeoutError(agent, "/run", f"the rollout's deadline of {options.rollout_timeout_s:g} s passed")
+                raise ServerTimeoutError(
+                    agent, "/run", f"the rollout's deadline of {options.rollout_timeout_s:g} s passed"
+                )
             # The client sends this limit with the request (x-gym-timeout): the agent can stop in time too.
             raw = await client.request("POST", agent, "/run", body=task, timeout_s=left)
             result = msgspec.json.decode(raw)
@@ -844,11 +866,18 @@ async def collect_rollouts(
             deadline = started + options.rollout_timeout_s
             try:
                 agent, result, reward = await with_retries(
-                    lambda: attempt(task, deadline), retries=options.retries, backoff_s=options.retry_backoff_s,
-                    backoff_max_s=options.retry_backoff_max_s, deadline=deadline, on_retry=retried)
+                    lambda: attempt(task, deadline),
+                    retries=options.retries,
+                    backoff_s=options.retry_backoff_s,
+                    backoff_max_s=options.retry_backoff_max_s,
+                    deadline=deadline,
+                    on_retry=retried,
+                )
             except GaveUp as failure:
                 fields = failure_fields(failure)
-                failures.write(_encoder.encode({"task_index": task_index, "rollout_index": rollout_index, **fields}) + b"\n")
+                failures.write(
+                    _encoder.encode({"task_index": task_index, "rollout_index": rollout_index, **fields}) + b"\n"
+                )
                 summary.failed += 1
                 summary.failure_reasons[fields["reason"]] = summary.failure_reasons.get(fields["reason"], 0) + 1
                 on_progress(summary)
@@ -857,8 +886,15 @@ async def collect_rollouts(
             # `gym report` plots and takes percentiles of (gym_core.rows.LATENCY_FIELD).
             latency_s = time.monotonic() - started
             # The row's precedence (collector fields > the agent's result > the task): gym_core.rows.
-            row = rollout_row(result, task, task_index=task_index, rollout_index=rollout_index, agent=agent,
-                              reward=reward, latency_s=round(latency_s, 3))
+            row = rollout_row(
+                result,
+                task,
+                task_index=task_index,
+                rollout_index=rollout_index,
+                agent=agent,
+                reward=reward,
+                latency_s=round(latency_s, 3),
+            )
             # One write call per row: a kill can only cut the last line, which read_done repairs.
             out.write(_encoder.encode(row) + b"\n")
             summary.done += 1

@@ -141,9 +141,13 @@ def source_of_directory(directory: Path) -> tuple[PluginSource, str]:
     """
     directory = directory.expanduser().resolve()
     if not directory.is_dir():
-        raise GymError(f"{directory} is not a directory: give a plugin package directory, a PyPI requirement or a catalog name")
+        raise GymError(
+            f"{directory} is not a directory: give a plugin package directory, a PyPI requirement or a catalog name"
+        )
     if not (directory / "pyproject.toml").is_file():
-        raise GymError(f"{directory} has no pyproject.toml: a plugin is a Python package (create one with `gym plugin new`)")
+        raise GymError(
+            f"{directory} has no pyproject.toml: a plugin is a Python package (create one with `gym plugin new`)"
+        )
     project = project_table(directory)
     distribution = project.get("name") or directory.name
     names = list((project.get("entry-points") or {}).get(ENTRY_POINT_GROUP) or {})
@@ -161,8 +165,14 @@ def source_of_entry(entry: CatalogEntry, extras: Sequence[str] = ()) -> PluginSo
     if entry.path is not None and extras:
         declared = (project_table(Path(entry.path)).get("optional-dependencies") or {}).keys()
         extras = [extra for extra in extras if extra in declared]
-    return PluginSource(name=entry.name, path=entry.path, requirement=entry.requirement,
-                        find_links=entry.find_links, index_url=entry.index_url, extras=tuple(extras))
+    return PluginSource(
+        name=entry.name,
+        path=entry.path,
+        requirement=entry.requirement,
+        find_links=entry.find_links,
+        index_url=entry.index_url,
+        extras=tuple(extras),
+    )
 
 
 def looks_like_path(target: str) -> bool:

@@ -39,7 +39,16 @@ from gym_core.errors import GymError
 from gym_cli.catalog import CATALOG_FILE
 from gym_cli.sources import normalize_name, requirement_name
 
-__all__ = ["KIND_DIRECTORIES", "Member", "find_members", "read_member", "check", "sync", "register_member", "is_uv_workspace"]
+__all__ = [
+    "KIND_DIRECTORIES",
+    "Member",
+    "find_members",
+    "read_member",
+    "check",
+    "sync",
+    "register_member",
+    "is_uv_workspace",
+]
 
 # Where a plugin of each kind lives inside a workspace (`gym plugin new` puts it there).
 KIND_DIRECTORIES = {"model": "plugins/models", "resources": "plugins/resources", "agent": "plugins/agents"}
@@ -91,7 +100,9 @@ def read_member(root: Path, directory: Path) -> Member:
     plugins = tuple((project.get("entry-points") or {}).get(ENTRY_POINT_GROUP) or {})
     root_install = ((pyproject.get("tool") or {}).get("gym") or {}).get("root-install", True)
     if not isinstance(root_install, bool):
-        raise GymError(f"{directory / 'pyproject.toml'}: [tool.gym] root-install must be true or false, not {root_install!r}")
+        raise GymError(
+            f"{directory / 'pyproject.toml'}: [tool.gym] root-install must be true or false, not {root_install!r}"
+        )
     relative = directory.relative_to(root.resolve()).as_posix()
     return Member(relative, project["name"], plugins, tuple(_group(pyproject, "test")), root_install)
 
@@ -132,7 +143,9 @@ class _Files:
         self.root = root.resolve()
         self.pyproject_path = self.root / "pyproject.toml"
         self.catalog_path = self.root / CATALOG_FILE
-        self.pyproject = tomlkit.parse(self.pyproject_path.read_text()) if self.pyproject_path.is_file() else tomlkit.document()
+        self.pyproject = (
+            tomlkit.parse(self.pyproject_path.read_text()) if self.pyproject_path.is_file() else tomlkit.document()
+        )
         self.catalog = tomlkit.parse(self.catalog_path.read_text()) if self.catalog_path.is_file() else None
         self.changes: list[str] = []
 
@@ -174,7 +187,11 @@ class _Files:
         return uv["sources"]
 
     def workspace_sourced(self) -> set[str]:
-        return {normalize_name(name) for name, spec in self.sources().items() if isinstance(spec, dict) and spec.get("workspace")}
+        return {
+            normalize_name(name)
+            for name, spec in self.sources().items()
+            if isinstance(spec, dict) and spec.get("workspace")
+        }
 
     def add_distribution(self, distribution: str) -> None:
         dependencies = self.dependencies()
@@ -213,8 +230,14 @@ class _Files:
             array.multiline(True)
             groups[ROOT_TEST_GROUP] = array
             added, removed = sorted(set(requirements) - set(current)), sorted(set(current) - set(requirements))
-            what = "; ".join(p for p in (f"added {', '.join(added)}" if added else "",
-                                           f"removed {', '.join(removed)}" if removed else "") if p)
+            what = "; ".join(
+                p
+                for p in (
+                    f"added {', '.join(added)}" if added else "",
+                    f"removed {', '.join(removed)}" if removed else "",
+                )
+                if p
+            )
             self.changes.append(f"pyproject.toml: [dependency-groups] {ROOT_TEST_GROUP}: {what}")
         dev = self._array(groups, "dev")
         if not any(isinstance(e, dict) and e.get("include-group") == ROOT_TEST_GROUP for e in dev):
@@ -302,7 +325,11 @@ def _reconcile(files: _Files, members: list[Member]) -> list[str]:
             # The catalog names server plugins, each run in a venv of its own. A framework package
             # (under packages/: gym-train's `gym train`) adds commands or hooks to gym itself, found
             # through its entry points where it is installed: nothing to catalog.
-            if not member.plugins or member.directory in listed or PurePosixPath(member.directory).parts[0] == "packages":
+            if (
+                not member.plugins
+                or member.directory in listed
+                or PurePosixPath(member.directory).parts[0] == "packages"
+            ):
                 continue
             kind = _kind_of(member.directory)
             if kind is None:
@@ -358,7 +385,9 @@ def register_member(root: Path, directory: Path, kind: str, plugin_name: str, di
         files.cover(relative)
         member = read_member(root, directory)
         if normalize_name(member.distribution) != normalize_name(distribution):
-            raise GymError(f"{directory / 'pyproject.toml'} names the distribution {member.distribution!r}, not {distribution!r}")
+            raise GymError(
+                f"{directory / 'pyproject.toml'} names the distribution {member.distribution!r}, not {distribution!r}"
+            )
         if member.root_install:
             files.add_distribution(distribution)
             files.set_test_group(_sorted_requirements([*files.root_test_group(), *member.test_requirements]))

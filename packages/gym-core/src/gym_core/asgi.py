@@ -119,9 +119,21 @@ class BodyTimeout:
             except TimeoutError:
                 dropped = True
                 if not started:
-                    body = b'{"error": {"message": "request body not received within %g s", "type": "body_timeout"}}' % self.timeout_s
-                    await send({"type": "http.response.start", "status": 408, "headers": [
-                        (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), (b"connection", b"close")]})
+                    body = (
+                        b'{"error": {"message": "request body not received within %g s", "type": "body_timeout"}}'
+                        % self.timeout_s
+                    )
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": 408,
+                            "headers": [
+                                (b"content-type", b"application/json"),
+                                (b"content-length", b"%d" % len(body)),
+                                (b"connection", b"close"),
+                            ],
+                        }
+                    )
                     await send({"type": "http.response.body", "body": body})
                 return {"type": "http.disconnect"}
             if message["type"] != "http.request" or not message.get("more_body", False):
@@ -159,9 +171,17 @@ class BearerAuth:
         if scope["type"] == "http" and scope["path"] not in _AUTH_EXEMPT:
             presented = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
             if not hmac.compare_digest(presented, self._expected):
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="gym"'),
-                    (b"content-length", str(len(_UNAUTHORIZED)).encode())]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="gym"'),
+                            (b"content-length", str(len(_UNAUTHORIZED)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": _UNAUTHORIZED})
                 return
         await self.app(scope, receive, send)
@@ -297,8 +317,12 @@ class JSONRoutes:
                     message = f"{self.server_name}: no answer within the caller's {budget:g} s"
                     result = Response(
                         content=_encoder.encode(
-                            {"error": {"message": message, "type": "deadline_exceeded", "status": 504}}),
-                        status_code=504, media_type="application/json", headers={FINAL_HEADER: "1"})
+                            {"error": {"message": message, "type": "deadline_exceeded", "status": 504}}
+                        ),
+                        status_code=504,
+                        media_type="application/json",
+                        headers={FINAL_HEADER: "1"},
+                    )
             if not isinstance(result, Response):
                 body = _encoder.encode(result)
         except _ClientGone:
@@ -308,8 +332,13 @@ class JSONRoutes:
         if isinstance(result, Response):
             await result.to_asgi_response(None, request)(cast("Scope", scope), receive, send)
             return
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def _read_body(self, scope: dict[str, Any], receive: Any) -> bytes:

@@ -100,8 +100,9 @@ class ServerClient:
         probe = cls(config=config)
         headers = {"authorization": f"Bearer {token}"} if token else None
         try:
-            text = await probe.request("GET", head_url.rstrip("/"), "/global_config_dict_yaml", server_name="head",
-                                       headers=headers)
+            text = await probe.request(
+                "GET", head_url.rstrip("/"), "/global_config_dict_yaml", server_name="head", headers=headers
+            )
         finally:
             await probe.close()
         return cls(GlobalConfig.from_yaml(text.decode()), config=config, auth_token=token)
@@ -185,7 +186,9 @@ class ServerClient:
         """
         base, replica = self.route(server, cookies)
         name = server_name or replica
-        if self._auth is not None and (_origin(base) in self._authorized_urls or not server.startswith(("http://", "https://"))):
+        if self._auth is not None and (
+            _origin(base) in self._authorized_urls or not server.startswith(("http://", "https://"))
+        ):
             headers = {**self._auth, **(headers or {})}
         cfg = self.config
         data = body if body is None or isinstance(body, bytes) else _encoder.encode(body)
@@ -213,8 +216,15 @@ class ServerClient:
                     attempt_headers["cookie"] = "; ".join(f"{name}={value}" for name, value in cookies.items())
                 # The whole attempt is bounded, the wait for a pooled connection included; the
                 # connect timeout bounds only opening one (waiting for a free one is not a failure).
-                resp = await pool.request(method, origin, path, attempt_headers, data,
-                                          min(cfg.connect_timeout_s, attempt_limit), pool.loop.time() + attempt_limit)
+                resp = await pool.request(
+                    method,
+                    origin,
+                    path,
+                    attempt_headers,
+                    data,
+                    min(cfg.connect_timeout_s, attempt_limit),
+                    pool.loop.time() + attempt_limit,
+                )
                 payload = resp.body
                 if cookies is not None:
                     _store_cookies(resp, cookies)
@@ -247,8 +257,13 @@ class ServerClient:
                 raise error
             delay = min(cfg.backoff_max_s, cfg.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random())
             if time.monotonic() + delay > deadline:
-                raise type(error)(name, path, f"{error.detail}; overall deadline of {cfg.deadline_s:g} s reached",
-                                  status=error.status, attempts=attempt)
+                raise type(error)(
+                    name,
+                    path,
+                    f"{error.detail}; overall deadline of {cfg.deadline_s:g} s reached",
+                    status=error.status,
+                    attempts=attempt,
+                )
             await asyncio.sleep(delay)
 
     async def post(

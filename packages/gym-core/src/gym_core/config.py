@@ -150,10 +150,15 @@ class GlobalConfig:
                 options = {k: v for k, v in value.items() if k not in INSTANCE_KEYS}
                 replicas = value.get("replicas", 1)
                 self.instances[name] = InstanceConfig(
-                    name, value["plugin"], value.get("host", DEFAULT_HOST), int(value.get("port") or 0), options,
+                    name,
+                    value["plugin"],
+                    value.get("host", DEFAULT_HOST),
+                    int(value.get("port") or 0),
+                    options,
                     replicas=int(replicas) if _replicas_problem(replicas) is None else 1,
                     replica_ports=[int(p) for p in value.get("replica_ports") or ()],
-                    resources=value.get("resources"), replica_hosts=[str(h) for h in value.get("replica_hosts") or ()],
+                    resources=value.get("resources"),
+                    replica_hosts=[str(h) for h in value.get("replica_hosts") or ()],
                 )
         head = data.get("head_server") or {}
         self.head_host: str = head.get("host", DEFAULT_HOST)
@@ -337,11 +342,14 @@ def load_config(
     port_problems = [
         f"{name}.port: {problem}"
         for name, value in data.items()
-        if isinstance(value, dict) and (name == "head_server" or _is_instance(name, value))
+        if isinstance(value, dict)
+        and (name == "head_server" or _is_instance(name, value))
         and (problem := _port_problem(value.get("port")))
     ]
     port_problems += [
-        problem for name, value in data.items() if _is_instance(name, value)
+        problem
+        for name, value in data.items()
+        if _is_instance(name, value)
         for problem in _replica_problems(name, value) + _resources_problems(name, value)
     ]
     port_problems += _ray_config(data)[0]
@@ -387,16 +395,21 @@ def _replica_problems(name: str, value: dict[str, Any]) -> list[str]:
     if ports is None:
         return []
     if not isinstance(ports, list) or len(ports) != replicas:
-        return [f"{name}.replica_ports: expected a list of {replicas} ports (one per replica), got {ports!r};"
-                " leave it out to have free ports assigned"]
-    problems = [f"{name}.replica_ports[{i}]: {problem}" for i, port in enumerate(ports) if (problem := _port_problem(port))]
+        return [
+            f"{name}.replica_ports: expected a list of {replicas} ports (one per replica), got {ports!r};"
+            " leave it out to have free ports assigned"
+        ]
+    problems = [
+        f"{name}.replica_ports[{i}]: {problem}" for i, port in enumerate(ports) if (problem := _port_problem(port))
+    ]
     if not problems:
         given = [int(p) for p in ports if int(p)]
         if len(set(given)) != len(given):
             problems.append(f"{name}.replica_ports: a port appears twice in {ports!r}")
         elif value.get("port") and ports[0] and int(value["port"]) != int(ports[0]):
-            problems.append(f"{name}.replica_ports: the first replica's port must be {name}.port ({value['port']}),"
-                            f" not {ports[0]}")
+            problems.append(
+                f"{name}.replica_ports: the first replica's port must be {name}.port ({value['port']}), not {ports[0]}"
+            )
     return problems
 
 
@@ -406,18 +419,26 @@ def _resources_problems(name: str, value: dict[str, Any]) -> list[str]:
     if resources is None:
         return []
     if not isinstance(resources, dict):
-        return [f"{name}.resources: expected a mapping like {{num_cpus: 1, num_gpus: 0, custom: {{name: 1}}, "
-                f"node: <node id or IP>}}, got {resources!r}"]
+        return [
+            f"{name}.resources: expected a mapping like {{num_cpus: 1, num_gpus: 0, custom: {{name: 1}}, "
+            f"node: <node id or IP>}}, got {resources!r}"
+        ]
     known = {f.encode_name for f in msgspec.structs.fields(ServerResources)}
-    unknown = [f"{name}.resources.{key}: unknown key{did_you_mean(str(key), known)}; expected one of "
-               f"{', '.join(sorted(known))} (other resources go under custom: {{{key}: <amount>}})"
-               for key in resources if key not in known]
+    unknown = [
+        f"{name}.resources.{key}: unknown key{did_you_mean(str(key), known)}; expected one of "
+        f"{', '.join(sorted(known))} (other resources go under custom: {{{key}: <amount>}})"
+        for key in resources
+        if key not in known
+    ]
     if unknown:
         return unknown
     custom = resources.get("custom")
     if isinstance(custom, dict):  # msgspec would say `custom[...]`: name the resource
-        bad = [f"{name}.resources.custom.{key}: expected an amount > 0, got {amount!r}" for key, amount in custom.items()
-               if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount <= 0]
+        bad = [
+            f"{name}.resources.custom.{key}: expected an amount > 0, got {amount!r}"
+            for key, amount in custom.items()
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount <= 0
+        ]
         if bad:
             return bad
     try:
@@ -431,7 +452,9 @@ def _ray_config(data: Mapping[str, Any]) -> tuple[list[str], RayConfig | None]:
     """The problems of the config's ``ray`` and ``ray_head_node_address`` keys, and what they ask (None: no Ray)."""
     raw, address = data.get("ray"), data.get("ray_head_node_address")
     if address is not None and (not isinstance(address, str) or not address.strip()):
-        return [f"ray_head_node_address: expected a Ray address (HOST:PORT, ray://HOST:PORT or auto), got {address!r}"], None
+        return [
+            f"ray_head_node_address: expected a Ray address (HOST:PORT, ray://HOST:PORT or auto), got {address!r}"
+        ], None
     if raw is None or raw is False:
         if raw is False and address:
             return ["ray: false, yet ray_head_node_address is set; drop one of them"], None
@@ -439,11 +462,16 @@ def _ray_config(data: Mapping[str, Any]) -> tuple[list[str], RayConfig | None]:
     if raw is True:
         raw = {}
     if not isinstance(raw, dict):
-        return [f"ray: expected true, false or a mapping like {{address: HOST:PORT}} (no address: a local cluster), "
-                f"got {raw!r}"], None
+        return [
+            f"ray: expected true, false or a mapping like {{address: HOST:PORT}} (no address: a local cluster), "
+            f"got {raw!r}"
+        ], None
     known = {f.encode_name for f in msgspec.structs.fields(RayConfig)}
-    unknown = [f"ray.{key}: unknown key{did_you_mean(str(key), known)}; expected one of {', '.join(sorted(known))}"
-               for key in raw if key not in known]
+    unknown = [
+        f"ray.{key}: unknown key{did_you_mean(str(key), known)}; expected one of {', '.join(sorted(known))}"
+        for key in raw
+        if key not in known
+    ]
     if unknown:
         return unknown, None
     try:
@@ -455,7 +483,9 @@ def _ray_config(data: Mapping[str, Any]) -> tuple[list[str], RayConfig | None]:
         return [f"ray.{key}: sizes a local cluster only; a cluster joined at {ray.address} has its own"], None
     if address:  # the cluster's own address, which the launcher writes back, is the one to join
         if ray.address and not ray.local and ray.address != address:
-            return [f"ray.address: {ray.address!r} differs from ray_head_node_address {address!r}; set one of them"], None
+            return [
+                f"ray.address: {ray.address!r} differs from ray_head_node_address {address!r}; set one of them"
+            ], None
         ray = msgspec.structs.replace(ray, address=address)
     return [], ray
 
@@ -504,7 +534,9 @@ def _apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
             continue
         value = override.value()
         if override.is_add() and exists:
-            problems.append(f"{text}: {key!r} is already in the config; use {key}=... to change it or ++{key}=... to force")
+            problems.append(
+                f"{text}: {key!r} is already in the config; use {key}=... to change it or ++{key}=... to force"
+            )
             continue
         if not (override.is_add() or override.is_force_add()) and not exists:
             problems.append(f"{text}: {key!r} is not in the config; use +{key}=... to add it")
@@ -529,7 +561,9 @@ def _validate_against_types(
             continue
         if instance.plugin not in known:
             if instance.plugin in load_errors:
-                problems.append(f"{name}.plugin: plugin {instance.plugin!r} failed to import: {load_errors[instance.plugin]}")
+                problems.append(
+                    f"{name}.plugin: plugin {instance.plugin!r} failed to import: {load_errors[instance.plugin]}"
+                )
             else:
                 problems.append(
                     f"{name}.plugin: unknown server type {instance.plugin!r}{did_you_mean(instance.plugin, {*known, *external})};"
@@ -544,7 +578,10 @@ def _validate_against_types(
 
 
 def validate_instance_options(
-    config: GlobalConfig, name: str, config_type: type[msgspec.Struct], known_types: Mapping[str, ServerType] | None = None
+    config: GlobalConfig,
+    name: str,
+    config_type: type[msgspec.Struct],
+    known_types: Mapping[str, ServerType] | None = None,
 ) -> msgspec.Struct:
     """Convert an instance's options to its server type's config struct, or a ConfigError with paths.
 
@@ -583,7 +620,9 @@ def validate_instance_options(
         elif ref.kind and known_types and target.plugin in known_types:
             target_kind = known_types[target.plugin].kind
             if target_kind != ref.kind:
-                problems.append(f"{name}.{field_name}: {value!r} is a {target_kind} server, expected a {ref.kind} server")
+                problems.append(
+                    f"{name}.{field_name}: {value!r} is a {target_kind} server, expected a {ref.kind} server"
+                )
     if problems:
         raise ConfigError(problems)
     return struct

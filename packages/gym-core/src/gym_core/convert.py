@@ -98,7 +98,10 @@ def tools_to_chat(tools: list[FunctionTool]) -> list[dict[str, Any]]:
     """Responses function tools (flat) → chat tools (nested under ``function``)."""
     out = []
     for tool in tools:
-        function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters or {"type": "object", "properties": {}}}
+        function: dict[str, Any] = {
+            "name": tool.name,
+            "parameters": tool.parameters or {"type": "object", "properties": {}},
+        }
         if tool.description is not None:
             function["description"] = tool.description
         if tool.strict is not None:
@@ -151,7 +154,9 @@ def create_params_to_chat(params: ResponseCreateParams) -> ChatCompletionRequest
                     pending_reasoning = None
                 messages.append(msg)
             elif isinstance(item, FunctionCall):
-                call = ChatToolCall(id=item.call_id, function=ChatToolCallFunction(name=item.name, arguments=item.arguments))
+                call = ChatToolCall(
+                    id=item.call_id, function=ChatToolCallFunction(name=item.name, arguments=item.arguments)
+                )
                 last = messages[-1] if messages else None
                 if last is not None and last.role == "assistant":
                     last.tool_calls = [*(last.tool_calls or []), call]
@@ -194,8 +199,12 @@ def _chat_tool(index: int, tool: dict[str, Any]) -> FunctionTool:
         raise msgspec.ValidationError(f"tools[{index}]: a function tool needs `function` with a string `name`")
     try:
         return msgspec.convert(
-            {"name": function["name"], "parameters": function.get("parameters"),
-             "description": function.get("description"), "strict": function.get("strict")},
+            {
+                "name": function["name"],
+                "parameters": function.get("parameters"),
+                "description": function.get("description"),
+                "strict": function.get("strict"),
+            },
             FunctionTool,
         )
     except msgspec.ValidationError as exc:
@@ -225,7 +234,9 @@ def chat_to_create_params(request: ChatCompletionRequest) -> ResponseCreateParam
     params = ResponseCreateParams(input=items)
     params.model = request.model
     if request.tools:
-        params.tools = [_chat_tool(i, t) for i, t in enumerate(request.tools) if t.get("type", "function") == "function"]
+        params.tools = [
+            _chat_tool(i, t) for i, t in enumerate(request.tools) if t.get("type", "function") == "function"
+        ]
     params.tool_choice = _tool_choice_from_chat(request.tool_choice)
     params.temperature = request.temperature
     params.top_p = request.top_p
@@ -324,7 +335,9 @@ def response_to_chat_completion(response: Response) -> ChatCompletion:
         if isinstance(item, Message):
             texts.append(_content_text(item.content))
         elif isinstance(item, FunctionCall):
-            calls.append(ChatToolCall(id=item.call_id, function=ChatToolCallFunction(name=item.name, arguments=item.arguments)))
+            calls.append(
+                ChatToolCall(id=item.call_id, function=ChatToolCallFunction(name=item.name, arguments=item.arguments))
+            )
         elif isinstance(item, Reasoning):
             reasoning.append("".join(s.text for s in item.summary) or _content_text(item.content or []))
         if getattr(item, "generation_token_ids", None) is not None:
@@ -354,4 +367,3 @@ def response_to_chat_completion(response: Response) -> ChatCompletion:
         choices=[ChatChoice(index=0, message=message, finish_reason=finish_reason)],
         usage=usage,
     )
-

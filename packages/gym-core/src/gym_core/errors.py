@@ -41,9 +41,7 @@ class UnknownPluginError(PluginError):
     def __init__(self, name: str, known: Iterable[str], what: str = "plugin"):
         known = sorted(known)
         self.name = name
-        super().__init__(
-            f"unknown {what} {name!r}{did_you_mean(name, known)}; known: {', '.join(known) or 'none'}"
-        )
+        super().__init__(f"unknown {what} {name!r}{did_you_mean(name, known)}; known: {', '.join(known) or 'none'}")
 
 
 class ConfigError(GymError):
@@ -86,8 +84,16 @@ class ServerTimeoutError(ServerCallError):
 class ServerHTTPError(ServerCallError):
     """The server answered with an error status; ``error_type`` is the ``type`` of its JSON error, if any."""
 
-    def __init__(self, server: str, path: str, message: str, *, status: int | None = None, attempts: int = 1,
-                 error_type: str | None = None):
+    def __init__(
+        self,
+        server: str,
+        path: str,
+        message: str,
+        *,
+        status: int | None = None,
+        attempts: int = 1,
+        error_type: str | None = None,
+    ):
         self.error_type = error_type
         super().__init__(server, path, message, status=status, attempts=attempts)
 

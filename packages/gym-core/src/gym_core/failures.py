@@ -122,52 +122,131 @@ def _row(type_: str, status: int, answered_by: str, flags: str, meaning: str, *,
 
 # --- the table ------------------------------------------------------------------------------------
 # Requests gym refuses, sessions, and the server itself.
-UNAUTHORIZED = _row("unauthorized", 401, "any gym server", "--e-",
-                    "the request lacks the run's token; another attempt would lack it too")
-INVALID_SESSION = _row("invalid_session", 403, "a resources server", "--er",
-                       "the session cookie fails its signature (forged, or signed before a restart)")
-SESSION_EXPIRED = _row("session_expired", 409, "a resources server", "--er",
-                       "the session's state is gone: closed, evicted, or lost in a restart")
-VALIDATION_ERROR = _row("validation_error", 422, "any gym server", "----",
-                        "the body does not match the route's schema (the message names the field)")
-DECODE_ERROR = _row("decode_error", 400, "any gym server", "----",
-                    "the body is not JSON, not UTF-8, or nested too deeply")
-TOOL_ERROR = _row("tool_error", 400, "a resources server's tool", "----",
-                  "the tool refused the call (`ToolError`; 400 unless it gives its own status)")
-UNKNOWN_TOOL = _row("unknown_tool", 404, "a resources server", "----",
-                    "`POST /tools/<name>` names no tool of the server")
-BODY_TIMEOUT = _row("body_timeout", 408, "any gym server", "----",
-                    "the request body did not arrive within `body_timeout_s`")
-NOT_READY = _row("not_ready", 503, "any gym server", "-cer",
-                 "the server is still starting (`GET /ready`)")
-INTERNAL_ERROR = _row("internal_error", 500, "any gym server", "--er",
-                      "an unhandled exception: the answer has its error id, the server's log the traceback")
-DEADLINE_EXCEEDED = _row("deadline_exceeded", 504, "any gym server", "f-er",
-                         "no answer within the caller's `x-gym-timeout`")
+UNAUTHORIZED = _row(
+    "unauthorized",
+    401,
+    "any gym server",
+    "--e-",
+    "the request lacks the run's token; another attempt would lack it too",
+)
+INVALID_SESSION = _row(
+    "invalid_session",
+    403,
+    "a resources server",
+    "--er",
+    "the session cookie fails its signature (forged, or signed before a restart)",
+)
+SESSION_EXPIRED = _row(
+    "session_expired",
+    409,
+    "a resources server",
+    "--er",
+    "the session's state is gone: closed, evicted, or lost in a restart",
+)
+VALIDATION_ERROR = _row(
+    "validation_error",
+    422,
+    "any gym server",
+    "----",
+    "the body does not match the route's schema (the message names the field)",
+)
+DECODE_ERROR = _row(
+    "decode_error", 400, "any gym server", "----", "the body is not JSON, not UTF-8, or nested too deeply"
+)
+TOOL_ERROR = _row(
+    "tool_error",
+    400,
+    "a resources server's tool",
+    "----",
+    "the tool refused the call (`ToolError`; 400 unless it gives its own status)",
+)
+UNKNOWN_TOOL = _row(
+    "unknown_tool", 404, "a resources server", "----", "`POST /tools/<name>` names no tool of the server"
+)
+BODY_TIMEOUT = _row(
+    "body_timeout", 408, "any gym server", "----", "the request body did not arrive within `body_timeout_s`"
+)
+NOT_READY = _row("not_ready", 503, "any gym server", "-cer", "the server is still starting (`GET /ready`)")
+INTERNAL_ERROR = _row(
+    "internal_error",
+    500,
+    "any gym server",
+    "--er",
+    "an unhandled exception: the answer has its error id, the server's log the traceback",
+)
+DEADLINE_EXCEEDED = _row(
+    "deadline_exceeded", 504, "any gym server", "f-er", "no answer within the caller's `x-gym-timeout`"
+)
 # Dependencies of a server (InfrastructureError): final, their own retries are spent.
-INFRASTRUCTURE_ERROR = _row("infrastructure_error", 502, "a server's dependency", "f-er",
-                            "a dependency failed (`InfrastructureError`; plugins name their own kinds)")
-JUDGE_FAILED = _row("judge_failed", 502, "a judged resources server", "f-er",
-                    "the judge could not be asked, or its reply is not a Responses object")
-SANDBOX_FAILED = _row("sandbox_failed", 502, "a resources server running programs", "f-er",
-                      "the sandbox failed to run the program (not the program failing)")
-UPSTREAM_TIMEOUT = _row("upstream_timeout", 504, "a model server", "f-er",
-                        "the engine gave no answer within `timeout_s` or before a deadline")
-UPSTREAM_UNAVAILABLE = _row("upstream_unavailable", 502, "a model server", "f-er",
-                            "the engine was unreachable, or busy (`BUSY_STATUSES`) at every attempt")
-UPSTREAM_ERROR = _row("upstream_error", 502, "a model server", "f-er",
-                      "the engine answered a 5xx, or something that is not what was asked")
-UPSTREAM_REFUSED = _row("upstream_refused", 424, "a model server", "f---",
-                        "the engine refused the request (a 4xx): the same request would be refused again")
-MODEL_OVERLOADED = _row("model_overloaded", 503, "a model server", "f-er",
-                        "no upstream slot free within `queue_timeout_s`")
+INFRASTRUCTURE_ERROR = _row(
+    "infrastructure_error",
+    502,
+    "a server's dependency",
+    "f-er",
+    "a dependency failed (`InfrastructureError`; plugins name their own kinds)",
+)
+JUDGE_FAILED = _row(
+    "judge_failed",
+    502,
+    "a judged resources server",
+    "f-er",
+    "the judge could not be asked, or its reply is not a Responses object",
+)
+SANDBOX_FAILED = _row(
+    "sandbox_failed",
+    502,
+    "a resources server running programs",
+    "f-er",
+    "the sandbox failed to run the program (not the program failing)",
+)
+UPSTREAM_TIMEOUT = _row(
+    "upstream_timeout",
+    504,
+    "a model server",
+    "f-er",
+    "the engine gave no answer within `timeout_s` or before a deadline",
+)
+UPSTREAM_UNAVAILABLE = _row(
+    "upstream_unavailable",
+    502,
+    "a model server",
+    "f-er",
+    "the engine was unreachable, or busy (`BUSY_STATUSES`) at every attempt",
+)
+UPSTREAM_ERROR = _row(
+    "upstream_error",
+    502,
+    "a model server",
+    "f-er",
+    "the engine answered a 5xx, or something that is not what was asked",
+)
+UPSTREAM_REFUSED = _row(
+    "upstream_refused",
+    424,
+    "a model server",
+    "f---",
+    "the engine refused the request (a 4xx): the same request would be refused again",
+)
+MODEL_OVERLOADED = _row(
+    "model_overloaded", 503, "a model server", "f-er", "no upstream slot free within `queue_timeout_s`"
+)
 # A client that got no usable answer; a server relays these final.
-SERVER_UNAVAILABLE = _row("ServerUnavailableError", RELAYED_INFRASTRUCTURE, "a client", "fcer",
-                          "no connection: refused, reset, or not opened within `connect_timeout_s`",
-                          client_side=True)
-SERVER_TIMEOUT = _row("ServerTimeoutError", RELAYED_TIMEOUT, "a client", "f-er",
-                      "no answer within `timeout_s` or the deadline (tried again only where `retry_timeouts`"
-                      " is on: a judge's client)", client_side=True)
+SERVER_UNAVAILABLE = _row(
+    "ServerUnavailableError",
+    RELAYED_INFRASTRUCTURE,
+    "a client",
+    "fcer",
+    "no connection: refused, reset, or not opened within `connect_timeout_s`",
+    client_side=True,
+)
+SERVER_TIMEOUT = _row(
+    "ServerTimeoutError",
+    RELAYED_TIMEOUT,
+    "a client",
+    "f-er",
+    "no answer within `timeout_s` or the deadline (tried again only where `retry_timeouts` is on: a judge's client)",
+    client_side=True,
+)
 
 TABLE: tuple[Failure, ...] = (
     UNAUTHORIZED, INVALID_SESSION, SESSION_EXPIRED, VALIDATION_ERROR, DECODE_ERROR, TOOL_ERROR, UNKNOWN_TOOL,
@@ -213,8 +292,9 @@ def relayed_status(status: int | None, *, timed_out: bool = False, unreachable: 
 
 # --- the rendered table ---------------------------------------------------------------------------
 
-BEGIN_MARKER = ("<!-- failure table: generated by `python -m gym_core.failures docs/reliability.md`;"
-                " edit gym_core/failures.py -->")
+BEGIN_MARKER = (
+    "<!-- failure table: generated by `python -m gym_core.failures docs/reliability.md`; edit gym_core/failures.py -->"
+)
 END_MARKER = "<!-- end of the failure table -->"
 
 

@@ -249,19 +249,31 @@ class GymnasiumEnvironment(ResourcesServer):
         if request_id is not None and request_id == episode.last_request_id and episode.last_answer is not None:
             return episode.last_answer
         if episode.done:
-            answer = StepResponse(observation=episode.observation, reward=0.0, terminated=episode.terminated,
-                                  truncated=episode.truncated, info=episode.info)
+            answer = StepResponse(
+                observation=episode.observation,
+                reward=0.0,
+                terminated=episode.terminated,
+                truncated=episode.truncated,
+                info=episode.info,
+            )
         else:
             result = await _maybe_await(self.step(episode.state, action))
             episode.steps += 1
             reward = float(result.reward)
             episode.rewards.append(reward)
             episode.terminated = bool(result.terminated)
-            episode.truncated = bool(result.truncated) or (not episode.terminated and episode.steps >= episode.max_steps)
+            episode.truncated = bool(result.truncated) or (
+                not episode.terminated and episode.steps >= episode.max_steps
+            )
             episode.observation = result.observation
             episode.info = dict(result.info)
-            answer = StepResponse(observation=result.observation, reward=reward, terminated=episode.terminated,
-                                  truncated=episode.truncated, info=episode.info)
+            answer = StepResponse(
+                observation=result.observation,
+                reward=reward,
+                terminated=episode.terminated,
+                truncated=episode.truncated,
+                info=episode.info,
+            )
         episode.last_request_id = request_id
         episode.last_answer = answer
         return answer
@@ -272,8 +284,9 @@ class GymnasiumEnvironment(ResourcesServer):
     # --- the tool and the routes ---
 
     @tool
-    async def act(self, session: Session,
-                  action: typing.Annotated[str, msgspec.Meta(description="the action to take")]) -> StepResponse:
+    async def act(
+        self, session: Session, action: typing.Annotated[str, msgspec.Meta(description="the action to take")]
+    ) -> StepResponse:
         """Take one action in the environment; returns the next observation, the step's reward and
         whether the episode ended."""
         episode = self.episode(session)
@@ -290,8 +303,13 @@ class GymnasiumEnvironment(ResourcesServer):
 
     async def verify(self, session: Session, body: VerifyRequest) -> EpisodeVerdict:
         episode = self.episode(session)
-        return EpisodeVerdict(reward=episode.total_reward, terminated=episode.terminated, truncated=episode.truncated,
-                              steps=episode.steps, info=episode.info)
+        return EpisodeVerdict(
+            reward=episode.total_reward,
+            terminated=episode.terminated,
+            truncated=episode.truncated,
+            steps=episode.steps,
+            info=episode.info,
+        )
 
     def routes(self) -> list[Any]:
         async def reset(request: Request) -> Any:
@@ -304,7 +322,9 @@ class GymnasiumEnvironment(ResourcesServer):
             episode = self.episode(request)
             if body.step_request_id is not None and body.step_request_id == episode.last_request_id:
                 return await self.play(episode, "", body.step_request_id)
-            action = "" if episode.done else await _maybe_await(self.parse_action(output_text(body.response), episode.state))
+            action = (
+                "" if episode.done else await _maybe_await(self.parse_action(output_text(body.response), episode.state))
+            )
             return await self.play(episode, action, body.step_request_id)
 
         async def close(request: Request) -> Any:
@@ -317,9 +337,7 @@ class GymnasiumEnvironment(ResourcesServer):
             return {"closed": self.sessions.close(session.id)}
 
         replaced = {"/seed_session", "/close_session"}
-        inherited = [
-            h for h in super().routes() if not (isinstance(h, HTTPRouteHandler) and set(h.paths) & replaced)
-        ]
+        inherited = [h for h in super().routes() if not (isinstance(h, HTTPRouteHandler) and set(h.paths) & replaced)]
         return [
             *inherited,
             self.post_json("/reset", reset),

@@ -32,8 +32,10 @@ def build_head_app(config: GlobalConfig, describe: Callable[[], list[dict[str, A
         for i in config.instances.values():
             row: dict[str, Any] = {"name": i.name, "plugin": i.plugin, "url": i.url, "host": i.host, "port": i.port}
             if i.replicas > 1:
-                row["replicas"] = [{"name": name, "index": index, "url": url}
-                                   for index, (name, url) in enumerate(zip(i.replica_names, i.replica_urls))]
+                row["replicas"] = [
+                    {"name": name, "index": index, "url": url}
+                    for index, (name, url) in enumerate(zip(i.replica_names, i.replica_urls))
+                ]
             rows.append(row)
         return rows
 

@@ -143,14 +143,19 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         waiter = self.waiter
         if waiter is not None and not waiter.done():
-            if self._headers_done and _first(self._headers, "content-length") is None and \
-                    _first(self._headers, "transfer-encoding") is None:
+            if (
+                self._headers_done
+                and _first(self._headers, "content-length") is None
+                and _first(self._headers, "transfer-encoding") is None
+            ):
                 # An answer without a length ends when the connection does (HTTP/1.0 style).
                 self._keep_alive = False
                 waiter.set_result(Response(self.parser.get_status_code(), self._headers, b"".join(self._chunks)))
             else:
                 reason = f": {exc}" if exc else ""
-                waiter.set_exception(ConnectionFailed(f"the server closed the connection before a whole answer{reason}"))
+                waiter.set_exception(
+                    ConnectionFailed(f"the server closed the connection before a whole answer{reason}")
+                )
         self.pool._lost(self)
 
     # httptools callbacks
@@ -249,8 +254,14 @@ class Pool:
         self._ssl: ssl.SSLContext | None = None
 
     async def request(
-        self, method: str, origin: Origin, path: str, headers: dict[str, str] | None, body: bytes | None,
-        connect_timeout: float, deadline: float | None = None,
+        self,
+        method: str,
+        origin: Origin,
+        path: str,
+        headers: dict[str, str] | None,
+        body: bytes | None,
+        connect_timeout: float,
+        deadline: float | None = None,
     ) -> Response:
         """One exchange on a pooled connection, answered by ``deadline`` (``loop.time()``) or
         ``TimeoutError``."""
@@ -393,4 +404,3 @@ class Pool:
             if not waiter.done():
                 waiter.set_exception(ConnectionFailed("the client is closed"))
         await asyncio.sleep(0)  # let transports run their connection_lost
-

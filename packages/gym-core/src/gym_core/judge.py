@@ -139,7 +139,10 @@ class Judge:
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         base = server.config.client
         client_config = msgspec.structs.replace(
-            base, timeout_s=timeout_s, max_attempts=max_attempts, retry_timeouts=True,
+            base,
+            timeout_s=timeout_s,
+            max_attempts=max_attempts,
+            retry_timeouts=True,
             deadline_s=min(base.deadline_s, max_attempts * (timeout_s + base.backoff_max_s)),
         )
         self.client: ServerClient = server.own_client(client_config)
@@ -152,8 +155,11 @@ class Judge:
     @classmethod
     def from_options(cls, server: GymServer, options: JudgeOptions) -> Judge:
         return cls(
-            server, options.judge_model_server, options.judge_responses_create_params,
-            max_concurrency=options.judge_endpoint_max_concurrency, timeout_s=options.judge_timeout_s,
+            server,
+            options.judge_model_server,
+            options.judge_responses_create_params,
+            max_concurrency=options.judge_endpoint_max_concurrency,
+            timeout_s=options.judge_timeout_s,
             max_attempts=options.judge_max_attempts,
         )
 
@@ -189,6 +195,9 @@ class Judge:
             raise JudgeError(self.model_server, f"its reply is not a Responses object: {exc}") from None
         last_text, last_is_output_text = _last_part(response)
         return JudgeReply(
-            params=params, response=msgspec.json.decode(raw), text=assistant_text(response),
-            last_text=last_text, last_is_output_text=last_is_output_text,
+            params=params,
+            response=msgspec.json.decode(raw),
+            text=assistant_text(response),
+            last_text=last_text,
+            last_is_output_text=last_is_output_text,
         )

@@ -114,9 +114,7 @@ def expected_max_at_k(rewards: Sequence[float], k: int) -> float:
     return acc
 
 
-def majority_at_k(
-    answers: Sequence[Hashable | None], correct: Sequence[bool | float], k: int
-) -> float:
+def majority_at_k(answers: Sequence[Hashable | None], correct: Sequence[bool | float], k: int) -> float:
     """Expected score of the majority-vote answer over a uniformly random ``k``-subset.
 
     Definition: draw ``k`` of the ``n`` samples without replacement, every subset equally likely.
@@ -215,9 +213,7 @@ def _field_summaries(rows: Sequence[Mapping[str, Any]], skip: set[str]) -> dict[
         for key, value in row.items():
             if key not in skip and key not in names and _is_number(value):
                 names.append(key)
-    return {
-        name: summarize(row[name] for row in rows if _is_number(row.get(name))) for name in names
-    }
+    return {name: summarize(row[name] for row in rows if _is_number(row.get(name))) for name in names}
 
 
 def profile_rollouts(
@@ -372,7 +368,9 @@ def pass_at_k_family(
                 else:
                     passes.append(max(values[:k]))
             metrics[f"{prefix}pass@{k}/{name}"] = 100 * statistics.fmean(passes)
-            metrics[f"{prefix}pass@1[avg-of-{k}]/{name}"] = 100 * statistics.fmean(statistics.fmean(t[name][:k]) for t in tasks)
+            metrics[f"{prefix}pass@1[avg-of-{k}]/{name}"] = 100 * statistics.fmean(
+                statistics.fmean(t[name][:k]) for t in tasks
+            )
         metrics[f"{prefix}majority@{k}/{majority_score}"] = 100 * statistics.fmean(
             _first_k_majority(t["answers"], t[majority_score], k) for t in tasks
         )

@@ -73,7 +73,9 @@ class ClientConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     timeout_s: Annotated[float, Meta(gt=0, description="per-request timeout, seconds")] = 600.0
     connect_timeout_s: Annotated[float, Meta(gt=0, description="time to open a connection, seconds")] = 10.0
-    max_attempts: Annotated[int, Meta(ge=1, description="tries of a request on connection errors and 429/502/503/504")] = 3
+    max_attempts: Annotated[
+        int, Meta(ge=1, description="tries of a request on connection errors and 429/502/503/504")
+    ] = 3
     backoff_s: Annotated[float, Meta(ge=0, description="first retry delay, doubled per attempt, with jitter")] = 0.25
     backoff_max_s: Annotated[float, Meta(ge=0, description="longest retry delay")] = 8.0
     deadline_s: Annotated[float, Meta(gt=0, description="bound on one request with all its retries, seconds")] = 3600.0
@@ -89,11 +91,19 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     host: Annotated[str, Meta(description="address to listen on")] = DEFAULT_HOST
     port: Annotated[int, Meta(ge=0, le=65535, description="port to listen on; 0: a free one, assigned at start")] = 0
-    max_body_bytes: Annotated[int, Meta(ge=1, description="largest request body accepted (413 above)")] = 64 * 1024 * 1024
+    max_body_bytes: Annotated[int, Meta(ge=1, description="largest request body accepted (413 above)")] = (
+        64 * 1024 * 1024
+    )
     body_timeout_s: Annotated[
-        float, Meta(gt=0, description="a request body that stops arriving for this long is answered 408 and its connection closed, seconds")
+        float,
+        Meta(
+            gt=0,
+            description="a request body that stops arriving for this long is answered 408 and its connection closed, seconds",
+        ),
     ] = 60.0
-    session_ttl_s: Annotated[float, Meta(gt=0, description="idle time after which a session's state is dropped")] = 3600.0
+    session_ttl_s: Annotated[float, Meta(gt=0, description="idle time after which a session's state is dropped")] = (
+        3600.0
+    )
     max_sessions: Annotated[
         int, Meta(ge=1, description="sessions held at once; above it the least recently used is dropped (counted)")
     ] = 100_000
@@ -186,13 +196,14 @@ class JudgeOptions(ServerConfig, kw_only=True):
         Annotated[int, Meta(ge=1)] | None,
         Meta(description="judge calls in flight at once from this server; null: no cap"),
     ] = 64
-    judge_timeout_s: Annotated[
-        float, Meta(gt=0, description="limit of one judge call (one attempt), seconds")
-    ] = 120.0
+    judge_timeout_s: Annotated[float, Meta(gt=0, description="limit of one judge call (one attempt), seconds")] = 120.0
     judge_max_attempts: Annotated[
         int,
-        Meta(ge=1, description="tries of a judge call that failed for a transient reason (unreachable, timeout, "
-             "429, 5xx) before the rollout fails with judge_failed"),
+        Meta(
+            ge=1,
+            description="tries of a judge call that failed for a transient reason (unreachable, timeout, "
+            "429, 5xx) before the rollout fails with judge_failed",
+        ),
     ] = 3
 
 
@@ -204,14 +215,18 @@ class UpstreamOptions(ServerConfig, kw_only=True):
     # The defaults keep one model call (queue + upstream) under the 600 s an agent waits for it by
     # default, so that the agent gets this server's typed error rather than its own timeout.
     queue_timeout_s: Annotated[
-        float, Meta(gt=0, description="longest wait for one of max_concurrency slots, seconds; then 503 model_overloaded")
+        float,
+        Meta(gt=0, description="longest wait for one of max_concurrency slots, seconds; then 503 model_overloaded"),
     ] = 240.0
     timeout_s: Annotated[
         float,
-        Meta(gt=0, description="limit of one model call upstream, retries and their backoff included, seconds; then 504"),
+        Meta(
+            gt=0, description="limit of one model call upstream, retries and their backoff included, seconds; then 504"
+        ),
     ] = 300.0
     max_attempts: Annotated[
-        int, Meta(ge=1, description="tries of one model call on connection errors and 429/503 answers, within timeout_s")
+        int,
+        Meta(ge=1, description="tries of one model call on connection errors and 429/503 answers, within timeout_s"),
     ] = 3
     extra_body: Annotated[
         dict[str, Any], Meta(description="merged into every upstream request body, over the caller's fields")

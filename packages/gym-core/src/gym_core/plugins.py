@@ -83,8 +83,7 @@ class PluginManager:
         for attr in dir(plugin):
             if attr.startswith("gym_") and attr not in known and callable(getattr(plugin, attr)):
                 raise PluginError(
-                    f"gym plugin {name or plugin!r} defines {attr}, which is not a gym hook"
-                    f"{did_you_mean(attr, known)}"
+                    f"gym plugin {name or plugin!r} defines {attr}, which is not a gym hook{did_you_mean(attr, known)}"
                 )
         try:
             self._pm.register(plugin, name=name)  # checks hooks that have a spec (argument names...)
@@ -148,7 +147,9 @@ class PluginManager:
             for result in call(rollouts=rows):
                 for key, value in (result or {}).items():
                     if key in merged:
-                        raise PluginError(f"two plugins contribute the aggregate metric {key!r} (the second: {plugin_name!r})")
+                        raise PluginError(
+                            f"two plugins contribute the aggregate metric {key!r} (the second: {plugin_name!r})"
+                        )
                     merged[key] = value
         return merged
 

@@ -62,7 +62,9 @@ class ServerType:
                 raise PluginError(f"server type {self.name!r}: cannot import {self.server!r}: {exc}") from exc
         kind = getattr(cls, "kind", None)
         if kind != self.kind:
-            raise PluginError(f"server type {self.name!r}: {self.server} is a {kind or 'non-gym'} server, registered as {self.kind}")
+            raise PluginError(
+                f"server type {self.name!r}: {self.server} is a {kind or 'non-gym'} server, registered as {self.kind}"
+            )
         return cls
 
 

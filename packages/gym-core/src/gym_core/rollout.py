@@ -57,11 +57,18 @@ class RolloutAgent(Protocol):
     @property
     def client(self) -> ServerClient: ...
 
-    async def call_tool(self, resources_server: str, call: FunctionCall, offered: Collection[str],
-                        cookies: dict[str, str]) -> FunctionCallOutput: ...
+    async def call_tool(
+        self, resources_server: str, call: FunctionCall, offered: Collection[str], cookies: dict[str, str]
+    ) -> FunctionCallOutput: ...
 
-    async def call_model(self, model_server: str, params: ResponseCreateParams, cookies: dict[str, str] | None = None,
-                         *, string_input_as_message: bool = True) -> Response: ...
+    async def call_model(
+        self,
+        model_server: str,
+        params: ResponseCreateParams,
+        cookies: dict[str, str] | None = None,
+        *,
+        string_input_as_message: bool = True,
+    ) -> Response: ...
 
     async def resources_tools(self, resources_server: str) -> list[FunctionTool]: ...
 
@@ -122,7 +129,9 @@ class Rollout:
     async def post(self, path: str, body: Any, **kwargs: Any) -> bytes:
         """``POST path`` on the resources server with this rollout's session (``/step`` of a
         step/reset environment, say): an error status raises, as ``ServerClient.request`` does."""
-        return await self.agent.client.request("POST", self.resources_server, path, body=body, cookies=self.cookies, **kwargs)
+        return await self.agent.client.request(
+            "POST", self.resources_server, path, body=body, cookies=self.cookies, **kwargs
+        )
 
     async def offer(self, params: ResponseCreateParams, *, resources_tools: bool = True) -> ResponseCreateParams:
         """Set the tools this rollout offers: those of ``params``, or, when it names none (absent or
@@ -160,15 +169,17 @@ class Rollout:
 
     # --- the model ---
 
-    async def call_model(self, params: ResponseCreateParams, *, model_server: str | None = None,
-                         string_input_as_message: bool = True) -> Response:
+    async def call_model(
+        self, params: ResponseCreateParams, *, model_server: str | None = None, string_input_as_message: bool = True
+    ) -> Response:
         """One ``POST /v1/responses`` (see :meth:`AgentServer.call_model`) with this rollout's
         model cookies; the response is counted in :attr:`record`."""
         server = model_server or self.model_server
         if server is None:
             raise TypeError("this rollout has no model server: pass model_server")
-        response = await self.agent.call_model(server, params, self.model_cookies,
-                                               string_input_as_message=string_input_as_message)
+        response = await self.agent.call_model(
+            server, params, self.model_cookies, string_input_as_message=string_input_as_message
+        )
         self.record.add_model_response(response)
         return response
 
@@ -177,8 +188,13 @@ class Rollout:
     def result(self, verdict: Mapping[str, Any], response: Any, **facts: Any) -> dict[str, Any]:
         """What ``/run`` returns: the record, ``facts``, the verdict and the response, in the
         precedence of :func:`gym_core.rows.rollout_result`."""
-        return rollout_result(record=self.record.fields(), facts=facts, verdict=verdict, response=response,
-                              environment=self.agent.environment_of_rollout())
+        return rollout_result(
+            record=self.record.fields(),
+            facts=facts,
+            verdict=verdict,
+            response=response,
+            environment=self.agent.environment_of_rollout(),
+        )
 
     async def close(self) -> None:
         """Close the session now (also done on exit); later calls do nothing."""
@@ -186,8 +202,14 @@ class Rollout:
         if not cookies:
             return
         try:
-            await self.agent.client.request("POST", self.resources_server, self.close_path, body=b"{}", cookies=cookies,
-                                            timeout_s=min(10.0, self.agent.client.config.timeout_s))
+            await self.agent.client.request(
+                "POST",
+                self.resources_server,
+                self.close_path,
+                body=b"{}",
+                cookies=cookies,
+                timeout_s=min(10.0, self.agent.client.config.timeout_s),
+            )
         except Exception as exc:
             self.cleanup_error = exc
             self.agent.log.info("could not close a session on %s: %s", self.resources_server, exc)

@@ -23,7 +23,12 @@ import secrets
 from collections.abc import Sequence
 
 __all__ = [
-    "ROLLOUT_COOKIE", "Replicas", "replica_name", "replica_weight", "rendezvous_order", "choose_replica",
+    "ROLLOUT_COOKIE",
+    "Replicas",
+    "replica_name",
+    "replica_weight",
+    "rendezvous_order",
+    "choose_replica",
     "new_rollout_key",
 ]
 

@@ -100,8 +100,13 @@ def rollout_row(
 ) -> dict[str, Any]:
     """One output line: the collector's fields, then the agent's result, then the task row, then
     ``response`` (each source adds only the names not taken by an earlier one)."""
-    row: dict[str, Any] = {"task_index": task_index, "rollout_index": rollout_index, "agent": agent,
-                           REWARD_FIELD: reward, LATENCY_FIELD: latency_s}
+    row: dict[str, Any] = {
+        "task_index": task_index,
+        "rollout_index": rollout_index,
+        "agent": agent,
+        REWARD_FIELD: reward,
+        LATENCY_FIELD: latency_s,
+    }
     for source in (result, task):
         for key, value in source.items():
             if key not in row and key != "response":

@@ -112,7 +112,9 @@ class SandboxLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     processes: Annotated[int, Meta(ge=1, description="processes and threads of the program at once")] = 32
     open_files: Annotated[int, Meta(ge=8, description="open file descriptors per process")] = 64
     output_bytes: Annotated[int, Meta(ge=1, description="bytes kept of stdout and of stderr; more: killed")] = 1 << 20
-    scratch_mb: Annotated[int, Meta(ge=1, description="size of the writable scratch directory (and of any file), MiB")] = 64
+    scratch_mb: Annotated[
+        int, Meta(ge=1, description="size of the writable scratch directory (and of any file), MiB")
+    ] = 64
 
 
 class SandboxResult(msgspec.Struct, kw_only=True):
@@ -237,7 +239,12 @@ class Sandbox:
     """
 
     def __init__(
-        self, mode: SandboxMode = "bwrap", *, max_concurrency: int = 8, python: str | None = None, bwrap: str | None = None,
+        self,
+        mode: SandboxMode = "bwrap",
+        *,
+        max_concurrency: int = 8,
+        python: str | None = None,
+        bwrap: str | None = None,
     ):
         if mode not in ("bwrap", "unsandboxed"):
             raise ValueError(f"unknown sandbox mode {mode!r}: bwrap or unsandboxed")
@@ -273,7 +280,9 @@ class Sandbox:
         if not os.path.exists(self._prlimit):
             raise SandboxUnavailable(f"prlimit (util-linux) is not installed{self._weaker_hint()}")
         if self.mode == "bwrap" and self._root and not os.path.exists(self._setpriv):
-            raise SandboxUnavailable(f"setpriv (util-linux), needed to sandbox as root, is not installed{self._weaker_hint()}")
+            raise SandboxUnavailable(
+                f"setpriv (util-linux), needed to sandbox as root, is not installed{self._weaker_hint()}"
+            )
         if self.mode == "bwrap":
             if self._bwrap is None:
                 raise SandboxUnavailable(
@@ -349,28 +358,71 @@ class Sandbox:
         memory = limits.memory_mb * 1024 * 1024
         fsize = limits.scratch_mb * 1024 * 1024
         # Soft CPU limit first (SIGXCPU, reported as cpu_limit), the hard one a second later (SIGKILL).
-        out = [self._prlimit, f"--cpu={cpu}:{cpu + 1}", f"--as={memory}", f"--nofile={limits.open_files}",
-               f"--fsize={fsize}", "--core=0"]
+        out = [
+            self._prlimit,
+            f"--cpu={cpu}:{cpu + 1}",
+            f"--as={memory}",
+            f"--nofile={limits.open_files}",
+            f"--fsize={fsize}",
+            "--core=0",
+        ]
         if processes is not None:
             out.append(f"--nproc={processes}")
         return [*out, "--"]
 
-    async def _run_bwrap(self, argv: list[str], stdin: bytes, files: dict[str, bytes], limits: SandboxLimits) -> SandboxResult:
+    async def _run_bwrap(
+        self, argv: list[str], stdin: bytes, files: dict[str, bytes], limits: SandboxLimits
+    ) -> SandboxResult:
         assert self._bwrap is not None
         fds: list[int] = []
         try:
-            args = [self._bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-                    "--cap-drop", "ALL",
-                    "--hostname", "sandbox", "--clearenv",
-                    "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin", "--setenv", "HOME", SCRATCH,
-                    "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONIOENCODING", "utf-8"]
+            args = [
+                self._bwrap,
+                "--unshare-all",
+                "--unshare-user",
+                "--disable-userns",
+                "--die-with-parent",
+                "--new-session",
+                "--cap-drop",
+                "ALL",
+                "--hostname",
+                "sandbox",
+                "--clearenv",
+                "--setenv",
+                "PATH",
+                "/usr/local/bin:/usr/bin:/bin",
+                "--setenv",
+                "HOME",
+                SCRATCH,
+                "--setenv",
+                "LANG",
+                "C.UTF-8",
+                "--setenv",
+                "PYTHONIOENCODING",
+                "utf-8",
+            ]
             args += _system_binds()
             prefix = _prefix_of(self._sandbox_python)
             if prefix is not None:
                 args += ["--ro-bind", prefix, prefix]
-            args += ["--proc", "/proc", "--dev", "/dev",
-                     "--size", str(limits.scratch_mb * 1024 * 1024), "--perms", "0700", "--tmpfs", SCRATCH,
-                     "--chdir", SCRATCH, "--uid", str(NOBODY), "--gid", str(NOBODY)]
+            args += [
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "--size",
+                str(limits.scratch_mb * 1024 * 1024),
+                "--perms",
+                "0700",
+                "--tmpfs",
+                SCRATCH,
+                "--chdir",
+                SCRATCH,
+                "--uid",
+                str(NOBODY),
+                "--gid",
+                str(NOBODY),
+            ]
             # The run's files, copied into the tmpfs by bwrap from memory files: nothing touches the host's disk.
             made: set[str] = set()
             for name, content in files.items():
@@ -394,7 +446,9 @@ class Sandbox:
                 # bwrap itself runs as nobody: its user namespace then maps the program to nobody, not root.
                 # (setpriv, not Popen(user=...): uvloop's subprocess support refuses those arguments.)
                 args = [self._setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", *args]
-            result = await self._supervise(args, stdin, limits, pass_fds=pass_fds, cwd="/", env={"PATH": "/usr/bin:/bin"})
+            result = await self._supervise(
+                args, stdin, limits, pass_fds=pass_fds, cwd="/", env={"PATH": "/usr/bin:/bin"}
+            )
             os.close(status_write)
             fds.remove(status_write)
             status = _read_status(status_read)
@@ -407,7 +461,9 @@ class Sandbox:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
-    async def _run_unsandboxed(self, argv: list[str], stdin: bytes, files: dict[str, bytes], limits: SandboxLimits) -> SandboxResult:
+    async def _run_unsandboxed(
+        self, argv: list[str], stdin: bytes, files: dict[str, bytes], limits: SandboxLimits
+    ) -> SandboxResult:
         with tempfile.TemporaryDirectory(prefix="gym-unsandboxed-") as scratch:
             for name, content in files.items():
                 path = Path(scratch, name)
@@ -416,18 +472,35 @@ class Sandbox:
             # No user namespace here: RLIMIT_NPROC would count every process of this user (and not
             # apply to root), so processes are limited only by the wall time. That is the weaker mode.
             args = [*self._rlimits(limits, None), *argv]
-            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": scratch, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"}
+            env = {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "HOME": scratch,
+                "LANG": "C.UTF-8",
+                "PYTHONIOENCODING": "utf-8",
+            }
             return await self._supervise(args, stdin, limits, pass_fds=[], cwd=scratch, env=env)
 
     async def _supervise(
-        self, args: list[str], stdin: bytes, limits: SandboxLimits, *, pass_fds: list[int], cwd: str | None,
+        self,
+        args: list[str],
+        stdin: bytes,
+        limits: SandboxLimits,
+        *,
+        pass_fds: list[int],
+        cwd: str | None,
         env: dict[str, str],
     ) -> SandboxResult:
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                pass_fds=pass_fds, cwd=cwd, env=env, start_new_session=True,
+                *args,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                pass_fds=pass_fds,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
             )
         except OSError as exc:
             raise SandboxError(f"could not start {args[0]}: {exc}") from None
@@ -494,8 +567,12 @@ class Sandbox:
         else:
             outcome = "exited"
         return SandboxResult(
-            outcome=outcome, exit_code=code if outcome == "exited" else None, signal=sig,
-            stdout=stdout, stderr=stderr, wall_time_s=elapsed,
+            outcome=outcome,
+            exit_code=code if outcome == "exited" else None,
+            signal=sig,
+            stdout=stdout,
+            stderr=stderr,
+            wall_time_s=elapsed,
         )
 
 
@@ -515,7 +592,7 @@ def _consume(future: asyncio.Future) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _read_status(fd: int) -> dict[str, int]:

@@ -443,6 +443,7 @@ class RolloutRecord(Struct, kw_only=True):
 
 # --- decoding with normalisation ----------------------------------------------------------------
 
+
 def _normalise_part(part: Any) -> Any:
     kind = part.get("type") if isinstance(part, dict) else None
     if isinstance(part, dict) and (kind is None or isinstance(kind, str)) and kind not in _PART_TYPES:
@@ -581,8 +582,12 @@ def _assistant_parts(message: Message) -> list[str]:
 def assistant_text(response: Response) -> str:
     """Each text part of every assistant message, joined by ``"\n"`` and stripped (the environments
     spec's ASSISTANT_TEXT_NL). Refusals, reasoning and function calls are left out."""
-    parts = [text for item in response.output if isinstance(item, Message) and item.role == "assistant"
-             for text in _assistant_parts(item)]
+    parts = [
+        text
+        for item in response.output
+        if isinstance(item, Message) and item.role == "assistant"
+        for text in _assistant_parts(item)
+    ]
     return "\n".join(parts).strip()
 
 

@@ -114,12 +114,16 @@ class GymServer:
 
     kind: ClassVar[str] = ""
 
-    def __init__(self, config: ServerConfig | None = None, *, name: str | None = None, global_config: GlobalConfig | None = None):
+    def __init__(
+        self, config: ServerConfig | None = None, *, name: str | None = None, global_config: GlobalConfig | None = None
+    ):
         self.config = config if config is not None else ServerConfig()
         self.name = name or type(self).__name__
         self.global_config = global_config
         self.log = logging.getLogger(f"gym.server.{self.name}")
-        self.sessions: SessionStore[Any] = SessionStore(self.config.session_ttl_s, max_sessions=self.config.max_sessions)
+        self.sessions: SessionStore[Any] = SessionStore(
+            self.config.session_ttl_s, max_sessions=self.config.max_sessions
+        )
         self._signer = SessionSigner(self.config.session_secret)
         self.cookie_name = cookie_name_for(self.name)
         self._client: ServerClient | None = None
@@ -263,19 +267,25 @@ class GymServer:
         if isinstance(exc, msgspec.ValidationError):
             # Names the server (the environment) and the field: "math: invalid request body for /verify:
             # Object missing required field `expected_answer`".
-            return error_response(f"{self.name}: invalid request body for {request.url.path}: {exc}",
-                                  VALIDATION_ERROR.status, VALIDATION_ERROR.type)
+            return error_response(
+                f"{self.name}: invalid request body for {request.url.path}: {exc}",
+                VALIDATION_ERROR.status,
+                VALIDATION_ERROR.type,
+            )
         if isinstance(exc, UnicodeError):
             # msgspec leaves some invalid UTF-8 (in object keys) for a later encode to find.
-            return error_response(f"request body of {request.url.path} is not valid UTF-8", DECODE_ERROR.status,
-                                  DECODE_ERROR.type)
+            return error_response(
+                f"request body of {request.url.path} is not valid UTF-8", DECODE_ERROR.status, DECODE_ERROR.type
+            )
         if isinstance(exc, RecursionError):
             # msgspec refuses JSON nested deeper than the interpreter's recursion limit.
-            return error_response(f"request body of {request.url.path} is nested too deeply", DECODE_ERROR.status,
-                                  DECODE_ERROR.type)
+            return error_response(
+                f"request body of {request.url.path} is nested too deeply", DECODE_ERROR.status, DECODE_ERROR.type
+            )
         if isinstance(exc, msgspec.DecodeError):
-            return error_response(f"request body of {request.url.path} is not valid JSON: {exc}", DECODE_ERROR.status,
-                                  DECODE_ERROR.type)
+            return error_response(
+                f"request body of {request.url.path} is not valid JSON: {exc}", DECODE_ERROR.status, DECODE_ERROR.type
+            )
         if isinstance(exc, ToolError):
             return error_response(str(exc), exc.status, TOOL_ERROR.type)
         if isinstance(exc, SessionError):
@@ -289,8 +299,11 @@ class GymServer:
             # Transient upstream trouble stays retryable for our caller's caller (502/504); a
             # definite upstream refusal becomes 424 so that nobody retries it (the failure table).
             self.log.warning("upstream call failed: %s", exc)
-            status = relayed_status(exc.status, timed_out=isinstance(exc, ServerTimeoutError),
-                                    unreachable=isinstance(exc, ServerUnavailableError))
+            status = relayed_status(
+                exc.status,
+                timed_out=isinstance(exc, ServerTimeoutError),
+                unreachable=isinstance(exc, ServerUnavailableError),
+            )
             # This server's client already spent its bounded retries on the upstream: the answer is
             # final, so that retries do not multiply layer by layer (the collector retries rollouts).
             body = {"error": {"message": str(exc), "type": exc.reason, "status": status}}
@@ -301,8 +314,11 @@ class GymServer:
         # found by the id the caller gets.
         error_id = secrets.token_hex(4)
         self.log.exception("unhandled error %s in %s %s", error_id, request.method, request.url.path)
-        return error_response(f"internal error in {self.name} (error id {error_id}: see its log)", INTERNAL_ERROR.status,
-                              INTERNAL_ERROR.type)
+        return error_response(
+            f"internal error in {self.name} (error id {error_id}: see its log)",
+            INTERNAL_ERROR.status,
+            INTERNAL_ERROR.type,
+        )
 
 
 # --- resources servers --------------------------------------------------------------------------
@@ -439,6 +455,7 @@ class ResourcesServer(GymServer):
             self.post_json("/close_session", close_session),
             list_tools,
         ]
+
         @post("/tools/{name:str}", sync_to_thread=False)
         def unknown_tool(request: Request) -> Response:
             name = request.path_params["name"]
@@ -452,7 +469,9 @@ class ResourcesServer(GymServer):
             handlers.append(self.post_json(f"/{spec.name}", call))
         return handlers
 
-    def _refusing_forged_sessions(self, call: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Any]]:
+    def _refusing_forged_sessions(
+        self, call: Callable[[Request], Awaitable[Any]]
+    ) -> Callable[[Request], Awaitable[Any]]:
         async def guarded(request: Request) -> Any:
             self.refuse_forged(self.session(request))
             return await call(request)
@@ -518,18 +537,24 @@ class ModelServer(GymServer):
         async def responses(request: Request) -> Any:
             params = decode_create_params(await request.body())
             if params.stream is True:
-                raise HTTPException(status_code=400, detail="streaming is not supported by gym model servers; send stream=false")
+                raise HTTPException(
+                    status_code=400, detail="streaming is not supported by gym model servers; send stream=false"
+                )
             return await self.responses(params)
 
         async def chat(request: Request) -> Any:
             body = self._chat_decoder.decode(await request.body())
             if body.stream is True:
-                raise HTTPException(status_code=400, detail="streaming is not supported by gym model servers; send stream=false")
+                raise HTTPException(
+                    status_code=400, detail="streaming is not supported by gym model servers; send stream=false"
+                )
             return await self.chat_completions(body)
 
         @get("/v1/models", sync_to_thread=False)
         def models() -> Response:
-            return json_response({"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "gym"}]})
+            return json_response(
+                {"object": "list", "data": [{"id": self.model_name, "object": "model", "owned_by": "gym"}]}
+            )
 
         return [
             *super().routes(),
@@ -542,7 +567,6 @@ class ModelServer(GymServer):
 # --- agent servers ------------------------------------------------------------------------------
 
 _tools_decoder = msgspec.json.Decoder(list[FunctionTool])
-
 
 
 class AgentServer(GymServer):
@@ -605,8 +629,11 @@ class AgentServer(GymServer):
         (when its config has exactly one of each kind).
         """
         resources = resources_server or self._option_of_kind(self._resources_option, "resources")
-        model = model_server if model_server is not None else (
-            getattr(self.config, self._model_option) if self._model_option else None)
+        model = (
+            model_server
+            if model_server is not None
+            else (getattr(self.config, self._model_option) if self._model_option else None)
+        )
         return Rollout(self, task, resources_server=resources, model_server=model, seed_path=seed_path)
 
     def _option_of_kind(self, option: str | None, kind: str) -> str:
@@ -654,8 +681,12 @@ class AgentServer(GymServer):
         return tools
 
     async def call_model(
-        self, model_server: str, params: ResponseCreateParams, cookies: dict[str, str] | None = None,
-        *, string_input_as_message: bool = True,
+        self,
+        model_server: str,
+        params: ResponseCreateParams,
+        cookies: dict[str, str] | None = None,
+        *,
+        string_input_as_message: bool = True,
     ) -> ResponsesResponse:
         """One ``POST /v1/responses`` on ``model_server``, the way every agent makes it.
 
@@ -670,7 +701,9 @@ class AgentServer(GymServer):
         try:
             return decode_response(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            raise ServerCallError(model_server, "/v1/responses", f"invalid response from the model server: {exc}") from None
+            raise ServerCallError(
+                model_server, "/v1/responses", f"invalid response from the model server: {exc}"
+            ) from None
 
     def environment_of_rollout(self) -> dict[str, str]:
         """``resources_server`` and ``environment`` fields for the rollouts of this agent, if known."""
@@ -687,7 +720,9 @@ class AgentServer(GymServer):
             raw = await request.body()
             task = msgspec.json.decode(raw)
             if not isinstance(task, dict) or "responses_create_params" not in task:
-                raise HTTPException(status_code=422, detail="POST /run needs a JSON object with 'responses_create_params'")
+                raise HTTPException(
+                    status_code=422, detail="POST /run needs a JSON object with 'responses_create_params'"
+                )
             body = self._run_decoder.convert(task)
             result = await self.run(body, task)
             return with_environment(result, self.environment_of_rollout()) if isinstance(result, dict) else result

@@ -163,5 +163,3 @@ def main() -> int:
 
 def run_forever() -> None:  # pragma: no cover - used by `python -m gym_core.serve`
     sys.exit(main())
-
-

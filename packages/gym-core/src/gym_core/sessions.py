@@ -87,8 +87,9 @@ class SessionStore(Generic[T]):
     the sessions dropped for idleness or for room (not those closed).
     """
 
-    def __init__(self, ttl_s: float = 3600.0, *, max_sessions: int | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, ttl_s: float = 3600.0, *, max_sessions: int | None = None, clock: Callable[[], float] = time.monotonic
+    ):
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
         self.evictions = 0

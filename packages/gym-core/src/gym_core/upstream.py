@@ -179,7 +179,9 @@ class Upstream:
         if deadline is None or (caller is not None and caller < deadline):
             deadline = caller
         # No wait outlives the caller's: it gets this server's typed error, and the slot is freed.
-        wait = self.queue_timeout_s if deadline is None else max(min(self.queue_timeout_s, deadline - time.monotonic()), 0)
+        wait = (
+            self.queue_timeout_s if deadline is None else max(min(self.queue_timeout_s, deadline - time.monotonic()), 0)
+        )
         try:
             async with asyncio.timeout(wait):
                 await self._slots.acquire()
@@ -214,8 +216,9 @@ class Upstream:
         """A 2xx answer that is no answer (``{"error": ...}``, no choices...): 502 ``upstream_error``,
         with the start of what came."""
         start = payload[:200].decode(errors="replace")
-        return UpstreamError(self.redact(f"{name or self.name} {path}: {what}: {start}"), UPSTREAM_ERROR.status,
-                             UPSTREAM_ERROR.type)
+        return UpstreamError(
+            self.redact(f"{name or self.name} {path}: {what}: {start}"), UPSTREAM_ERROR.status, UPSTREAM_ERROR.type
+        )
 
     def redact(self, text: str) -> str:
         """``text`` with the API key replaced by ``[api_key]``."""
@@ -259,14 +262,18 @@ def chat_fields(fields: dict[str, Any], request: ChatCompletionRequest, *, owner
 def refuse_streaming(stream: bool | None) -> None:
     """A 400 for ``stream: true``: gym model servers answer whole responses."""
     if stream is True:
-        raise HTTPException(status_code=400, detail="streaming is not supported by gym model servers; send stream=false")
+        raise HTTPException(
+            status_code=400, detail="streaming is not supported by gym model servers; send stream=false"
+        )
 
 
 ChatHandler = Callable[["Request", ChatCompletionRequest, dict[str, Any]], Awaitable[Any]]
 ResponsesHandler = Callable[["Request", ResponseCreateParams, dict[str, Any]], Awaitable[Any]]
 
 
-def raw_body_routes(server: ModelServer, inherited: list[Any], *, chat: ChatHandler, responses: ResponsesHandler) -> list[Any]:
+def raw_body_routes(
+    server: ModelServer, inherited: list[Any], *, chat: ChatHandler, responses: ResponsesHandler
+) -> list[Any]:
     """``inherited`` (the server's ``super().routes()``) with ``POST /v1/chat/completions`` and
     ``POST /v1/responses`` served from the raw body: each handler gets the request, the decoded
     body and its :func:`unmodelled` fields. Streaming is refused (400) before the handler runs.

@@ -203,8 +203,7 @@ def _pickle_task(fn: Callable[..., Any], args: tuple[Any, ...]) -> bytes:
     """The task as sent to a worker; a TypeError that says why when it cannot be sent."""
     if getattr(fn, "__module__", None) == "__main__":
         raise TypeError(
-            f"{_function_name(fn)} is defined in __main__, which worker processes cannot import; "
-            "move it to a module"
+            f"{_function_name(fn)} is defined in __main__, which worker processes cannot import; move it to a module"
         )
     try:
         return pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)

@@ -131,8 +131,9 @@ class GRPOBatch:
     rewards: torch.Tensor  # (B,)
 
 
-def collate(samples: Sequence[RolloutSample], pad_token_id: int, advantages: torch.Tensor | None = None,
-            eps: float = 1e-6) -> GRPOBatch:
+def collate(
+    samples: Sequence[RolloutSample], pad_token_id: int, advantages: torch.Tensor | None = None, eps: float = 1e-6
+) -> GRPOBatch:
     """Pad ``samples`` and line up the masks: position ``t`` of the log-prob tensors predicts token
     ``t + 1``, so the completion occupies ``[len(prompt) - 1, len(prompt) - 1 + len(completion))``."""
     if not samples:
@@ -140,28 +141,46 @@ def collate(samples: Sequence[RolloutSample], pad_token_id: int, advantages: tor
     for index, sample in enumerate(samples):
         if not sample.prompt_token_ids or not sample.generation_token_ids:
             raise ValueError(f"rollout {index}: needs prompt and generation token ids (a token-faithful rollout)")
-        if sample.generation_log_probs is not None and len(sample.generation_log_probs) != len(sample.generation_token_ids):
-            raise ValueError(f"rollout {index}: {len(sample.generation_log_probs)} log-probs for "
-                             f"{len(sample.generation_token_ids)} generated tokens")
+        if sample.generation_log_probs is not None and len(sample.generation_log_probs) != len(
+            sample.generation_token_ids
+        ):
+            raise ValueError(
+                f"rollout {index}: {len(sample.generation_log_probs)} log-probs for "
+                f"{len(sample.generation_token_ids)} generated tokens"
+            )
     ids, attention = pad_sequences([s.prompt_token_ids + s.generation_token_ids for s in samples], pad_token_id)
     completion = torch.zeros(ids.shape[0], ids.shape[1] - 1)
     old = torch.full((ids.shape[0], ids.shape[1] - 1), math.nan)
     for row, sample in enumerate(samples):
         start, count = len(sample.prompt_token_ids) - 1, len(sample.generation_token_ids)
-        completion[row, start:start + count] = 1.0
+        completion[row, start : start + count] = 1.0
         if sample.generation_log_probs is not None:
-            old[row, start:start + count] = torch.tensor(sample.generation_log_probs, dtype=torch.float32)
+            old[row, start : start + count] = torch.tensor(sample.generation_log_probs, dtype=torch.float32)
     rewards = torch.tensor([float(s.reward) for s in samples])
     if advantages is None:
         advantages = group_advantages(rewards.tolist(), [s.group for s in samples], eps)
-    return GRPOBatch(input_ids=ids, attention_mask=attention, completion_mask=completion, old_log_probs=old,
-                     advantages=advantages, rewards=rewards)
+    return GRPOBatch(
+        input_ids=ids,
+        attention_mask=attention,
+        completion_mask=completion,
+        old_log_probs=old,
+        advantages=advantages,
+        rewards=rewards,
+    )
 
 
-def grpo_loss(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor,
-              completion_mask: torch.Tensor, *, clip_low: float = 0.2, clip_high: float = 0.2,
-              ref_log_probs: torch.Tensor | None = None, kl_coef: float = 0.0,
-              normalizer: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def grpo_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    ref_log_probs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    normalizer: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The clipped GRPO objective (module docstring) summed over masked tokens / ``normalizer``
     (default: the number of masked tokens). Returns the loss and its detached parts (sums, for
     averaging over micro-batches). ``old_log_probs`` NaN -> the current log-probs (ratio 1)."""
@@ -198,8 +217,14 @@ class GRPOTrainer:
     ``reference``: a frozen copy of the initial policy for the KL term (needed when ``kl_coef > 0``).
     ``version`` counts the steps taken (the policy version rollouts are tagged with)."""
 
-    def __init__(self, model: torch.nn.Module, config: GRPOConfig | None = None, *, pad_token_id: int = 0,
-                 reference: torch.nn.Module | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        config: GRPOConfig | None = None,
+        *,
+        pad_token_id: int = 0,
+        reference: torch.nn.Module | None = None,
+    ):
         self.config = config or GRPOConfig()
         if self.config.kl_coef > 0 and reference is None:
             raise ValueError("kl_coef > 0 needs a reference model")
@@ -210,8 +235,11 @@ class GRPOTrainer:
             reference.eval()
             reference.requires_grad_(False)
         self.pad_token_id = pad_token_id
-        self.optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                           lr=self.config.learning_rate, weight_decay=self.config.weight_decay)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad],
+            lr=self.config.learning_rate,
+            weight_decay=self.config.weight_decay,
+        )
         self.version = 0
 
     def _micro_batches(self, batch: GRPOBatch) -> list[slice]:
@@ -235,9 +263,17 @@ class GRPOTrainer:
                     ref = token_log_probs(self.reference, ids, attention)
             with torch.set_grad_enabled(backward):
                 log_probs = token_log_probs(self.model, ids, attention)
-                loss, parts = grpo_loss(log_probs, batch.old_log_probs[part, : width - 1], batch.advantages[part], mask,
-                                        clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_log_probs=ref,
-                                        kl_coef=cfg.kl_coef, normalizer=normalizer)
+                loss, parts = grpo_loss(
+                    log_probs,
+                    batch.old_log_probs[part, : width - 1],
+                    batch.advantages[part],
+                    mask,
+                    clip_low=cfg.clip_low,
+                    clip_high=cfg.clip_high,
+                    ref_log_probs=ref,
+                    kl_coef=cfg.kl_coef,
+                    normalizer=normalizer,
+                )
                 if backward:
                     loss.backward()
             sums["loss"] += float(loss.detach())
@@ -248,7 +284,9 @@ class GRPOTrainer:
     def loss(self, samples: Sequence[RolloutSample]) -> float:
         """The GRPO loss of ``samples`` under the current weights (no update)."""
         self.model.eval()
-        return self._accumulate(collate(samples, self.pad_token_id, eps=self.config.advantage_eps), backward=False)["loss"]
+        return self._accumulate(collate(samples, self.pad_token_id, eps=self.config.advantage_eps), backward=False)[
+            "loss"
+        ]
 
     def train_step(self, samples: Sequence[RolloutSample]) -> StepStats:
         """One optimizer step on ``samples`` (all rollouts of the step's groups)."""
@@ -265,7 +303,15 @@ class GRPOTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.model.eval()
         self.version += 1
-        return StepStats(step=self.version, loss=sums["loss"], policy_loss=sums["policy_loss"], kl=sums["kl"],
-                         clip_fraction=sums["clipped"], mean_ratio=sums["ratio"], grad_norm=grad_norm,
-                         num_tokens=int(batch.completion_mask.sum()), num_rollouts=len(samples),
-                         mean_reward=float(batch.rewards.mean()))
+        return StepStats(
+            step=self.version,
+            loss=sums["loss"],
+            policy_loss=sums["policy_loss"],
+            kl=sums["kl"],
+            clip_fraction=sums["clipped"],
+            mean_ratio=sums["ratio"],
+            grad_norm=grad_norm,
+            num_tokens=int(batch.completion_mask.sum()),
+            num_rollouts=len(samples),
+            mean_reward=float(batch.rewards.mean()),
+        )

@@ -180,9 +180,13 @@ class ServedConfig:
         instance = config.instances[name]
         server = build_server(config, name, self.plugins)
         try:
-            self.threads[name] = ServerThread(server.build_app(), instance.host, instance.port).start(self.start_timeout_s)
+            self.threads[name] = ServerThread(server.build_app(), instance.host, instance.port).start(
+                self.start_timeout_s
+            )
         except GymError as exc:
-            raise TrainError(f"server instance {name!r} ({instance.plugin}) did not start on port {instance.port}: {exc}") from None
+            raise TrainError(
+                f"server instance {name!r} ({instance.plugin}) did not start on port {instance.port}: {exc}"
+            ) from None
 
     def start(self) -> ServedConfig:
         try:
@@ -218,23 +222,34 @@ class ServedConfig:
 def _load(options: TrainOptions) -> tuple[GlobalConfig, str]:
     """The resolved config (ports assigned) and the name of its policy instance, checked."""
     plugins = get_plugin_manager()
-    config = load_config(options.config_paths, options.overrides, env_file=None, server_types=plugins.servers(),
-                         load_errors=plugins.load_errors)
+    config = load_config(
+        options.config_paths,
+        options.overrides,
+        env_file=None,
+        server_types=plugins.servers(),
+        load_errors=plugins.load_errors,
+    )
     policies = [n for n, i in config.instances.items() if i.plugin == POLICY_SERVER_TYPE]
     where = ", ".join(str(p) for p in options.config_paths)
     if options.policy_model is not None:
         instance = config.instances.get(options.policy_model)
         if instance is None:
-            raise TrainError(f"--policy-model {options.policy_model!r}: no such instance in {where} "
-                             f"(instances: {', '.join(config.instances) or 'none'})")
+            raise TrainError(
+                f"--policy-model {options.policy_model!r}: no such instance in {where} "
+                f"(instances: {', '.join(config.instances) or 'none'})"
+            )
         if instance.plugin != POLICY_SERVER_TYPE:
-            raise TrainError(f"--policy-model {options.policy_model!r} is a {instance.plugin!r} server: gym train "
-                             f"serves the policy with {POLICY_SERVER_TYPE!r} (it loads the trained GGUF)")
+            raise TrainError(
+                f"--policy-model {options.policy_model!r} is a {instance.plugin!r} server: gym train "
+                f"serves the policy with {POLICY_SERVER_TYPE!r} (it loads the trained GGUF)"
+            )
         return config, options.policy_model
     if len(policies) != 1:
         found = f"{len(policies)} ({', '.join(policies)})" if policies else "none"
-        raise TrainError(f"{where}: gym train needs exactly one {POLICY_SERVER_TYPE!r} instance to serve the policy, "
-                         f"found {found}; name it with --policy-model")
+        raise TrainError(
+            f"{where}: gym train needs exactly one {POLICY_SERVER_TYPE!r} instance to serve the policy, "
+            f"found {found}; name it with --policy-model"
+        )
     return config, policies[0]
 
 
@@ -251,12 +266,19 @@ def rollout_sample(row: Mapping[str, Any], group: Any) -> dict[str, Any] | None:
             carrier = item
             break
     if carrier is None or carrier.get("prompt_token_ids") is None or carrier.get("generation_log_probs") is None:
-        raise TrainError(f"rollout (task {row.get('task_index')}, rollout {row.get('rollout_index')}) has no token ids "
-                         f"and log-probs: train with a token-faithful agent (token_preserving) on {POLICY_SERVER_TYPE}")
+        raise TrainError(
+            f"rollout (task {row.get('task_index')}, rollout {row.get('rollout_index')}) has no token ids "
+            f"and log-probs: train with a token-faithful agent (token_preserving) on {POLICY_SERVER_TYPE}"
+        )
     if not carrier["generation_token_ids"]:
         return None
-    return {"prompt_token_ids": carrier["prompt_token_ids"], "generation_token_ids": carrier["generation_token_ids"],
-            "generation_log_probs": carrier["generation_log_probs"], "reward": float(row["reward"]), "group": group}
+    return {
+        "prompt_token_ids": carrier["prompt_token_ids"],
+        "generation_token_ids": carrier["generation_token_ids"],
+        "generation_log_probs": carrier["generation_log_probs"],
+        "reward": float(row["reward"]),
+        "group": group,
+    }
 
 
 def _generated_tokens(row: Mapping[str, Any]) -> int:
@@ -313,8 +335,14 @@ class _VersionedTasks:
         return {**self.tasks[index], VERSION_FIELD: self.version, ROUND_FIELD: self.round}
 
 
-def _collect_round(served: ServedConfig, tasks: Sequence[dict[str, Any]], round_index: int, version: int,
-                   options: TrainOptions, rollouts: Path) -> tuple[int, int, float]:
+def _collect_round(
+    served: ServedConfig,
+    tasks: Sequence[dict[str, Any]],
+    round_index: int,
+    version: int,
+    options: TrainOptions,
+    rollouts: Path,
+) -> tuple[int, int, float]:
     """Collect one round through gym's collector; returns (rows written, rollouts failed, reward sum)."""
     from gym_core.client import ServerClient
     from gym_core.options import ClientConfig
@@ -325,10 +353,17 @@ def _collect_round(served: ServedConfig, tasks: Sequence[dict[str, Any]], round_
     repeats = options.repeats
     # Rollout indices run on across rounds, so (task, rollout) names one row of the whole file.
     pairs = [(t, round_index * repeats + r) for r in range(repeats) for t in range(len(tasks))]
-    collect = CollectOptions(rollouts, rollouts.with_name("rollouts.failures.jsonl"), options.agent, repeats,
-                             options.parallel, {"temperature": options.temperature,
-                                                "max_output_tokens": options.max_output_tokens},
-                             retries=2, retry_backoff_s=1.0, rollout_timeout_s=options.round_timeout_s)
+    collect = CollectOptions(
+        rollouts,
+        rollouts.with_name("rollouts.failures.jsonl"),
+        options.agent,
+        repeats,
+        options.parallel,
+        {"temperature": options.temperature, "max_output_tokens": options.max_output_tokens},
+        retries=2,
+        retry_backoff_s=1.0,
+        rollout_timeout_s=options.round_timeout_s,
+    )
     if options.agent is None:
         rows = [{"name": n, "plugin": i.plugin} for n, i in served.config.instances.items()]
         collect.default_agent = choose_agent(tasks, agent_instances(rows, served.plugins.servers()))
@@ -337,15 +372,23 @@ def _collect_round(served: ServedConfig, tasks: Sequence[dict[str, Any]], round_
     async def run() -> None:
         # One attempt per request: collect_rollouts retries whole rollouts (as `gym collect` does).
         timeout = options.round_timeout_s
-        async with ServerClient(served.config, config=ClientConfig(timeout_s=timeout, max_attempts=1, deadline_s=timeout)) as client:
+        async with ServerClient(
+            served.config, config=ClientConfig(timeout_s=timeout, max_attempts=1, deadline_s=timeout)
+        ) as client:
             await collect_rollouts(client, _VersionedTasks(tasks, round_index, version), pairs, collect, summary)
 
     run_async(run())
     return summary.done, summary.failed, summary.reward_sum
 
 
-def _collector(shared: _Shared, served: ServedConfig, tasks: Sequence[dict[str, Any]], options: TrainOptions,
-               rollouts: Path, started: float) -> None:
+def _collector(
+    shared: _Shared,
+    served: ServedConfig,
+    tasks: Sequence[dict[str, Any]],
+    options: TrainOptions,
+    rollouts: Path,
+    started: float,
+) -> None:
     """Rounds 0..steps (the last one, after the final step, is the evaluation round)."""
     served_version = 0
     try:
@@ -353,9 +396,11 @@ def _collector(shared: _Shared, served: ServedConfig, tasks: Sequence[dict[str, 
             evaluation = round_index == options.steps
             # Round k may use a policy at most `staleness` versions behind k; the evaluation round the final one.
             needed = options.steps if evaluation else max(0, round_index - options.staleness)
-            shared.wait_for(lambda: shared.published[0] >= needed,  # noqa: B023 (called within this iteration)
-                            options.step_timeout_s * (options.staleness + 1),
-                            f"policy version {needed} (for round {round_index})")
+            shared.wait_for(
+                lambda: shared.published[0] >= needed,  # noqa: B023 (called within this iteration)
+                options.step_timeout_s * (options.staleness + 1),
+                f"policy version {needed} (for round {round_index})",
+            )
             version, gguf = shared.published
             if version != served_version:
                 assert gguf is not None
@@ -364,8 +409,17 @@ def _collector(shared: _Shared, served: ServedConfig, tasks: Sequence[dict[str, 
             begun = time.monotonic()
             done, failed, reward_sum = _collect_round(served, tasks, round_index, version, options, rollouts)
             generated = sum(_generated_tokens(r) for r in _rows_of_round(rollouts, round_index))
-            result = RoundResult(round_index, version, done, failed, reward_sum / done if done else None, generated,
-                                 round(begun - started, 3), round(time.monotonic() - begun, 3), evaluation)
+            result = RoundResult(
+                round_index,
+                version,
+                done,
+                failed,
+                reward_sum / done if done else None,
+                generated,
+                round(begun - started, 3),
+                round(time.monotonic() - begun, 3),
+                evaluation,
+            )
             with shared.condition:
                 shared.rounds[round_index] = result
                 shared.condition.notify_all()
@@ -398,15 +452,23 @@ def run_loop(options: TrainOptions, log: Any = print) -> TrainResult:
         raise TrainError(f"{options.input_path}: no tasks")
     config, policy_instance = _load(options)
     try:  # checks its options now; starts the worker in the `with` below
-        master = Master(WORKER_FACTORY, 1, reply_timeout_s=options.step_timeout_s, start_timeout_s=options.server_timeout_s,
-                        backend=options.backend, ray_address=options.ray_address,
-                        ray_resources=options.trainer_resources)
+        master = Master(
+            WORKER_FACTORY,
+            1,
+            reply_timeout_s=options.step_timeout_s,
+            start_timeout_s=options.server_timeout_s,
+            backend=options.backend,
+            ray_address=options.ray_address,
+            ray_resources=options.trainer_resources,
+        )
     except ValueError as exc:  # an unknown Ray option, Ray options without backend "ray"
         raise TrainError(f"the trainer's worker (--backend, --ray-address, --trainer-resources): {exc}") from None
     out = options.output_dir
     rollouts = out / "rollouts.jsonl"
     if rollouts.exists():
-        raise TrainError(f"{rollouts} exists: gym train starts from the base model, so give it a fresh --output directory")
+        raise TrainError(
+            f"{rollouts} exists: gym train starts from the base model, so give it a fresh --output directory"
+        )
     (out / "policy").mkdir(parents=True, exist_ok=True)
     base = config.instances[policy_instance].options.get("model_path")
     result = TrainResult(options.mode, options.steps, options.repeats, len(tasks), options.staleness)
@@ -414,57 +476,87 @@ def run_loop(options: TrainOptions, log: Any = print) -> TrainResult:
     stream = StreamDataset(rollouts, max_staleness=options.staleness, stale="drop")
     grpo = {"learning_rate": options.learning_rate, "micro_batch_size": options.micro_batch_size, "seed": options.seed}
     steps_log = (out / "steps.jsonl").open("w")
-    log(f"gym train ({options.mode}, max staleness {options.staleness}): {len(tasks)} tasks x {options.repeats} repeats, "
-        f"{options.steps} steps; policy served by {policy_instance!r}; output in {out}")
+    log(
+        f"gym train ({options.mode}, max staleness {options.staleness}): {len(tasks)} tasks x {options.repeats} repeats, "
+        f"{options.steps} steps; policy served by {policy_instance!r}; output in {out}"
+    )
     with master, ServedConfig(config, policy_instance, options.server_timeout_s) as served, steps_log:
         try:
             info = master.call("initialize", [{"gguf": base, "grpo": grpo, "threads": options.trainer_threads}])[0]
         except WorkerRequestError as exc:  # no model, a bad GGUF, a bad hyper-parameter: nothing ran yet
             raise TrainError(f"the trainer could not load the policy: {exc}") from None
         result.trainer = {"backend": options.backend, "pid": info.get("pid"), "ray_node": info.get("ray_node")}
-        where = (f"a Ray actor on node {info['ray_node'][:12]}" if info.get("ray_node")
-                 else f"process {info.get('pid')}")
+        where = f"a Ray actor on node {info['ray_node'][:12]}" if info.get("ray_node") else f"process {info.get('pid')}"
         log(f"trainer: {info['parameters']:,} parameters from {info['gguf']}, in {where}")
         started = time.monotonic()
-        collector = threading.Thread(target=_collector, name="gym-train-collector", daemon=True,
-                                     args=(shared, served, tasks, options, rollouts, started))
+        collector = threading.Thread(
+            target=_collector,
+            name="gym-train-collector",
+            daemon=True,
+            args=(shared, served, tasks, options, rollouts, started),
+        )
         collector.start()
         try:
             for step in range(1, options.steps + 1):
                 train_round = step - 1
-                shared.wait_for(lambda: train_round in shared.rounds,  # noqa: B023 (called within this iteration)
-                                options.round_timeout_s * (options.staleness + 1),
-                                f"round {train_round}'s rollouts")
+                shared.wait_for(
+                    lambda: train_round in shared.rounds,  # noqa: B023 (called within this iteration)
+                    options.round_timeout_s * (options.staleness + 1),
+                    f"round {train_round}'s rollouts",
+                )
                 collected = shared.rounds[train_round]
-                log(f"round {train_round}: {collected.rollouts} rollouts on policy v{collected.policy_version}, "
-                    f"mean reward {_fmt(collected.mean_reward)} ({collected.elapsed_s:.1f} s)")
+                log(
+                    f"round {train_round}: {collected.rollouts} rollouts on policy v{collected.policy_version}, "
+                    f"mean reward {_fmt(collected.mean_reward)} ({collected.elapsed_s:.1f} s)"
+                )
                 complete = _complete_groups(rollouts, train_round, options.repeats)
                 if not complete:
-                    raise TrainFailed(f"round {train_round}: no task has all {options.repeats} rollouts "
-                                     f"({collected.failed} failed: see {rollouts.with_name('rollouts.failures.jsonl')})")
-                groups = stream.groups(complete, options.repeats, timeout_s=60.0,
-                                       key=lambda row: (row.get("task_index"), row.get(ROUND_FIELD)))
-                samples = [s for g in groups for r in g
-                           if (s := rollout_sample(r.row, f"{r.row.get('task_index')}@{train_round}")) is not None]
+                    raise TrainFailed(
+                        f"round {train_round}: no task has all {options.repeats} rollouts "
+                        f"({collected.failed} failed: see {rollouts.with_name('rollouts.failures.jsonl')})"
+                    )
+                groups = stream.groups(
+                    complete,
+                    options.repeats,
+                    timeout_s=60.0,
+                    key=lambda row: (row.get("task_index"), row.get(ROUND_FIELD)),
+                )
+                samples = [
+                    s
+                    for g in groups
+                    for r in g
+                    if (s := rollout_sample(r.row, f"{r.row.get('task_index')}@{train_round}")) is not None
+                ]
                 target = out / "policy" / f"policy-v{step}.gguf"
                 begun = time.monotonic()
-                pending = master.send("train_step", [{}], pre_hooks=[HookCall("data_transfer", {"samples": samples})],
-                                      post_hooks=[HookCall("checkpoint", {"path": str(target)})])
+                pending = master.send(
+                    "train_step",
+                    [{}],
+                    pre_hooks=[HookCall("data_transfer", {"samples": samples})],
+                    post_hooks=[HookCall("checkpoint", {"path": str(target)})],
+                )
                 master.flush()
                 reply = pending[0].worker.wait(pending[0])
                 stats = dict(reply.result)
-                stats.update(round=train_round, rollout_policy_version=collected.policy_version,
-                             staleness=step - 1 - collected.policy_version, gguf=reply.hooks[-1]["path"],
-                             started_s=round(begun - started, 3), elapsed_s=round(time.monotonic() - begun, 3))
+                stats.update(
+                    round=train_round,
+                    rollout_policy_version=collected.policy_version,
+                    staleness=step - 1 - collected.policy_version,
+                    gguf=reply.hooks[-1]["path"],
+                    started_s=round(begun - started, 3),
+                    elapsed_s=round(time.monotonic() - begun, 3),
+                )
                 steps_log.write(json.dumps(stats) + "\n")
                 steps_log.flush()
                 result.step_stats.append(stats)
                 stream.advance(step)
                 _drop_old_policies(out / "policy", step)
                 shared.notify(published=(step, target))
-                log(f"step {step}: loss {stats['loss']:.4f}, grad norm {stats['grad_norm']:.3f}, "
+                log(
+                    f"step {step}: loss {stats['loss']:.4f}, grad norm {stats['grad_norm']:.3f}, "
                     f"{stats['num_rollouts']} rollouts ({stats['num_tokens']} tokens), staleness {stats['staleness']} "
-                    f"({stats['elapsed_s']:.1f} s) -> {target.name}")
+                    f"({stats['elapsed_s']:.1f} s) -> {target.name}"
+                )
             result.loop_wall_s = round(time.monotonic() - started, 3)
             shared.wait_for(lambda: options.steps in shared.rounds, options.round_timeout_s, "the evaluation round")
         except ProtocolError as exc:
@@ -490,9 +582,11 @@ def run_loop(options: TrainOptions, log: Any = print) -> TrainResult:
     result.final_policy = str(out / "policy" / f"policy-v{options.steps}.gguf")
     (out / "summary.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     plot_rewards({options.mode: out}, out / "reward.png")
-    log(f"reward {_fmt(result.reward_before)} (base, round 0) -> {_fmt(result.reward_after)} (after {options.steps} steps); "
+    log(
+        f"reward {_fmt(result.reward_before)} (base, round 0) -> {_fmt(result.reward_after)} (after {options.steps} steps); "
         f"{result.train_rollouts} training rollouts in {result.loop_wall_s:.1f} s = {result.rollouts_per_s:.3f} rollouts/s, "
-        f"{result.tokens_per_s:.1f} generated tokens/s")
+        f"{result.tokens_per_s:.1f} generated tokens/s"
+    )
     return result
 
 

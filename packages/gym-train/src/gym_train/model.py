@@ -107,7 +107,8 @@ def _cache_root() -> Path:
 
 def _convert(gguf_path: Path) -> tuple[transformers.PreTrainedModel, Any]:
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+        str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
     # The weights are plain float32 now; a saved copy must not claim to be a GGUF checkpoint.
     if getattr(model.config, "quantization_config", None) is not None:
@@ -155,7 +156,9 @@ class Policy:
 
     def encode_chat(self, messages: Sequence[dict], *, add_generation_prompt: bool = True) -> list[int]:
         """Token ids of ``messages`` rendered with the GGUF's chat template (ChatML for SmolLM2)."""
-        text = self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
+        text = self.tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+        )
         return self.encode(text)
 
     def encode(self, text: str) -> list[int]:
@@ -169,11 +172,18 @@ class Policy:
         ids = list(prompt_ids) + list(completion_ids)
         with torch.no_grad():
             out = token_log_probs(self.model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))
-        return out[0, len(prompt_ids) - 1:].tolist()
+        return out[0, len(prompt_ids) - 1 :].tolist()
 
     @torch.no_grad()
-    def generate(self, prompt_ids: Sequence[int], *, max_new_tokens: int = 64, temperature: float = 0.0,
-                 top_p: float = 1.0, seed: int = 0) -> GenerationResult:
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+    ) -> GenerationResult:
         """Decode up to ``max_new_tokens`` after ``prompt_ids``: greedy at ``temperature=0``, else
         softmax(logits / temperature) restricted to the top-p nucleus, drawn from a generator seeded
         with ``seed``. Stops after an end-of-generation token (which is included)."""
@@ -271,7 +281,7 @@ def token_log_probs(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float()
     targets = input_ids[:, 1:].unsqueeze(-1)
     # log_softmax(x)[t] = x[t] - logsumexp(x): gather first so the full log-softmax is never stored.
-    return (logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1))
+    return logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
 # --------------------------------------------------------------------------- GGUF writing

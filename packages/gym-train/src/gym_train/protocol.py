@@ -155,7 +155,9 @@ class WorkerRequestError(ProtocolError):
     def __init__(self, worker: int, kind: str, reply: ErrorReply):
         self.worker, self.kind, self.type = worker, kind, reply.type
         self.error, self.remote_traceback = reply.error, reply.traceback
-        super().__init__(f"model worker {worker}: {kind} request {reply.id} failed ({reply.type}): {reply.error}: {reply.message}")
+        super().__init__(
+            f"model worker {worker}: {kind} request {reply.id} failed ({reply.type}): {reply.error}: {reply.message}"
+        )
 
 
 class WorkerCrashedError(ProtocolError):
@@ -173,7 +175,9 @@ class ReplyTimeoutError(ProtocolError):
 
     def __init__(self, worker: int, waiting_for: str, timeout_s: float):
         self.worker, self.timeout_s = worker, timeout_s
-        super().__init__(f"model worker {worker} sent no reply to {waiting_for} within {timeout_s:g} s; the worker was stopped")
+        super().__init__(
+            f"model worker {worker} sent no reply to {waiting_for} within {timeout_s:g} s; the worker was stopped"
+        )
 
 
 # --- the worker side --------------------------------------------------------------------------------
@@ -246,7 +250,10 @@ class _Worker:
         self.storage: dict[str, Any] = {}
         self.queue: list[Request] = []
         self.seq = itertools.count()
-        self.hooks: dict[str, Callable[[Any, Mapping[str, Any]], Any]] = {"data_transfer": self._data_transfer, **interface.hooks()}
+        self.hooks: dict[str, Callable[[Any, Mapping[str, Any]], Any]] = {
+            "data_transfer": self._data_transfer,
+            **interface.hooks(),
+        }
 
     def send(self, message: _Message) -> None:
         self.conn.send_bytes(encoder.encode(message))
@@ -326,7 +333,9 @@ class _Worker:
         ids = list(args.get("ids") or [])
         missing = [i for i in ids if i not in self.storage]
         if missing:
-            raise KeyError(f"data_transfer: no sample {missing[0]!r} in this worker's storage ({len(self.storage)} stored)")
+            raise KeyError(
+                f"data_transfer: no sample {missing[0]!r} in this worker's storage ({len(self.storage)} stored)"
+            )
         batch = [self.storage[i] for i in ids] + list(args.get("samples") or [])
         payload["batch"] = batch
         return {"samples": len(batch)}
@@ -337,8 +346,17 @@ def worker_main(conn: Connection, factory: str, index: int, n_workers: int, conf
     try:
         interface = _load_factory(factory)(index, n_workers, **config)
     except Exception as exc:
-        conn.send_bytes(encoder.encode(ErrorReply(0, "bad_request", type(exc).__name__,
-                                                   f"cannot build model interface {factory!r}: {exc}", traceback.format_exc())))
+        conn.send_bytes(
+            encoder.encode(
+                ErrorReply(
+                    0,
+                    "bad_request",
+                    type(exc).__name__,
+                    f"cannot build model interface {factory!r}: {exc}",
+                    traceback.format_exc(),
+                )
+            )
+        )
         return
     conn.send_bytes(encoder.encode(Ack(0)))  # ready
     _Worker(conn, interface).serve()
@@ -412,8 +430,15 @@ class WorkerHandle:
     def alive(self) -> bool:
         return self._failed is None and self._running()
 
-    def send(self, kind: str, payload: Any = None, *, pre_hooks: Iterable[HookCall] = (),
-             post_hooks: Iterable[HookCall] = (), timeout_s: float | None = None) -> Pending:
+    def send(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        pre_hooks: Iterable[HookCall] = (),
+        post_hooks: Iterable[HookCall] = (),
+        timeout_s: float | None = None,
+    ) -> Pending:
         """Send a request and wait for its acknowledgement; a refusal raises :class:`WorkerRequestError`."""
         request = Request(next(self._ids), kind, payload, list(pre_hooks), list(post_hooks))
         self._kinds[request.id] = kind
@@ -422,8 +447,11 @@ class WorkerHandle:
             self._post(encoder.encode(request))
         except OSError:  # BrokenPipeError included
             self._raise_crashed(f"{kind} request {request.id}")
-        self._receive_until(lambda m: m.id == request.id and isinstance(m, (Ack, ErrorReply)),
-                            f"the acknowledgement of {kind} request {request.id}", timeout_s)
+        self._receive_until(
+            lambda m: m.id == request.id and isinstance(m, (Ack, ErrorReply)),
+            f"the acknowledgement of {kind} request {request.id}",
+            timeout_s,
+        )
         refused = self._replies.pop(request.id, None)
         if isinstance(refused, ErrorReply):
             raise WorkerRequestError(self.index, kind, refused)
@@ -447,8 +475,15 @@ class WorkerHandle:
             pending.reply = reply
         return pending.reply
 
-    def call(self, kind: str, payload: Any = None, *, pre_hooks: Iterable[HookCall] = (),
-             post_hooks: Iterable[HookCall] = (), timeout_s: float | None = None) -> Any:
+    def call(
+        self,
+        kind: str,
+        payload: Any = None,
+        *,
+        pre_hooks: Iterable[HookCall] = (),
+        post_hooks: Iterable[HookCall] = (),
+        timeout_s: float | None = None,
+    ) -> Any:
         """Send, flush if ``kind`` is blocking, and return the result: one request, start to end."""
         pending = self.send(kind, payload, pre_hooks=pre_hooks, post_hooks=post_hooks, timeout_s=timeout_s)
         if kind in BLOCKING:
@@ -499,7 +534,9 @@ class WorkerHandle:
 class ProcessWorkerHandle(WorkerHandle):
     """A model worker in a spawned process on this host, reached through a pipe."""
 
-    def __init__(self, index: int, process: multiprocessing.process.BaseProcess, conn: Connection, reply_timeout_s: float):
+    def __init__(
+        self, index: int, process: multiprocessing.process.BaseProcess, conn: Connection, reply_timeout_s: float
+    ):
         super().__init__(index, reply_timeout_s)
         self.process = process
         self.conn = conn
@@ -547,7 +584,9 @@ class ProcessWorkerHandle(WorkerHandle):
 
 
 BACKENDS = ("process", "ray")
-RAY_RESOURCE_OPTIONS = frozenset({"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "scheduling_strategy"})
+RAY_RESOURCE_OPTIONS = frozenset(
+    {"num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "scheduling_strategy"}
+)
 """The Ray actor options ``ray_resources`` may set for each worker's actor."""
 
 
@@ -567,9 +606,18 @@ class Master:
     several machines every node needs gym-train (and ``factory``'s module) in its workers' Python.
     """
 
-    def __init__(self, factory: str, n_workers: int = 1, *, config: Mapping[str, Any] | None = None,
-                 reply_timeout_s: float = 60.0, start_timeout_s: float = 120.0, backend: str = "process",
-                 ray_address: str | None = None, ray_resources: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        factory: str,
+        n_workers: int = 1,
+        *,
+        config: Mapping[str, Any] | None = None,
+        reply_timeout_s: float = 60.0,
+        start_timeout_s: float = 120.0,
+        backend: str = "process",
+        ray_address: str | None = None,
+        ray_resources: Mapping[str, Any] | None = None,
+    ):
         if n_workers < 1:
             raise ValueError(f"n_workers must be at least 1, not {n_workers}")
         if backend not in BACKENDS:
@@ -578,7 +626,9 @@ class Master:
             raise ValueError("ray_address and ray_resources are for backend='ray'")
         unknown = sorted(set(ray_resources or {}) - RAY_RESOURCE_OPTIONS)
         if unknown:
-            raise ValueError(f"ray_resources: unknown option {unknown[0]!r}; known: {', '.join(sorted(RAY_RESOURCE_OPTIONS))}")
+            raise ValueError(
+                f"ray_resources: unknown option {unknown[0]!r}; known: {', '.join(sorted(RAY_RESOURCE_OPTIONS))}"
+            )
         if backend == "ray" and importlib.util.find_spec("ray") is None:
             raise GymError("Master(backend='ray') needs Ray, which is not installed: pip install 'gym-train[ray]'")
         self.factory = factory
@@ -611,8 +661,12 @@ class Master:
         context = multiprocessing.get_context("spawn")
         for index in range(self.n_workers):
             ours, theirs = context.Pipe()
-            process = context.Process(target=worker_main, name=f"gym-train-worker-{index}", daemon=True,
-                                      args=(theirs, self.factory, index, self.n_workers, self.config))
+            process = context.Process(
+                target=worker_main,
+                name=f"gym-train-worker-{index}",
+                daemon=True,
+                args=(theirs, self.factory, index, self.n_workers, self.config),
+            )
             process.start()
             theirs.close()
             self.workers.append(ProcessWorkerHandle(index, process, ours, self.reply_timeout_s))
@@ -627,8 +681,9 @@ class Master:
         from gym_train.ray_workers import start_actor  # imports ray: only now
 
         for index in range(self.n_workers):
-            self.workers.append(start_actor(index, self.factory, self.n_workers, self.config, self.ray_resources,
-                                            self.reply_timeout_s))
+            self.workers.append(
+                start_actor(index, self.factory, self.n_workers, self.config, self.ray_resources, self.reply_timeout_s)
+            )
 
     def close(self) -> None:
         """Stop every worker (bounded: exit, then terminate and kill the process, or kill the actor);
@@ -645,14 +700,22 @@ class Master:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def send(self, kind: str, payloads: Sequence[Any] | None = None, *, pre_hooks: Iterable[HookCall] = (),
-             post_hooks: Iterable[HookCall] = ()) -> list[Pending]:
+    def send(
+        self,
+        kind: str,
+        payloads: Sequence[Any] | None = None,
+        *,
+        pre_hooks: Iterable[HookCall] = (),
+        post_hooks: Iterable[HookCall] = (),
+    ) -> list[Pending]:
         """Send ``kind`` to every worker, ``payloads[i]`` to worker ``i`` (None: no payload)."""
         if payloads is not None and len(payloads) != len(self.workers):
             raise ValueError(f"{len(payloads)} payloads for {len(self.workers)} workers")
         pre, post = list(pre_hooks), list(post_hooks)
-        return [w.send(kind, None if payloads is None else payloads[i], pre_hooks=pre, post_hooks=post)
-                for i, w in enumerate(self.workers)]
+        return [
+            w.send(kind, None if payloads is None else payloads[i], pre_hooks=pre, post_hooks=post)
+            for i, w in enumerate(self.workers)
+        ]
 
     def flush(self, timeout_s: float | None = None) -> list[int]:
         """Flush every worker: send all the flushes first, so the workers start together, then wait
@@ -660,8 +723,15 @@ class Master:
         flushes = [w.send(FLUSH, timeout_s=timeout_s) for w in self.workers]
         return [p.result(timeout_s)["executed"] for p in flushes]
 
-    def call(self, kind: str, payloads: Sequence[Any] | None = None, *, pre_hooks: Iterable[HookCall] = (),
-             post_hooks: Iterable[HookCall] = (), timeout_s: float | None = None) -> list[Any]:
+    def call(
+        self,
+        kind: str,
+        payloads: Sequence[Any] | None = None,
+        *,
+        pre_hooks: Iterable[HookCall] = (),
+        post_hooks: Iterable[HookCall] = (),
+        timeout_s: float | None = None,
+    ) -> list[Any]:
         """Send ``kind`` to every worker, flush if it is blocking, and return the results by worker."""
         pending = self.send(kind, payloads, pre_hooks=pre_hooks, post_hooks=post_hooks)
         if kind in BLOCKING:

@@ -57,8 +57,12 @@ class WorkerActor:
         self._outbox: queue.Queue[bytes | None] = queue.Queue()
         self._ended = False
         connection = QueueConnection(self._inbox, self._outbox)
-        self._thread = threading.Thread(target=self._serve, args=(connection, factory, index, n_workers, config),
-                                        name=f"gym-train-worker-{index}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve,
+            args=(connection, factory, index, n_workers, config),
+            name=f"gym-train-worker-{index}",
+            daemon=True,
+        )
         self._thread.start()
 
     def _serve(self, connection: QueueConnection, *args: Any) -> None:
@@ -168,8 +172,14 @@ class RayWorkerHandle(WorkerHandle):
         self._mark_stopped()
 
 
-def start_actor(index: int, factory: str, n_workers: int, config: Mapping[str, Any], resources: Mapping[str, Any],
-                reply_timeout_s: float) -> RayWorkerHandle:
+def start_actor(
+    index: int,
+    factory: str,
+    n_workers: int,
+    config: Mapping[str, Any],
+    resources: Mapping[str, Any],
+    reply_timeout_s: float,
+) -> RayWorkerHandle:
     """Start the actor hosting worker ``index`` (Ray options ``resources``; never restarted: a worker's
     state dies with it) and return the master's handle on it; ready once ``wait_started`` says so."""
     # Relative entries (the current directory) mean the master's directory, not the actor's.

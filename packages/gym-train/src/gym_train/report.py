@@ -28,13 +28,24 @@ def plot_rewards(runs: Mapping[str, Path], path: Path) -> Path:
         summary = json.loads((Path(directory) / "summary.json").read_text())
         rounds = [r for r in summary["rounds"] if r["mean_reward"] is not None]
         xs = [r["round"] for r in rounds]
-        line, = axes.plot(xs, [r["mean_reward"] for r in rounds], marker="o",
-                          label=f"{name} ({summary['tasks']} tasks x {summary['repeats']})")
+        (line,) = axes.plot(
+            xs,
+            [r["mean_reward"] for r in rounds],
+            marker="o",
+            label=f"{name} ({summary['tasks']} tasks x {summary['repeats']})",
+        )
         for r in rounds:
             if r["evaluation"]:
                 axes.plot([r["round"]], [r["mean_reward"]], marker="*", markersize=14, color=line.get_color())
-            axes.annotate(f"v{r['policy_version']}", (r["round"], r["mean_reward"]), textcoords="offset points",
-                          xytext=(0, 6), ha="center", fontsize=7, color=line.get_color())
+            axes.annotate(
+                f"v{r['policy_version']}",
+                (r["round"], r["mean_reward"]),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=7,
+                color=line.get_color(),
+            )
     axes.set_xlabel("round (v = policy version that collected it; * = after the last step)")
     axes.set_ylabel("mean reward")
     axes.set_ylim(-0.05, 1.12)

@@ -79,7 +79,7 @@ class StreamCounts:
 
     def problem(self, message: str) -> None:
         self.malformed += 1
-        self.problems = [*self.problems[-(_PROBLEMS_KEPT - 1):], message]
+        self.problems = [*self.problems[-(_PROBLEMS_KEPT - 1) :], message]
 
 
 class StreamTimeoutError(GymError):
@@ -87,9 +87,11 @@ class StreamTimeoutError(GymError):
 
     def __init__(self, wanted: str, timeout_s: float, counts: StreamCounts):
         self.counts = counts
-        super().__init__(f"the rollout stream gave fewer than {wanted} within {timeout_s:g} s "
-                         f"(received {counts.received}, accepted {counts.accepted}, dropped as stale {counts.dropped_stale}, "
-                         f"malformed {counts.malformed})")
+        super().__init__(
+            f"the rollout stream gave fewer than {wanted} within {timeout_s:g} s "
+            f"(received {counts.received}, accepted {counts.accepted}, dropped as stale {counts.dropped_stale}, "
+            f"malformed {counts.malformed})"
+        )
 
 
 def _version(value: Any) -> int | None:
@@ -178,9 +180,17 @@ class StreamDataset:
     when the row arrives); ``poll_interval_s``: how often a waiting call looks for new rows.
     """
 
-    def __init__(self, source: FileTail | RolloutQueue | Path | str, *, max_staleness: int = 1,
-                 stale: Literal["drop", "downweight"] = "drop", decay: float = 0.5, policy_version: int = 0,
-                 served_version: Callable[[], int] | None = None, poll_interval_s: float = 0.05):
+    def __init__(
+        self,
+        source: FileTail | RolloutQueue | Path | str,
+        *,
+        max_staleness: int = 1,
+        stale: Literal["drop", "downweight"] = "drop",
+        decay: float = 0.5,
+        policy_version: int = 0,
+        served_version: Callable[[], int] | None = None,
+        poll_interval_s: float = 0.05,
+    ):
         if max_staleness < 0:
             raise ValueError(f"max_staleness must be at least 0, not {max_staleness}")
         if stale not in ("drop", "downweight"):
@@ -221,7 +231,7 @@ class StreamDataset:
             self.counts.dropped_stale += 1
             return False
         else:
-            rollout.weight = self.decay ** beyond
+            rollout.weight = self.decay**beyond
             self.counts.downweighted += 1
         self.counts.accepted += 1
         return True
@@ -251,8 +261,13 @@ class StreamDataset:
                     raise StreamTimeoutError(f"{n} rollouts", timeout_s, self.counts)
                 time.sleep(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
 
-    def groups(self, count: int, group_size: int, timeout_s: float,
-               key: Callable[[dict[str, Any]], Hashable] = lambda row: row.get("task_index")) -> list[list[StreamedRollout]]:
+    def groups(
+        self,
+        count: int,
+        group_size: int,
+        timeout_s: float,
+        key: Callable[[dict[str, Any]], Hashable] = lambda row: row.get("task_index"),
+    ) -> list[list[StreamedRollout]]:
         """The next ``count`` complete groups: ``group_size`` rollouts of one task (``key``, by default
         the row's ``task_index``; GRPO's group over ``repeats``), in the order they completed. The
         staleness bound applies to each member; a group left with none is skipped. Waits up to

@@ -70,14 +70,23 @@ class GRPOPolicyWorker(ModelInterface):
         config = msgspec.convert(payload.get("grpo") or {}, GRPOConfig)
         self.policy = load_policy(payload.get("gguf"))
         self.trainer = GRPOTrainer(self.policy.model, config, pad_token_id=self.policy.pad_token_id)
-        return {"parameters": sum(p.numel() for p in self.policy.model.parameters()),
-                "gguf": str(self.policy.gguf_path), "pid": os.getpid(), "ray_node": _ray_node()}
+        return {
+            "parameters": sum(p.numel() for p in self.policy.model.parameters()),
+            "gguf": str(self.policy.gguf_path),
+            "pid": os.getpid(),
+            "ray_node": _ray_node(),
+        }
 
     def model_config(self, payload: Any) -> Any:
         trainer = self._trainer()
         config = self.policy.model.config
-        return {"model_type": config.model_type, "num_hidden_layers": config.num_hidden_layers,
-                "hidden_size": config.hidden_size, "vocab_size": config.vocab_size, "version": trainer.version}
+        return {
+            "model_type": config.model_type,
+            "num_hidden_layers": config.num_hidden_layers,
+            "hidden_size": config.hidden_size,
+            "vocab_size": config.vocab_size,
+            "version": trainer.version,
+        }
 
     def train_step(self, payload: Any) -> Any:
         from gym_train.grpo import RolloutSample

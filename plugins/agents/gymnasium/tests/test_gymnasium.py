@@ -62,9 +62,16 @@ class RecordingEnv(ResourcesServer):
                 raise RuntimeError("close failed")
             return {"closed": session.exists and self.sessions.close(session.id)}
 
-        inherited = [h for h in super().routes() if not (isinstance(h, HTTPRouteHandler) and "/close_session" in h.paths)]
-        return [*inherited, self.post_json("/reset", reset), self.post_json("/step", step),
-                self.post_json("/close", close), self.post_json("/close_session", close)]
+        inherited = [
+            h for h in super().routes() if not (isinstance(h, HTTPRouteHandler) and "/close_session" in h.paths)
+        ]
+        return [
+            *inherited,
+            self.post_json("/reset", reset),
+            self.post_json("/step", step),
+            self.post_json("/close", close),
+            self.post_json("/close_session", close),
+        ]
 
 
 class HelperServers:
@@ -78,8 +85,12 @@ EXPLICIT = {"supports_explicit_close": True, "supports_step_idempotency": True}
 
 def row(turns: list[str], steps: list[dict], reset: dict | None = None, **extra: Any) -> dict:
     params = {"input": "Play.", "metadata": {"scripted_turns": json.dumps([{"text": t} for t in turns])}}
-    return {"responses_create_params": params, "steps": steps,
-            "reset": reset or {"observation": "start", "info": EXPLICIT}, **extra}
+    return {
+        "responses_create_params": params,
+        "steps": steps,
+        "reset": reset or {"observation": "start", "info": EXPLICIT},
+        **extra,
+    }
 
 
 def end(reward: float, **info: Any) -> dict:
@@ -125,19 +136,47 @@ class TestGymnasium(AgentServerTests):
         ]
         output = result["response"]["output"]
         assert [(i["type"], i.get("role")) for i in output] == [
-            ("message", "assistant"), ("function_call_output", None), ("message", "user"), ("message", "assistant")]
+            ("message", "assistant"),
+            ("function_call_output", None),
+            ("message", "user"),
+            ("message", "assistant"),
+        ]
         assert output[1] == {"type": "function_call_output", "call_id": "c1", "output": '{"ok":true}'}
         assert output[2]["content"] == "after the tool"
-        facts = {k: result[k] for k in ("agent", "model_server", "model", "environment", "resources_server",
-                                        "num_model_calls", "num_tool_calls", "env_steps", "model_calls")}
-        assert facts == {"agent": "gymnasium", "model_server": "policy", "model": "scripted", "environment": "recording_env",
-                         "resources_server": "environment", "num_model_calls": 2, "num_tool_calls": 1, "env_steps": 2,
-                         "model_calls": 2}
+        facts = {
+            k: result[k]
+            for k in (
+                "agent",
+                "model_server",
+                "model",
+                "environment",
+                "resources_server",
+                "num_model_calls",
+                "num_tool_calls",
+                "env_steps",
+                "model_calls",
+            )
+        }
+        assert facts == {
+            "agent": "gymnasium",
+            "model_server": "policy",
+            "model": "scripted",
+            "environment": "recording_env",
+            "resources_server": "environment",
+            "num_model_calls": 2,
+            "num_tool_calls": 1,
+            "env_steps": 2,
+            "model_calls": 2,
+        }
         # The scripted model counts input items and output words: turn 1 sees the 2 messages and says
         # 1 word; turn 2 sees 5 items (+ its answer, the tool output, the observation) and says 1.
         per_turn = [(u["input_tokens"], u["output_tokens"], u["total_tokens"]) for u in result["usage_per_turn"]]
         assert per_turn == [(2, 1, 3), (5, 1, 6)]
-        assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"], result["usage"]["total_tokens"]) == (7, 2, 9)
+        assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"], result["usage"]["total_tokens"]) == (
+            7,
+            2,
+            9,
+        )
         assert result["usage"] == result["response"]["usage"]
 
     def test_each_step_gets_the_row_and_this_turn_only_with_a_fresh_request_id(self, gym_servers: RunningServers):
@@ -160,7 +199,11 @@ class TestGymnasium(AgentServerTests):
         result = gym_servers.caller().post("/run", row(["one two", "three"], [going("o", 0.0)])).json()
         assert (result["truncated"], result["terminated"], result["num_model_calls"]) == (True, False, 3)
         assert len(result["usage_per_turn"]) == 3
-        assert result["response"]["usage"]["output_tokens"] == sum(u["output_tokens"] for u in result["usage_per_turn"]) == 4
+        assert (
+            result["response"]["usage"]["output_tokens"]
+            == sum(u["output_tokens"] for u in result["usage_per_turn"])
+            == 4
+        )
 
     def test_an_explicit_close_is_sent_once_when_advertised(self, gym_servers: RunningServers):
         gym_servers.caller().post("/run", row(["a"], [end(1.0)]))
@@ -203,8 +246,12 @@ def test_max_steps_must_be_at_least_one():
     config = TestGymnasium.instances_config()
     config["gymnasium"]["max_steps"] = 0
     with pytest.raises(ConfigError, match="max_steps"):
-        load_config(base=config, env_file=None, server_types=plugin_manager(*TestGymnasium.plugins).servers(),
-                    allocate_ports=False)
+        load_config(
+            base=config,
+            env_file=None,
+            server_types=plugin_manager(*TestGymnasium.plugins).servers(),
+            allocate_ports=False,
+        )
 
 
 async def test_example_config_plays_blackjack():

@@ -46,7 +46,9 @@ def turn_of(response: dict[str, Any]) -> dict[str, Any]:
                 arguments = json.loads(item["arguments"])
             except ValueError:
                 arguments = {}
-            turn["tool_calls"].append({"name": item["name"], "arguments": arguments if isinstance(arguments, dict) else {}})
+            turn["tool_calls"].append(
+                {"name": item["name"], "arguments": arguments if isinstance(arguments, dict) else {}}
+            )
     return turn
 
 
@@ -79,8 +81,11 @@ class HelperModels:
 
 
 def counter_task(initial: int, expected: int, *turns: dict[str, Any]) -> dict[str, Any]:
-    row = {"responses_create_params": {"input": [{"role": "user", "content": "Add 3 to the counter."}]},
-           "initial_count": initial, "expected_count": expected}
+    row = {
+        "responses_create_params": {"input": [{"role": "user", "content": "Add 3 to the counter."}]},
+        "initial_count": initial,
+        "expected_count": expected,
+    }
     return scripted(row, *turns)
 
 
@@ -131,12 +136,33 @@ class TestNonExecutingOnXlamFc(AgentServerTests):
     def test_the_rollout_records_what_produced_it_and_its_usage(self, gym_servers: RunningServers):
         row = read_rows(XLAM_ROWS)[0]
         result = gym_servers.caller().post("/run", scripted(row)).json()
-        facts = {key: result[key] for key in
-                 ("agent", "model_server", "model", "environment", "resources_server", "num_model_calls", "num_tool_calls")}
-        assert facts == {"agent": "non_executing", "model_server": "policy", "model": "scripted", "environment": "xlam_fc",
-                         "resources_server": "environment", "num_model_calls": 1, "num_tool_calls": 2}
+        facts = {
+            key: result[key]
+            for key in (
+                "agent",
+                "model_server",
+                "model",
+                "environment",
+                "resources_server",
+                "num_model_calls",
+                "num_tool_calls",
+            )
+        }
+        assert facts == {
+            "agent": "non_executing",
+            "model_server": "policy",
+            "model": "scripted",
+            "environment": "xlam_fc",
+            "resources_server": "environment",
+            "num_model_calls": 1,
+            "num_tool_calls": 2,
+        }
         # The scripted model counts input items and output calls: 2 input messages, 2 calls.
-        assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"], result["usage"]["total_tokens"]) == (2, 2, 4)
+        assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"], result["usage"]["total_tokens"]) == (
+            2,
+            2,
+            4,
+        )
         assert result["usage_per_turn"] == [result["usage"]] == [result["response"]["usage"]]
 
     def test_tools_are_never_executed_and_the_seeded_session_reaches_verify(self, gym_servers: RunningServers):
@@ -167,7 +193,9 @@ class TestNonExecutingOnXlamFc(AgentServerTests):
         assert reply.json()["error"]["type"] == "validation_error"
         assert len(counter.sessions) == 0
 
-    def test_a_model_that_refuses_the_request_fails_the_rollout_and_closes_its_session(self, gym_servers: RunningServers):
+    def test_a_model_that_refuses_the_request_fails_the_rollout_and_closes_its_session(
+        self, gym_servers: RunningServers
+    ):
         counter = gym_servers.servers["counter"]
         row = counter_task(1, 1, {"text": "done"})
         row["responses_create_params"]["metadata"] = {"scripted_turns": "not a script"}  # the model answers 422
@@ -176,7 +204,9 @@ class TestNonExecutingOnXlamFc(AgentServerTests):
         assert "/v1/responses" in reply.json()["error"]["message"]
         assert len(counter.sessions) == 0
 
-    def test_a_model_server_failure_fails_the_rollout_retryably_and_closes_its_session(self, gym_servers: RunningServers):
+    def test_a_model_server_failure_fails_the_rollout_retryably_and_closes_its_session(
+        self, gym_servers: RunningServers
+    ):
         counter = gym_servers.servers["counter"]
         reply = gym_servers.caller("failing_agent").post("/run", counter_task(1, 1, {"text": "done"}))
         assert reply.status == 502, reply.text  # retryable: the collector tries the rollout again
@@ -192,9 +222,13 @@ class TestNonExecutingOnXlamFc(AgentServerTests):
 
     def test_responses_returns_the_model_response_with_string_input_as_one_message(self, gym_servers: RunningServers):
         script = json.dumps([{"tool_calls": [{"name": "f", "arguments": {"a": 1}}]}])
-        reply = gym_servers.caller().post("/v1/responses", {"input": "three words here", "metadata": {"scripted_turns": script}})
+        reply = gym_servers.caller().post(
+            "/v1/responses", {"input": "three words here", "metadata": {"scripted_turns": script}}
+        )
         response = reply.json()
-        assert [(item["type"], item["name"], item["arguments"]) for item in response["output"]] == [("function_call", "f", '{"a":1}')]
+        assert [(item["type"], item["name"], item["arguments"]) for item in response["output"]] == [
+            ("function_call", "f", '{"a":1}')
+        ]
         # The scripted model counts a string input's words but a list's items: one message came.
         assert response["usage"]["input_tokens"] == 1
         # No rollout: nothing was seeded on the environment.
@@ -230,8 +264,13 @@ def test_skip_verification_is_ignored_as_in_the_reference():
     config = {
         "policy": {"plugin": "scripted"},
         "xlam_fc": {"plugin": "xlam_fc"},
-        "agent": {"plugin": "non_executing", "model_server": "policy", "resources_server": "xlam_fc",
-                  "skip_verification": True, "skip_verification_reward": 0.5},
+        "agent": {
+            "plugin": "non_executing",
+            "model_server": "policy",
+            "resources_server": "xlam_fc",
+            "skip_verification": True,
+            "skip_verification_reward": 0.5,
+        },
     }
     row = read_rows(XLAM_ROWS)[2]  # a wrong answer: reward 0 from the verifier
     with running_servers(config, plugins=manager) as global_config:

@@ -94,7 +94,12 @@ class HelperServers:
         register(name="failing_model", kind="model", server=FailingModel)
 
 
-RETRY = {"reward": 0.0, "needs_correction": True, "correction_prompt": "Fix the proof.", "error_feedback": "line 3: error"}
+RETRY = {
+    "reward": 0.0,
+    "needs_correction": True,
+    "correction_prompt": "Fix the proof.",
+    "error_feedback": "line 3: error",
+}
 
 
 class TestProofRefinementOnMath(AgentServerTests):
@@ -109,19 +114,41 @@ class TestProofRefinementOnMath(AgentServerTests):
         "policy": {"plugin": "scripted"},
         "fixed": {"plugin": "scripted", "turns": [{"text": "7 + 5 = 12, so \\boxed{12}."}]},
         "environment": {"plugin": "math", "correction_feedback": True, "verify_workers": 1},
-        "proof_refinement": {"plugin": "proof_refinement", "model_server": "policy", "resources_server": "environment",
-                             "max_correction_turns": 2, "correction_input": "conversation"},
-        "fresh": {"plugin": "proof_refinement", "model_server": "fixed", "resources_server": "environment",
-                  "max_correction_turns": 2},
+        "proof_refinement": {
+            "plugin": "proof_refinement",
+            "model_server": "policy",
+            "resources_server": "environment",
+            "max_correction_turns": 2,
+            "correction_input": "conversation",
+        },
+        "fresh": {
+            "plugin": "proof_refinement",
+            "model_server": "fixed",
+            "resources_server": "environment",
+            "max_correction_turns": 2,
+        },
         "verdicts": {"plugin": "row_verdicts"},
-        "judged": {"plugin": "proof_refinement", "model_server": "policy", "resources_server": "verdicts",
-                   "max_correction_turns": 2},
+        "judged": {
+            "plugin": "proof_refinement",
+            "model_server": "policy",
+            "resources_server": "verdicts",
+            "max_correction_turns": 2,
+        },
         "single": {"plugin": "proof_refinement", "model_server": "policy", "resources_server": "verdicts"},
-        "lean": {"plugin": "proof_refinement", "model_server": "policy", "resources_server": "verdicts",
-                 "max_correction_turns": 2, "include_all_attempts": False},
+        "lean": {
+            "plugin": "proof_refinement",
+            "model_server": "policy",
+            "resources_server": "verdicts",
+            "max_correction_turns": 2,
+            "include_all_attempts": False,
+        },
         "failing": {"plugin": "failing_model"},
-        "failing_agent": {"plugin": "proof_refinement", "model_server": "failing", "resources_server": "verdicts",
-                          "max_correction_turns": 2},
+        "failing_agent": {
+            "plugin": "proof_refinement",
+            "model_server": "failing",
+            "resources_server": "verdicts",
+            "max_correction_turns": 2,
+        },
     }
     instance = "proof_refinement"
 
@@ -144,7 +171,11 @@ class TestProofRefinementOnMath(AgentServerTests):
             assert [a["reward"] for a in result["all_attempts"]] == result["attempt_rewards"]
             assert [a["turn_index"] for a in result["all_attempts"]] == [0, 1, 2]
             assert [a["proof_status"] for a in result["all_attempts"]][:2] == ["no_answer", "incorrect"]
-            assert [a["generation"] for a in result["all_attempts"]] == [NO_ANSWER["text"], WRONG["text"], row["conformance"]["response"]]
+            assert [a["generation"] for a in result["all_attempts"]] == [
+                NO_ANSWER["text"],
+                WRONG["text"],
+                row["conformance"]["response"],
+            ]
             assert (result["total_turns"], result["num_model_calls"], result["reward"]) == (3, 3, reward)
             # The result is the last verdict; the response the last attempt's.
             assert result["all_attempts"][2]["response"] == result["response"]
@@ -154,7 +185,11 @@ class TestProofRefinementOnMath(AgentServerTests):
         row = read_rows(MATH_ROWS)[0]
         result = gym_servers.caller().post("/run", scripted(row, {"text": "\\boxed{12}"}, WRONG)).json()
         assert (result["reward"], result["total_turns"], result["attempt_rewards"]) == (1.0, 1, [1.0])
-        assert (result["proof_status"], result["needs_correction"], result["correction_prompt"]) == ("correct", False, None)
+        assert (result["proof_status"], result["needs_correction"], result["correction_prompt"]) == (
+            "correct",
+            False,
+            None,
+        )
 
     def test_conversation_mode_keeps_the_params_and_grows_the_conversation(self, gym_servers: RunningServers):
         row = read_rows(MATH_ROWS)[0]
@@ -167,17 +202,24 @@ class TestProofRefinementOnMath(AgentServerTests):
         metadata = body["responses_create_params"]["metadata"]
         assert (sent["max_output_tokens"], sent["instructions"], sent["metadata"]) == (48, "Be brief.", metadata)
         original = row["responses_create_params"]["input"]
-        assert [(i.get("role"), i["content"] if isinstance(i["content"], str) else i["content"][0]["text"]) for i in sent["input"]] == [
+        assert [
+            (i.get("role"), i["content"] if isinstance(i["content"], str) else i["content"][0]["text"])
+            for i in sent["input"]
+        ] == [
             *[(i["role"], i["content"]) for i in original],
             ("assistant", WRONG["text"]),
             ("user", first["correction_prompt"]),
         ]
 
-    def test_a_fresh_correction_is_one_user_message_keeping_only_model_temperature_top_p(self, gym_servers: RunningServers):
+    def test_a_fresh_correction_is_one_user_message_keeping_only_model_temperature_top_p(
+        self, gym_servers: RunningServers
+    ):
         # The row's own script answers wrong; a correction request drops the metadata that carries
         # it, so the "fixed" model answers from its config, right: wrong, then corrected.
         row = read_rows(MATH_ROWS)[0]
-        body = scripted(row, WRONG, model="scripted", temperature=0.3, top_p=0.9, max_output_tokens=48, instructions="x")
+        body = scripted(
+            row, WRONG, model="scripted", temperature=0.3, top_p=0.9, max_output_tokens=48, instructions="x"
+        )
         result = gym_servers.caller("fresh").post("/run", body).json()
         assert (result["attempt_rewards"], result["total_turns"], result["reward"]) == ([0.0, 1.0], 2, 1.0)
         first, second = result["all_attempts"]
@@ -190,7 +232,9 @@ class TestProofRefinementOnMath(AgentServerTests):
         assert first["input"]["max_output_tokens"] == 48  # the first attempt sends the task's params whole
         assert (first["proof_status"], second["proof_status"]) == ("incorrect", "correct")
 
-    def test_the_correction_prompt_holds_the_problem_and_attempt_but_never_the_expected_answer(self, gym_servers: RunningServers):
+    def test_the_correction_prompt_holds_the_problem_and_attempt_but_never_the_expected_answer(
+        self, gym_servers: RunningServers
+    ):
         for row in read_rows(MATH_ROWS):
             result = gym_servers.caller("fresh").post("/run", scripted(row, WRONG)).json()
             prompt = result["all_attempts"][0]["correction_prompt"]
@@ -208,10 +252,27 @@ class TestProofRefinementOnMath(AgentServerTests):
     def test_math_rollouts_record_what_produced_them_and_their_usage(self, gym_servers: RunningServers):
         row = read_rows(MATH_ROWS)[0]
         result = gym_servers.caller().post("/run", scripted(row, WRONG, {"text": "\\boxed{12}"})).json()
-        facts = {key: result[key] for key in
-                 ("agent", "model_server", "model", "environment", "resources_server", "num_model_calls", "num_tool_calls")}
-        assert facts == {"agent": "proof_refinement", "model_server": "policy", "model": "scripted", "environment": "math",
-                         "resources_server": "environment", "num_model_calls": 2, "num_tool_calls": 0}
+        facts = {
+            key: result[key]
+            for key in (
+                "agent",
+                "model_server",
+                "model",
+                "environment",
+                "resources_server",
+                "num_model_calls",
+                "num_tool_calls",
+            )
+        }
+        assert facts == {
+            "agent": "proof_refinement",
+            "model_server": "policy",
+            "model": "scripted",
+            "environment": "math",
+            "resources_server": "environment",
+            "num_model_calls": 2,
+            "num_tool_calls": 0,
+        }
         per_turn = result["usage_per_turn"]
         assert per_turn == [attempt["response"]["usage"] for attempt in result["all_attempts"]]
         # The scripted model counts input items: the 6 of the row, then 6 + its answer + the correction.
@@ -233,8 +294,10 @@ class TestProofRefinementOnMath(AgentServerTests):
             assert attempt["input"] == {"input": [{"type": "message", "role": "user", "content": "Fix the proof."}]}
 
     def test_no_correction_without_needs_correction(self, gym_servers: RunningServers):
-        for verdict in ({"reward": 0.0, "correction_prompt": "Fix it."},
-                        {"reward": 0.0, "needs_correction": False, "correction_prompt": "Fix it."}):
+        for verdict in (
+            {"reward": 0.0, "correction_prompt": "Fix it."},
+            {"reward": 0.0, "needs_correction": False, "correction_prompt": "Fix it."},
+        ):
             result = gym_servers.caller("judged").post("/run", verdicts_task(verdict, RETRY)).json()
             assert (result["total_turns"], result["attempt_rewards"]) == (1, [0.0])
 
@@ -249,10 +312,17 @@ class TestProofRefinementOnMath(AgentServerTests):
         assert (result["total_turns"], result["num_model_calls"], result["needs_correction"]) == (1, 1, True)
 
     def test_the_rewards_of_each_attempt_and_the_final_one(self, gym_servers: RunningServers):
-        verdicts = [{**RETRY, "reward": 0.25, "proof_status": "compile_error"}, {**RETRY, "reward": 0.5},
-                    {"reward": 1.0, "proof_status": "completed"}]
+        verdicts = [
+            {**RETRY, "reward": 0.25, "proof_status": "compile_error"},
+            {**RETRY, "reward": 0.5},
+            {"reward": 1.0, "proof_status": "completed"},
+        ]
         result = gym_servers.caller("judged").post("/run", verdicts_task(*verdicts)).json()
-        assert (result["attempt_rewards"], result["reward"], result["proof_status"]) == ([0.25, 0.5, 1.0], 1.0, "completed")
+        assert (result["attempt_rewards"], result["reward"], result["proof_status"]) == (
+            [0.25, 0.5, 1.0],
+            1.0,
+            "completed",
+        )
         assert [a["proof_status"] for a in result["all_attempts"]] == ["compile_error", "unknown", "completed"]
         assert "needs_correction" not in result  # the last verdict as it came
 
@@ -274,7 +344,9 @@ class TestProofRefinementOnMath(AgentServerTests):
         assert reply.json()["error"]["type"] == "validation_error"
         assert len(gym_servers.servers["verdicts"].sessions) == 0
 
-    def test_a_model_server_failure_fails_the_rollout_retryably_and_closes_its_session(self, gym_servers: RunningServers):
+    def test_a_model_server_failure_fails_the_rollout_retryably_and_closes_its_session(
+        self, gym_servers: RunningServers
+    ):
         reply = gym_servers.caller("failing_agent").post("/run", verdicts_task(RETRY))
         assert reply.status == 502, reply.text  # retryable: the collector tries the rollout again
         assert "failing /v1/responses" in reply.json()["error"]["message"]
@@ -282,7 +354,11 @@ class TestProofRefinementOnMath(AgentServerTests):
 
     def test_responses_is_one_model_call_with_string_input_as_one_message(self, gym_servers: RunningServers):
         script = json.dumps([{"text": "hello"}])
-        response = gym_servers.caller().post("/v1/responses", {"input": "three words here", "metadata": {"scripted_turns": script}}).json()
+        response = (
+            gym_servers.caller()
+            .post("/v1/responses", {"input": "three words here", "metadata": {"scripted_turns": script}})
+            .json()
+        )
         assert [part["text"] for item in response["output"] for part in item["content"]] == ["hello"]
         assert response["usage"]["input_tokens"] == 1  # the scripted model counts a list's items: one message
 
@@ -292,8 +368,13 @@ def test_skip_verification_is_ignored_as_in_the_reference():
     config = {
         "policy": {"plugin": "scripted"},
         "verdicts": {"plugin": "row_verdicts"},
-        "agent": {"plugin": "proof_refinement", "model_server": "policy", "resources_server": "verdicts",
-                  "skip_verification": True, "skip_verification_reward": 0.5},
+        "agent": {
+            "plugin": "proof_refinement",
+            "model_server": "policy",
+            "resources_server": "verdicts",
+            "skip_verification": True,
+            "skip_verification_reward": 0.5,
+        },
     }
     with running_servers(config, plugins=manager) as global_config:
         result = HTTPCaller(global_config.instances["agent"].url).post("/run", verdicts_task({"reward": 0.0})).json()
@@ -304,7 +385,9 @@ def test_the_example_config_corrects_a_wrong_answer():
     manager = plugin_manager(gym_proof_refinement.plugin, gym_scripted.plugin, gym_math.plugin)
     row = read_rows(MATH_ROWS)[0]
     # Fresh correction turns drop the row's script: the scripted model's default line is no answer.
-    with running_servers(yaml.safe_load((CONFIGS / "proof_refinement.yaml").read_text()), plugins=manager) as global_config:
+    with running_servers(
+        yaml.safe_load((CONFIGS / "proof_refinement.yaml").read_text()), plugins=manager
+    ) as global_config:
         result = HTTPCaller(global_config.instances["agent"].url).post("/run", scripted(row, WRONG)).json()
     assert result["attempt_rewards"] == [0.0, 0.0, 0.0]
     assert [a["proof_status"] for a in result["all_attempts"]] == ["incorrect", "no_answer", "no_answer"]

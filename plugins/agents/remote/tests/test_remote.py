@@ -106,8 +106,14 @@ class ExternalService:
         items, incomplete = (turn["items"], turn.get("incomplete")) if isinstance(turn, dict) else (turn, None)
         output = [self._item(spec, f"svc{turn_index}_{k}") for k, spec in enumerate(items)]
         answer = {
-            "id": f"resp_{turn_index}", "object": "response", "created_at": 1, "model": "external-agent-1",
-            "output": output, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+            "id": f"resp_{turn_index}",
+            "object": "response",
+            "created_at": 1,
+            "model": "external-agent-1",
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
             "incomplete_details": {"reason": incomplete} if incomplete else None,
         }
         if mode != "no_usage":
@@ -121,14 +127,33 @@ class ExternalService:
     def _item(spec: dict[str, Any], item_id: str) -> dict[str, Any]:
         if "call" in spec:
             arguments = spec["raw"] if "raw" in spec else json.dumps(spec.get("args", {}))
-            return {"type": "function_call", "id": item_id, "call_id": spec.get("call_id", item_id),
-                    "name": spec["call"], "arguments": arguments}
+            return {
+                "type": "function_call",
+                "id": item_id,
+                "call_id": spec.get("call_id", item_id),
+                "name": spec["call"],
+                "arguments": arguments,
+            }
         if "output_for" in spec:
-            return {"type": "function_call_output", "id": item_id, "call_id": spec["output_for"], "output": spec["text"]}
+            return {
+                "type": "function_call_output",
+                "id": item_id,
+                "call_id": spec["output_for"],
+                "output": spec["text"],
+            }
         if "reasoning" in spec:
-            return {"type": "reasoning", "id": item_id, "summary": [{"type": "summary_text", "text": spec["reasoning"]}]}
-        return {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": spec["say"], "annotations": []}]}
+            return {
+                "type": "reasoning",
+                "id": item_id,
+                "summary": [{"type": "summary_text", "text": spec["reasoning"]}],
+            }
+        return {
+            "type": "message",
+            "id": item_id,
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": spec["say"], "annotations": []}],
+        }
 
 
 SERVICE: ExternalService | None = None
@@ -166,7 +191,9 @@ class Notes(ResourcesServer):
         self.verifications = 0
 
     async def seed_session(self, session: Session, body: NotesSeed) -> Any:
-        self.stale_keys_seeded += [k for k in ("reward", "response", "error", "failure_class") if getattr(body, k) is not None]
+        self.stale_keys_seeded += [
+            k for k in ("reward", "response", "error", "failure_class") if getattr(body, k) is not None
+        ]
         self.sessions.get_or_create(session.id, list)
 
     @tool
@@ -234,8 +261,11 @@ class TestRemoteAgent(AgentServerTests):
             "unreachable": notes_agent(agent_base_url=f"http://127.0.0.1:{free_port()}"),
             # One of the run's own servers addressed by URL (as the local config does with local_llama).
             "policy": {"plugin": "scripted", "port": cls.run_model_port},
-            "via_run_model": {"plugin": "remote", "agent_base_url": f"http://127.0.0.1:{cls.run_model_port}",
-                              "resources_server": "environment"},
+            "via_run_model": {
+                "plugin": "remote",
+                "agent_base_url": f"http://127.0.0.1:{cls.run_model_port}",
+                "resources_server": "environment",
+            },
         }
 
     # The rollout contract's probe model, reached by URL as the service.
@@ -249,7 +279,10 @@ class TestRemoteAgent(AgentServerTests):
     def run_body(self, row):
         calls = [{"call": name, "args": arguments} for name, arguments in conformance_tool_calls(row)]
         assert calls, "each counter example row has conformance tool calls"
-        params = {**row["responses_create_params"], "metadata": {"service_turns": json.dumps([calls, [{"say": "done"}]])}}
+        params = {
+            **row["responses_create_params"],
+            "metadata": {"service_turns": json.dumps([calls, [{"say": "done"}]])},
+        }
         return {**row, "responses_create_params": params}
 
     def expected_reward(self, row):
@@ -259,34 +292,59 @@ class TestRemoteAgent(AgentServerTests):
         return servers.caller(agent).post("/run", body)
 
     def test_unpaired_calls_are_executed_and_paired_ones_passed_through(self, gym_servers):
-        turns = [[{"call": "write", "args": {"text": "by gym"}, "call_id": "c1"},
-                  {"call": "write", "args": {"text": "by the service"}, "call_id": "c2"},
-                  {"output_for": "c2", "text": "the service ran it itself"}],
-                 [{"say": "done"}]]
+        turns = [
+            [
+                {"call": "write", "args": {"text": "by gym"}, "call_id": "c1"},
+                {"call": "write", "args": {"text": "by the service"}, "call_id": "c2"},
+                {"output_for": "c2", "text": "the service ran it itself"},
+            ],
+            [{"say": "done"}],
+        ]
         result = self.run(gym_servers, "notes_agent", task(turns, marker="paired-calls")).json()
         assert (result["reward"], result["notes"]) == (1.0, ["by gym"])
         output = result["response"]["output"]
         assert [(i["type"], i.get("call_id")) for i in output] == [
-            ("function_call", "c1"), ("function_call", "c2"), ("function_call_output", "c2"),
-            ("function_call_output", "c1"), ("message", None)]
+            ("function_call", "c1"),
+            ("function_call", "c2"),
+            ("function_call_output", "c2"),
+            ("function_call_output", "c1"),
+            ("message", None),
+        ]
         assert json.loads(output[3]["output"]) == {"notes": 1}
         second = service().of_rollout("paired-calls")[1]["body"]["input"]
         assert [i.get("type") for i in second[1:]] == ["function_call"] * 2 + ["function_call_output"] * 2
         assert (result["num_model_calls"], result["num_tool_calls"]) == (2, 1)
 
     def test_a_duplicate_call_id_executes_once_with_the_last_arguments(self, gym_servers):
-        turns = [[{"call": "write", "args": {"text": "first"}, "call_id": "c1"},
-                  {"call": "write", "args": {"text": "last"}, "call_id": "c1"}], [{"say": "done"}]]
+        turns = [
+            [
+                {"call": "write", "args": {"text": "first"}, "call_id": "c1"},
+                {"call": "write", "args": {"text": "last"}, "call_id": "c1"},
+            ],
+            [{"say": "done"}],
+        ]
         result = self.run(gym_servers, "notes_agent", task(turns)).json()
         assert result["notes"] == ["last"] and result["num_tool_calls"] == 1
 
     def test_malformed_arguments_and_unoffered_tools_are_outputs_not_calls(self, gym_servers):
-        turns = [[{"call": "write", "raw": "{", "call_id": "c1"}, {"call": "seed_session", "args": {}, "call_id": "c2"},
-                  {"call": "fail", "call_id": "c3"}], [{"say": "done"}]]
+        turns = [
+            [
+                {"call": "write", "raw": "{", "call_id": "c1"},
+                {"call": "seed_session", "args": {}, "call_id": "c2"},
+                {"call": "fail", "call_id": "c3"},
+            ],
+            [{"say": "done"}],
+        ]
         result = self.run(gym_servers, "notes_agent", task(turns)).json()
-        outputs = {i["call_id"]: json.loads(i["output"]) for i in result["response"]["output"] if i["type"] == "function_call_output"}
+        outputs = {
+            i["call_id"]: json.loads(i["output"])
+            for i in result["response"]["output"]
+            if i["type"] == "function_call_output"
+        }
         assert outputs["c1"]["error"].startswith("Invalid tool call arguments: JSONDecodeError(")
-        assert outputs["c2"]["error"].startswith("unknown tool 'seed_session': the tools offered are crash, fail, write")
+        assert outputs["c2"]["error"].startswith(
+            "unknown tool 'seed_session': the tools offered are crash, fail, write"
+        )
         assert outputs["c3"] == {"error": "this tool always fails"}  # a refusal the environment meant
         assert result["reward"] == 0.0
 
@@ -307,10 +365,26 @@ class TestRemoteAgent(AgentServerTests):
     def test_the_record_says_what_produced_the_rollout_and_what_it_cost(self, gym_servers):
         turns = [[{"call": "write", "args": {"text": "a"}}], [{"say": "done"}]]
         result = self.run(gym_servers, "notes_agent", task(turns)).json()
-        assert {k: result[k] for k in ("agent", "model_server", "model", "environment", "resources_server",
-                                       "num_model_calls", "num_tool_calls")} == {
-            "agent": "notes_agent", "model_server": service().url, "model": "external-agent-1",
-            "environment": "notes", "resources_server": "notes", "num_model_calls": 2, "num_tool_calls": 1}
+        assert {
+            k: result[k]
+            for k in (
+                "agent",
+                "model_server",
+                "model",
+                "environment",
+                "resources_server",
+                "num_model_calls",
+                "num_tool_calls",
+            )
+        } == {
+            "agent": "notes_agent",
+            "model_server": service().url,
+            "model": "external-agent-1",
+            "environment": "notes",
+            "resources_server": "notes",
+            "num_model_calls": 2,
+            "num_tool_calls": 1,
+        }
         assert [u["input_tokens"] for u in result["usage_per_turn"]] == [10, 11]
         assert result["usage"]["total_tokens"] == result["response"]["usage"]["total_tokens"] == 12 + 13
 
@@ -326,8 +400,11 @@ class TestRemoteAgent(AgentServerTests):
         assert "svc_session" not in first.text and "svc_session" not in json.dumps(first.json())
 
     def test_the_service_never_gets_the_run_token_gym_cookies_or_the_row(self, gym_servers):
-        row = task([[{"call": "write", "args": {"text": "a"}}], [{"say": "done"}]], marker="private-row",
-                   verifier_metadata={"answer": "the-hidden-answer"})
+        row = task(
+            [[{"call": "write", "args": {"text": "a"}}], [{"say": "done"}]],
+            marker="private-row",
+            verifier_metadata={"answer": "the-hidden-answer"},
+        )
         assert self.run(gym_servers, "notes_agent", row).json()["reward"] == 1.0
         for request in service().of_rollout("private-row"):
             headers = {k.lower(): v for k, v in request["headers"].items()}
@@ -348,17 +425,20 @@ class TestRemoteAgent(AgentServerTests):
         assert "HTTP 401: no. you sent Bearer ***" in refused.text
         assert API_KEY not in refused.text and API_KEY not in caplog.text
 
-    @pytest.mark.parametrize(("mode", "status", "kind"), [
-        ("status:500", 502, "remote_server_error"),
-        ("status:503", 502, "remote_server_error"),
-        ("status:429", 502, "remote_server_error"),
-        ("status:400", 424, "remote_refused"),
-        ("status:404", 424, "remote_refused"),
-        ("redirect", 424, "remote_redirect"),
-        ("not_json", 424, "remote_invalid_json"),
-        ("not_object", 424, "remote_invalid_json"),
-        ("bad_shape", 424, "RemoteAgentTerminalError"),
-    ])
+    @pytest.mark.parametrize(
+        ("mode", "status", "kind"),
+        [
+            ("status:500", 502, "remote_server_error"),
+            ("status:503", 502, "remote_server_error"),
+            ("status:429", 502, "remote_server_error"),
+            ("status:400", 424, "remote_refused"),
+            ("status:404", 424, "remote_refused"),
+            ("redirect", 424, "remote_redirect"),
+            ("not_json", 424, "remote_invalid_json"),
+            ("not_object", 424, "remote_invalid_json"),
+            ("bad_shape", 424, "RemoteAgentTerminalError"),
+        ],
+    )
     def test_a_failing_service_fails_the_rollout_with_a_typed_reason(self, gym_servers, mode, status, kind):
         notes = gym_servers.servers["notes"]
         verified = notes.verifications
@@ -377,7 +457,10 @@ class TestRemoteAgent(AgentServerTests):
         assert reply.status == 502, reply.text
         error = reply.json()["error"]
         assert error["type"] == "remote_unreachable"
-        assert "could not reach the remote service after 3 tries" in error["message"] and "127.0.0.1" not in error["message"]
+        assert (
+            "could not reach the remote service after 3 tries" in error["message"]
+            and "127.0.0.1" not in error["message"]
+        )
         assert len(gym_servers.servers["notes"].sessions) == 0
 
     @pytest.mark.timeout(60)
@@ -399,8 +482,13 @@ class TestRemoteAgent(AgentServerTests):
     def test_stale_result_fields_of_a_refed_row_are_dropped(self, gym_servers):
         notes = gym_servers.servers["notes"]
         before = len(notes.stale_keys_seeded)
-        row = task(reward=1.0, response={"output": []}, error="old failure", _ng_failure_class="remote_agent_error",
-                   _ng_failure_terminal=True)
+        row = task(
+            reward=1.0,
+            response={"output": []},
+            error="old failure",
+            _ng_failure_class="remote_agent_error",
+            _ng_failure_terminal=True,
+        )
         result = self.run(gym_servers, "notes_agent", row).json()
         assert notes.stale_keys_seeded[before:] == []
         assert result["reward"] == 0.0 and "error" not in result and "_ng_failure_class" not in result
@@ -424,7 +512,10 @@ class TestRemoteAgent(AgentServerTests):
         row = json.loads(COUNTER_TASKS.read_text().splitlines()[0])
         calls = [{"name": name, "arguments": arguments} for name, arguments in conformance_tool_calls(row)]
         script = json.dumps([{"tool_calls": calls}, {"text": "done"}])
-        body = {**row, "responses_create_params": {**row["responses_create_params"], "metadata": {"scripted_turns": script}}}
+        body = {
+            **row,
+            "responses_create_params": {**row["responses_create_params"], "metadata": {"scripted_turns": script}},
+        }
         result = self.run(gym_servers, "via_run_model", body)
         assert result.status == 200 and result.json()["reward"] == conformance_reward(row), result.text
 
@@ -442,8 +533,15 @@ def test_pending_calls_are_the_unanswered_ones_in_order():
     def call(call_id, arguments="{}"):
         return FunctionCall(call_id=call_id, name="t", arguments=arguments)
 
-    output = [call("a"), call("b"), FunctionCallOutput(call_id="b", output="x"), call("c", "1"),
-              Message(role="assistant", content="hi"), call("c", "2"), call("b")]
+    output = [
+        call("a"),
+        call("b"),
+        FunctionCallOutput(call_id="b", output="x"),
+        call("c", "1"),
+        Message(role="assistant", content="hi"),
+        call("c", "2"),
+        call("b"),
+    ]
     assert [(c.call_id, c.arguments) for c in pending_calls(output)] == [("a", "{}"), ("c", "2")]
 
 
@@ -456,12 +554,15 @@ def load(**options: Any):
     return load_config(base=config, env_file=None, server_types=servers)
 
 
-@pytest.mark.parametrize(("url", "expected"), [
-    ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
-    ("https://agents.example.com/", "https://agents.example.com"),
-    ("https://agents.example.com/team/agent-7//", "https://agents.example.com/team/agent-7"),
-    ("http://[::1]:9000/", "http://[::1]:9000"),
-])
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("https://agents.example.com/", "https://agents.example.com"),
+        ("https://agents.example.com/team/agent-7//", "https://agents.example.com/team/agent-7"),
+        ("http://[::1]:9000/", "http://[::1]:9000"),
+    ],
+)
 def test_accepted_service_urls_lose_their_trailing_slash(url, expected):
     assert check_service_url(url) == expected
     load(agent_base_url=url)  # the config loads
@@ -469,25 +570,28 @@ def test_accepted_service_urls_lose_their_trailing_slash(url, expected):
     assert msgspec.convert(options, RemoteConfig).agent_base_url == expected  # what the server reads
 
 
-@pytest.mark.parametrize(("url", "why"), [
-    ("", "non-empty URL"),
-    ("agents.example.com/v1", "absolute http:// or https:// URL"),
-    ("/v1", "absolute http:// or https:// URL"),
-    ("ftp://agents.example.com", "absolute http:// or https:// URL"),
-    ("file:///etc/passwd", "absolute http:// or https:// URL"),
-    ("javascript:alert(1)", "absolute http:// or https:// URL"),
-    ("https://", "has no host"),
-    ("https://user:hunter2-secret@agents.example.com", "must not embed credentials"),
-    ("https://hunter2-secret@agents.example.com", "must not embed credentials"),
-    ("https://agents.example.com/?key=hunter2-secret", "must not carry a query string"),
-    ("https://agents.example.com/v1?", "must not carry a query string"),
-    ("https://agents.example.com/#hunter2-secret", "must not carry a fragment"),
-    ("https://agents.example.com/v1;key=hunter2-secret", "must not carry ;params"),
-    ("https://agents.example.com:99999", "not a valid URL"),
-    ("https://agents.example.com:0", "port 0"),
-    ("https://agents.example.com/a b", "without whitespace"),
-    ("https://agents.example.com/\nhunter2-secret", "without whitespace"),
-])
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("", "non-empty URL"),
+        ("agents.example.com/v1", "absolute http:// or https:// URL"),
+        ("/v1", "absolute http:// or https:// URL"),
+        ("ftp://agents.example.com", "absolute http:// or https:// URL"),
+        ("file:///etc/passwd", "absolute http:// or https:// URL"),
+        ("javascript:alert(1)", "absolute http:// or https:// URL"),
+        ("https://", "has no host"),
+        ("https://user:hunter2-secret@agents.example.com", "must not embed credentials"),
+        ("https://hunter2-secret@agents.example.com", "must not embed credentials"),
+        ("https://agents.example.com/?key=hunter2-secret", "must not carry a query string"),
+        ("https://agents.example.com/v1?", "must not carry a query string"),
+        ("https://agents.example.com/#hunter2-secret", "must not carry a fragment"),
+        ("https://agents.example.com/v1;key=hunter2-secret", "must not carry ;params"),
+        ("https://agents.example.com:99999", "not a valid URL"),
+        ("https://agents.example.com:0", "port 0"),
+        ("https://agents.example.com/a b", "without whitespace"),
+        ("https://agents.example.com/\nhunter2-secret", "without whitespace"),
+    ],
+)
 def test_refused_service_urls_are_config_errors_that_never_echo_the_url(url, why):
     with pytest.raises(ConfigError) as error:
         load(agent_base_url=url)
@@ -496,12 +600,20 @@ def test_refused_service_urls_are_config_errors_that_never_echo_the_url(url, why
     assert "hunter2" not in message and "agents.example.com" not in message
 
 
-@pytest.mark.parametrize(("option", "value"), [
-    ("remote_responses_timeout_secs", 0), ("remote_responses_timeout_secs", -1),
-    ("remote_responses_timeout_secs", float("inf")), ("remote_responses_timeout_secs", 86_401),
-    ("run_timeout_secs", 0), ("run_timeout_secs", float("inf")), ("connect_timeout_secs", 0),
-    ("concurrency", 0), ("max_steps", -1),
-])
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("remote_responses_timeout_secs", 0),
+        ("remote_responses_timeout_secs", -1),
+        ("remote_responses_timeout_secs", float("inf")),
+        ("remote_responses_timeout_secs", 86_401),
+        ("run_timeout_secs", 0),
+        ("run_timeout_secs", float("inf")),
+        ("connect_timeout_secs", 0),
+        ("concurrency", 0),
+        ("max_steps", -1),
+    ],
+)
 def test_every_wait_is_bounded_and_limits_make_sense(option, value):
     with pytest.raises(ConfigError) as error:
         load(agent_base_url="http://127.0.0.1:8000", **{option: value})

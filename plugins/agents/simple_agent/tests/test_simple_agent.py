@@ -69,11 +69,17 @@ class AlwaysCalls(ModelServer):
         mode = (params.metadata or {}).get("mode", "write")
         names = {"fail": ["fail"], "crash": ["write", "crash"], "lose": ["write", "lose_session"]}.get(mode, ["write"])
         assert set(names) <= set(tools), tools
-        return Response(output=[
-            FunctionCall(id=new_id("fc"), call_id=new_id("call"), name=name,
-                         arguments=json.dumps({"text": "n"}) if name == "write" else "{}")
-            for name in names
-        ])
+        return Response(
+            output=[
+                FunctionCall(
+                    id=new_id("fc"),
+                    call_id=new_id("call"),
+                    name=name,
+                    arguments=json.dumps({"text": "n"}) if name == "write" else "{}",
+                )
+                for name in names
+            ]
+        )
 
 
 class HelperServers:
@@ -86,7 +92,12 @@ class HelperServers:
 
 
 def notes_agent(max_steps: int) -> dict:
-    return {"plugin": "simple_agent", "model_server": "always_calls", "resources_server": "notes", "max_steps": max_steps}
+    return {
+        "plugin": "simple_agent",
+        "model_server": "always_calls",
+        "resources_server": "notes",
+        "max_steps": max_steps,
+    }
 
 
 class TestSimpleAgent(AgentServerTests):
@@ -118,28 +129,57 @@ class TestSimpleAgent(AgentServerTests):
         return conformance_reward(row)
 
     def test_max_steps_bounds_the_loop_and_tools_come_from_the_resources_server(self, gym_servers: RunningServers):
-        result = gym_servers.caller("three_steps").post("/run", {"responses_create_params": {"input": "take notes"}}).json()
+        result = (
+            gym_servers.caller("three_steps").post("/run", {"responses_create_params": {"input": "take notes"}}).json()
+        )
         kinds = [item["type"] for item in result["response"]["output"]]
         assert kinds == ["function_call", "function_call_output"] * 3
         assert result["reward"] == 3.0  # three notes in this rollout's session
 
     def test_the_rollout_records_what_produced_it_and_its_usage(self, gym_servers: RunningServers):
         # Turn 1: two offered calls and one unknown name (all three go through call_tool); turn 2: text.
-        calls = [{"name": "increment_counter", "arguments": {"count": 3}}, {"name": "get_counter_value", "arguments": {}},
-                 {"name": "no_such_tool", "arguments": {}}]
+        calls = [
+            {"name": "increment_counter", "arguments": {"count": 3}},
+            {"name": "get_counter_value", "arguments": {}},
+            {"name": "no_such_tool", "arguments": {}},
+        ]
         script = json.dumps([{"tool_calls": calls}, {"text": "done now"}])
-        body = {"responses_create_params": {"input": "Add 3.", "metadata": {"scripted_turns": script}},
-                "initial_count": 0, "expected_count": 3}
+        body = {
+            "responses_create_params": {"input": "Add 3.", "metadata": {"scripted_turns": script}},
+            "initial_count": 0,
+            "expected_count": 3,
+        }
         result = gym_servers.caller().post("/run", body).json()
-        facts = {k: result[k] for k in ("agent", "model_server", "model", "environment", "resources_server",
-                                        "num_model_calls", "num_tool_calls")}
-        assert facts == {"agent": "simple_agent", "model_server": "policy", "model": "scripted", "environment": "counter",
-                         "resources_server": "environment", "num_model_calls": 2, "num_tool_calls": 3}
+        facts = {
+            k: result[k]
+            for k in (
+                "agent",
+                "model_server",
+                "model",
+                "environment",
+                "resources_server",
+                "num_model_calls",
+                "num_tool_calls",
+            )
+        }
+        assert facts == {
+            "agent": "simple_agent",
+            "model_server": "policy",
+            "model": "scripted",
+            "environment": "counter",
+            "resources_server": "environment",
+            "num_model_calls": 2,
+            "num_tool_calls": 3,
+        }
         # The scripted model counts input items and output words: turn 1 sees 1 item and makes 3 calls;
         # turn 2 sees 7 items (the user's, 3 calls, 3 outputs) and says 2 words.
         per_turn = [(u["input_tokens"], u["output_tokens"], u["total_tokens"]) for u in result["usage_per_turn"]]
         assert per_turn == [(1, 3, 4), (7, 2, 9)]
-        assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"], result["usage"]["total_tokens"]) == (8, 5, 13)
+        assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"], result["usage"]["total_tokens"]) == (
+            8,
+            5,
+            13,
+        )
         assert result["usage"] == result["response"]["usage"]
         assert result["reward"] == 1.0
 
@@ -148,7 +188,6 @@ class TestSimpleAgent(AgentServerTests):
         output = gym_servers.caller("one_step").post("/run", task).json()["response"]["output"][1]
         assert output["type"] == "function_call_output"
         assert json.loads(output["output"]) == {"error": "this tool always fails"}
-
 
     def test_the_model_cannot_call_control_routes_as_tools(self, gym_servers: RunningServers):
         """On a counter task (0 → 7), a model that "calls"
@@ -169,24 +208,31 @@ class TestSimpleAgent(AgentServerTests):
         outputs = [json.loads(i["output"]) for i in result["response"]["output"] if i["type"] == "function_call_output"]
         assert len(outputs) == len(calls)
         for call, output in zip(calls, outputs):
-            assert output["error"].startswith(f"unknown tool {call['name']!r}: the tools offered are get_counter_value, "
-                                              "increment_counter"), output
+            assert output["error"].startswith(
+                f"unknown tool {call['name']!r}: the tools offered are get_counter_value, increment_counter"
+            ), output
 
     def test_a_tool_that_crashes_fails_the_rollout_instead_of_informing_the_model(self, gym_servers: RunningServers):
-        reply = gym_servers.caller("one_step").post("/run", {"responses_create_params": {"input": "x", "metadata": {"mode": "crash"}}})
+        reply = gym_servers.caller("one_step").post(
+            "/run", {"responses_create_params": {"input": "x", "metadata": {"mode": "crash"}}}
+        )
         assert reply.status == 502, reply.text  # retryable for the collector: an infrastructure failure
         error = reply.json()["error"]
         assert error["type"] == "internal_error" and "notes /tools/crash: status 500" in error["message"], error
         assert "environment bug" not in reply.text  # the 500 carries no exception text
 
     def test_a_lost_session_fails_the_rollout_with_its_type(self, gym_servers: RunningServers):
-        reply = gym_servers.caller("one_step").post("/run", {"responses_create_params": {"input": "x", "metadata": {"mode": "lose"}}})
+        reply = gym_servers.caller("one_step").post(
+            "/run", {"responses_create_params": {"input": "x", "metadata": {"mode": "lose"}}}
+        )
         assert reply.status == 424 and reply.json()["error"]["type"] == "session_expired", reply.text
 
     def test_sessions_are_closed_after_each_rollout_failed_or_not(self, gym_servers: RunningServers):
         notes = gym_servers.servers["notes"]
         gym_servers.caller("three_steps").post("/run", {"responses_create_params": {"input": "take notes"}})
-        gym_servers.caller("one_step").post("/run", {"responses_create_params": {"input": "x", "metadata": {"mode": "crash"}}})
+        gym_servers.caller("one_step").post(
+            "/run", {"responses_create_params": {"input": "x", "metadata": {"mode": "crash"}}}
+        )
         assert len(notes.sessions) == 0
         counter = gym_servers.servers["environment"]
         for line in COUNTER_TASKS.read_text().splitlines():
@@ -196,8 +242,11 @@ class TestSimpleAgent(AgentServerTests):
 
 def test_config_requires_references():
     servers = TestSimpleAgent.plugin_manager().servers()
-    config = {"agent": {"plugin": "simple_agent", "model_server": "modl", "resources_server": "env"},
-              "env": {"plugin": "notes"}, "model": {"plugin": "always_calls"}}
+    config = {
+        "agent": {"plugin": "simple_agent", "model_server": "modl", "resources_server": "env"},
+        "env": {"plugin": "notes"},
+        "model": {"plugin": "always_calls"},
+    }
     with pytest.raises(ConfigError) as error:
         load_config(base=config, env_file=None, server_types=servers)
     assert "agent.model_server" in str(error.value) and "did you mean 'model'" in str(error.value)

@@ -62,7 +62,9 @@ class TokenCounting(ModelServer):
             prompt[0] += 1
         turn = sum(isinstance(i, FunctionCall) or (isinstance(i, Message) and i.role == "assistant") for i in items)
         if turn < int(meta.get("calls", "2")):
-            item: Any = FunctionCall(id=new_id("fc"), call_id=new_id("call"), name="increment_counter", arguments='{"count":1}')
+            item: Any = FunctionCall(
+                id=new_id("fc"), call_id=new_id("call"), name="increment_counter", arguments='{"count":1}'
+            )
         else:
             item = Message(role="assistant", content=[OutputText(text="done")])
         generated = [1000 + turn, 2000 + turn]
@@ -118,7 +120,11 @@ class TestTokenPreserving(AgentServerTests):
         assert [i["type"] for i in output] == ["function_call", "function_call_output"] * 2 + ["message"]
         generated = [i for i in output if i["type"] != "function_call_output"]
         # The model built each prompt from the ids the agent sent back: previous prompt + generated + new items.
-        assert [g["prompt_token_ids"] for g in generated] == [[100], [100, 1000, 2000, 103], [100, 1000, 2000, 103, 1001, 2001, 106]]
+        assert [g["prompt_token_ids"] for g in generated] == [
+            [100],
+            [100, 1000, 2000, 103],
+            [100, 1000, 2000, 103, 1001, 2001, 106],
+        ]
         assert all(g["generation_log_probs"] == [-0.5, -0.25] for g in generated)
         assert "prompt_token_ids" not in output[1]  # tool outputs carry no ids
         assert result["turns"] == [{"prompt_tokens": n, "generation_tokens": 2, "drifted_tokens": 0} for n in (1, 4, 7)]
@@ -129,7 +135,10 @@ class TestTokenPreserving(AgentServerTests):
     def test_a_re_tokenised_prompt_fails_the_rollout(self, gym_servers: RunningServers):
         reply = gym_servers.caller("faithful").post("/run", with_metadata(ADD_ONE, mode="drift"))
         assert reply.status == 424 and reply.json()["error"]["type"] == "ServerCallError", reply.text
-        assert "model call 2: its prompt does not begin with the previous call's prompt + generated ids (1 of 3" in reply.text
+        assert (
+            "model call 2: its prompt does not begin with the previous call's prompt + generated ids (1 of 3"
+            in reply.text
+        )
         assert len(gym_servers.servers["environment"].sessions) == 0  # closed though it failed
 
     def test_drift_is_recorded_when_token_ids_are_not_required(self, gym_servers: RunningServers):
@@ -140,31 +149,50 @@ class TestTokenPreserving(AgentServerTests):
     def test_a_model_without_token_ids_fails_the_rollout_unless_allowed(self, gym_servers: RunningServers):
         reply = gym_servers.caller("faithful").post("/run", with_metadata(ADD_ONE, mode="none"))
         assert reply.status == 424 and "model call 1 returned no token ids" in reply.text, reply.text
-        scripted = gym_servers.caller("strict_scripted").post("/run", self.run_body(json.loads(COUNTER_TASKS.read_text().splitlines()[0])))
+        scripted = gym_servers.caller("strict_scripted").post(
+            "/run", self.run_body(json.loads(COUNTER_TASKS.read_text().splitlines()[0]))
+        )
         assert scripted.status == 424 and "returned no token ids" in scripted.text
         lenient = gym_servers.caller("lenient").post("/run", with_metadata(ADD_ONE, mode="none", calls="1")).json()
-        assert lenient["reward"] == 1.0 and lenient["turns"][0] == {"prompt_tokens": None, "generation_tokens": None, "drifted_tokens": 0}
+        assert lenient["reward"] == 1.0 and lenient["turns"][0] == {
+            "prompt_tokens": None,
+            "generation_tokens": None,
+            "drifted_tokens": 0,
+        }
         assert len(gym_servers.servers["environment"].sessions) == 0
 
     def test_only_offered_tools_run_and_max_steps_bounds_the_loop(self, gym_servers: RunningServers):
-        calls = [{"name": "seed_session", "arguments": {"initial_count": 7}}, {"name": "increment_counter", "arguments": {"count": 2}}]
+        calls = [
+            {"name": "seed_session", "arguments": {"initial_count": 7}},
+            {"name": "increment_counter", "arguments": {"count": 2}},
+        ]
         script = json.dumps([{"tool_calls": calls}])  # the same turn again and again
-        row = {"responses_create_params": {"input": "go", "metadata": {"scripted_turns": script}}, "initial_count": 0, "expected_count": 20}
+        row = {
+            "responses_create_params": {"input": "go", "metadata": {"scripted_turns": script}},
+            "initial_count": 0,
+            "expected_count": 20,
+        }
         result = gym_servers.caller().post("/run", row).json()
         assert result["num_model_calls"] == 10 and result["num_tool_calls"] == 20  # max_steps: 10
         assert result["final_count"] == 20  # only increment_counter ran
-        unknown = [json.loads(i["output"]) for i in result["response"]["output"] if i["type"] == "function_call_output"][0]
+        unknown = [
+            json.loads(i["output"]) for i in result["response"]["output"] if i["type"] == "function_call_output"
+        ][0]
         assert unknown["error"].startswith("unknown tool 'seed_session'")
 
     def test_responses_runs_the_loop_without_verification(self, gym_servers: RunningServers):
-        response = gym_servers.caller("faithful").post("/v1/responses", {"input": "Add 1.", "metadata": {"calls": "1"}}).json()
+        response = (
+            gym_servers.caller("faithful").post("/v1/responses", {"input": "Add 1.", "metadata": {"calls": "1"}}).json()
+        )
         assert [i["type"] for i in response["output"]] == ["function_call", "function_call_output", "message"]
         assert response["output"][-1]["prompt_token_ids"] == [100, 1000, 2000, 103]
         assert len(gym_servers.servers["environment"].sessions) == 0
 
 
 def test_example_configs_name_servers_that_exist():
-    manager = plugin_manager(gym_token_preserving.plugin, *first_party("scripted", "counter", "local_llama", "openai_model"))
+    manager = plugin_manager(
+        gym_token_preserving.plugin, *first_party("scripted", "counter", "local_llama", "openai_model")
+    )
     kinds = manager.servers()
     for path in CONFIGS.glob("*.yaml"):
         for name, options in yaml.safe_load(path.read_text()).items():
@@ -174,8 +202,12 @@ def test_example_configs_name_servers_that_exist():
 # --- token faithfulness with the real model -------------------------------------------------------
 
 COUNTER_TOOLS = [
-    {"type": "function", "name": "increment_counter", "description": "Add `count` to the counter.",
-     "parameters": {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]}},
+    {
+        "type": "function",
+        "name": "increment_counter",
+        "description": "Add `count` to the counter.",
+        "parameters": {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]},
+    },
 ]
 
 
@@ -183,9 +215,16 @@ def counter_examples() -> list[dict[str, Any]]:
     """A system turn and two earlier calls of the counter tool (no token ids: the first prompt renders them)."""
     items: list[dict[str, Any]] = [{"role": "system", "content": "You control a counter with tools."}]
     for n, (add, total) in enumerate([(2, 2), (3, 5)]):
-        items += [{"role": "user", "content": f"Add {add} to the counter."},
-                  {"type": "function_call", "call_id": f"call_{n}", "name": "increment_counter", "arguments": json.dumps({"count": add})},
-                  {"type": "function_call_output", "call_id": f"call_{n}", "output": json.dumps({"count": total})}]
+        items += [
+            {"role": "user", "content": f"Add {add} to the counter."},
+            {
+                "type": "function_call",
+                "call_id": f"call_{n}",
+                "name": "increment_counter",
+                "arguments": json.dumps({"count": add}),
+            },
+            {"type": "function_call_output", "call_id": f"call_{n}", "output": json.dumps({"count": total})},
+        ]
     return items
 
 
@@ -204,8 +243,11 @@ async def test_three_turns_with_local_llama_extend_the_previous_tokens_exactly(e
 
     config = {"policy": {"plugin": "local_llama", "n_ctx": 2048, "n_threads": 1}}
     # The first turn may call the tool (the examples make it likely): room for a whole call.
-    sampling = [{"temperature": 0, "max_output_tokens": 32}, {"temperature": 0, "max_output_tokens": 6},
-                {"temperature": 0.9, "seed": 7, "max_output_tokens": 6}]
+    sampling = [
+        {"temperature": 0, "max_output_tokens": 32},
+        {"temperature": 0, "max_output_tokens": 6},
+        {"temperature": 0.9, "seed": 7, "max_output_tokens": 6},
+    ]
     items: list[Any] = [*counter_examples(), {"role": "user", "content": "Add 4 to the counter."}]
     turns = []
     with running_servers(config, plugins=plugin_manager(gym_local_llama.plugin)) as running:
@@ -217,8 +259,10 @@ async def test_three_turns_with_local_llama_extend_the_previous_tokens_exactly(e
                 turns.append((last["prompt_token_ids"], last["generation_token_ids"], last["generation_log_probs"]))
                 # The next turn's new content: the tool outputs of the calls made, or the count as a user turn.
                 calls = [i for i in response["output"] if i["type"] == "function_call"]
-                new = ([{"type": "function_call_output", "call_id": c["call_id"], "output": json.dumps({"count": k + 1})} for c in calls]
-                       or [{"role": "user", "content": f"The counter is {k + 1}. Add 1 again."}])
+                new = [
+                    {"type": "function_call_output", "call_id": c["call_id"], "output": json.dumps({"count": k + 1})}
+                    for c in calls
+                ] or [{"role": "user", "content": f"The counter is {k + 1}. Add 1 again."}]
                 items = [*items, *response["output"], *new]
                 turns[-1] += (new,)
     for k in range(1, len(turns)):
@@ -226,9 +270,12 @@ async def test_three_turns_with_local_llama_extend_the_previous_tokens_exactly(e
         prompt = turns[k][0]
         assert prompt[: len(history)] == history, f"turn {k + 1} re-tokenised the conversation"
         # Only the new content was tokenized: as the chat template's turns after the previous reply.
-        messages = [{"role": "tool", "content": i["output"]} if i.get("type") == "function_call_output" else i for i in turns[k - 1][3]]
+        messages = [
+            {"role": "tool", "content": i["output"]} if i.get("type") == "function_call_output" else i
+            for i in turns[k - 1][3]
+        ]
         continuation = render_continuation(messages, close_assistant_turn=history[-1] not in engine.eog_token_ids)
-        assert prompt[len(history):] == engine.llm.tokenize(continuation.encode(), add_bos=False, special=True)
+        assert prompt[len(history) :] == engine.llm.tokenize(continuation.encode(), add_bos=False, special=True)
     for prompt, generated, log_probs, _ in turns:
         assert len(generated) == len(log_probs) > 0
         assert engine.log_probs(prompt, generated) == log_probs

@@ -82,9 +82,20 @@ class InputEcho(ModelServer):
         import msgspec
 
         text = msgspec.json.encode(params.input).decode()
-        return {"id": "r", "object": "response", "created_at": 0, "model": "echo", "output": [
-            {"type": "message", "role": "assistant", "status": "completed",
-             "content": [{"type": "output_text", "text": text, "annotations": []}]}]}
+        return {
+            "id": "r",
+            "object": "response",
+            "created_at": 0,
+            "model": "echo",
+            "output": [
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ],
+        }
 
 
 class FailingModel(ModelServer):
@@ -110,8 +121,13 @@ class TestToolSimulation(AgentServerTests):
         "policy": {"plugin": "scripted"},
         "environment": {"plugin": "tool_call_match"},
         "tool_simulation": {"plugin": "tool_simulation", "model_server": "policy", "resources_server": "environment"},
-        "skipping": {"plugin": "tool_simulation", "model_server": "policy", "resources_server": "environment",
-                     "skip_verification": True, "skip_verification_reward": 0.25},
+        "skipping": {
+            "plugin": "tool_simulation",
+            "model_server": "policy",
+            "resources_server": "environment",
+            "skip_verification": True,
+            "skip_verification_reward": 0.25,
+        },
         "judge": {"plugin": "session_judge"},
         "judged": {"plugin": "tool_simulation", "model_server": "policy", "resources_server": "judge"},
         "echo": {"plugin": "input_echo"},
@@ -133,7 +149,11 @@ class TestToolSimulation(AgentServerTests):
     def test_the_rows_are_trajectories_with_both_rewards(self):
         rows = read_rows(ROWS)
         assert {row["conformance"]["reward"] for row in rows} == {0.0, 1.0}
-        assert any(item.get("type") == "function_call_output" for row in rows for item in row["responses_create_params"]["input"])
+        assert any(
+            item.get("type") == "function_call_output"
+            for row in rows
+            for item in row["responses_create_params"]["input"]
+        )
 
     def test_one_model_call_whose_calls_are_returned_unexecuted(self, gym_servers: RunningServers):
         row = read_rows(ROWS)[0]
@@ -144,13 +164,34 @@ class TestToolSimulation(AgentServerTests):
         result = gym_servers.caller("judged").post("/run", scripted(row, *turns)).json()
         assert [(i["type"], i["name"]) for i in result["response"]["output"]] == [("function_call", "book_flight")]
         assert SessionJudge.tool_calls == 0  # the judge serves book_flight: the agent never called it
-        facts = {k: result[k] for k in ("agent", "model_server", "model", "environment", "resources_server",
-                                        "num_model_calls", "num_tool_calls")}
-        assert facts == {"agent": "judged", "model_server": "policy", "model": "scripted", "environment": "session_judge",
-                         "resources_server": "judge", "num_model_calls": 1, "num_tool_calls": 1}
+        facts = {
+            k: result[k]
+            for k in (
+                "agent",
+                "model_server",
+                "model",
+                "environment",
+                "resources_server",
+                "num_model_calls",
+                "num_tool_calls",
+            )
+        }
+        assert facts == {
+            "agent": "judged",
+            "model_server": "policy",
+            "model": "scripted",
+            "environment": "session_judge",
+            "resources_server": "judge",
+            "num_model_calls": 1,
+            "num_tool_calls": 1,
+        }
         # The scripted model counts input items and output words (a call is one).
         items = len(row["responses_create_params"]["input"])
-        assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"], result["usage"]["total_tokens"]) == (items, 1, items + 1)
+        assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"], result["usage"]["total_tokens"]) == (
+            items,
+            1,
+            items + 1,
+        )
         assert result["usage_per_turn"] == [result["usage"]] == [result["response"]["usage"]]
 
     def test_the_trajectory_reaches_the_model_exactly_as_the_row_has_it(self, gym_servers: RunningServers):
@@ -158,11 +199,21 @@ class TestToolSimulation(AgentServerTests):
         result = gym_servers.caller("echoing").post("/run", row).json()
         seen = json.loads(result["response"]["output"][0]["content"][0]["text"])
         sent = row["responses_create_params"]["input"]
-        assert [item.get("type", "message") for item in seen] == ["message", "message", "function_call", "function_call_output"]
+        assert [item.get("type", "message") for item in seen] == [
+            "message",
+            "message",
+            "function_call",
+            "function_call_output",
+        ]
         assert [(i["call_id"], i.get("name"), i.get("arguments"), i.get("output")) for i in seen[2:]] == [
-            (i["call_id"], i.get("name"), i.get("arguments"), i.get("output")) for i in sent[2:]]
+            (i["call_id"], i.get("name"), i.get("arguments"), i.get("output")) for i in sent[2:]
+        ]
         # A string input is forwarded as a string, not turned into a message.
-        result = gym_servers.caller("echoing").post("/run", {**row, "responses_create_params": {"input": "just text"}}).json()
+        result = (
+            gym_servers.caller("echoing")
+            .post("/run", {**row, "responses_create_params": {"input": "just text"}})
+            .json()
+        )
         assert json.loads(result["response"]["output"][0]["content"][0]["text"]) == "just text"
 
     def test_no_seed_no_cookie_to_verify_and_the_session_verify_opened_is_closed(self, gym_servers: RunningServers):
@@ -184,11 +235,27 @@ class TestToolSimulation(AgentServerTests):
     def test_the_rollout_records_what_produced_it_and_its_usage(self, gym_servers: RunningServers):
         row = read_rows(ROWS)[4]  # two parallel calls expected and made
         result = gym_servers.caller().post("/run", scripted(row)).json()
-        facts = {key: result[key] for key in
-                 ("agent", "model_server", "model", "environment", "resources_server", "num_model_calls", "num_tool_calls")}
-        assert facts == {"agent": "tool_simulation", "model_server": "policy", "model": "scripted",
-                         "environment": "tool_call_match", "resources_server": "environment",
-                         "num_model_calls": 1, "num_tool_calls": 2}
+        facts = {
+            key: result[key]
+            for key in (
+                "agent",
+                "model_server",
+                "model",
+                "environment",
+                "resources_server",
+                "num_model_calls",
+                "num_tool_calls",
+            )
+        }
+        assert facts == {
+            "agent": "tool_simulation",
+            "model_server": "policy",
+            "model": "scripted",
+            "environment": "tool_call_match",
+            "resources_server": "environment",
+            "num_model_calls": 1,
+            "num_tool_calls": 2,
+        }
         # The scripted model counts input items (2 messages) and output calls (2).
         assert (result["usage"]["input_tokens"], result["usage"]["output_tokens"]) == (2, 2)
         assert result["usage_per_turn"] == [result["usage"]]
@@ -208,7 +275,11 @@ class TestToolSimulation(AgentServerTests):
 
     def test_responses_returns_the_model_response(self, gym_servers: RunningServers):
         script = json.dumps([{"tool_calls": [{"name": "f", "arguments": {"a": 1}}]}])
-        response = gym_servers.caller().post("/v1/responses", {"input": "a b c", "metadata": {"scripted_turns": script}}).json()
+        response = (
+            gym_servers.caller()
+            .post("/v1/responses", {"input": "a b c", "metadata": {"scripted_turns": script}})
+            .json()
+        )
         assert [(i["name"], i["arguments"]) for i in response["output"]] == [("f", '{"a":1}')]
         assert response["usage"]["input_tokens"] == 3  # the string went as it is: the scripted model counted words
 
@@ -218,6 +289,8 @@ def test_every_config_pairs_the_agent_with_tool_call_match(path: Path):
     from gym_core import get_plugin_manager
 
     overrides = ["policy_model.base_url=http://127.0.0.1:9/v1", "policy_model.model=m"] if "openai" in path.name else []
-    config = load_config([path], overrides, env_file=None, server_types=get_plugin_manager().servers(), allocate_ports=False)
+    config = load_config(
+        [path], overrides, env_file=None, server_types=get_plugin_manager().servers(), allocate_ports=False
+    )
     plugins = {i.plugin for i in config.instances.values()}
     assert {"tool_simulation", "tool_call_match"} <= plugins

@@ -119,7 +119,11 @@ class AzureStub:
         if text == "filtered":
             message["content"], finish_reason = "", "content_filter"
         elif body.get("tools") and text == "add":
-            call = {"id": "call_1", "type": "function", "function": {"name": body["tools"][0]["function"]["name"], "arguments": "{}"}}
+            call = {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": body["tools"][0]["function"]["name"], "arguments": "{}"},
+            }
             message.update(content=None, tool_calls=[call])
             finish_reason = "tool_calls"
         return Response({
@@ -157,7 +161,13 @@ def azure_stub():
 def policy(**options: Any) -> dict[str, Any]:
     """Options of a plugin instance in front of the stub's deployment."""
     assert STUB is not None
-    return {"plugin": "azure_openai_model", "endpoint": STUB.url, "deployment": DEPLOYMENT, "api_key": API_KEY, **options}
+    return {
+        "plugin": "azure_openai_model",
+        "endpoint": STUB.url,
+        "deployment": DEPLOYMENT,
+        "api_key": API_KEY,
+        **options,
+    }
 
 
 def plugins(*others: object) -> PluginManager:
@@ -170,7 +180,13 @@ def plugins(*others: object) -> PluginManager:
 
 def azure_client(**options: Any) -> openai.AzureOpenAI:
     assert STUB is not None
-    settings = {"azure_endpoint": STUB.url, "api_key": API_KEY, "api_version": API_VERSION, "max_retries": 0, "timeout": 30.0}
+    settings = {
+        "azure_endpoint": STUB.url,
+        "api_key": API_KEY,
+        "api_version": API_VERSION,
+        "max_retries": 0,
+        "timeout": 30.0,
+    }
     return openai.AzureOpenAI(**{**settings, **options})
 
 
@@ -245,9 +261,16 @@ class TestAzureOpenAIModel(ModelServerTests):
         assert call["query"] == {"api-version": "2025-04-01-preview"} and call["body"]["seed"] == 7
 
     def test_tool_calls_are_converted(self, gym_servers: RunningServers, azure_stub: AzureStub):
-        tool = {"type": "function", "name": "add", "description": "Add one.", "parameters": {"type": "object", "properties": {}}}
+        tool = {
+            "type": "function",
+            "name": "add",
+            "description": "Add one.",
+            "parameters": {"type": "object", "properties": {}},
+        }
         body = gym_servers.caller().post("/v1/responses", {"input": "add", "tools": [tool]}).json()
-        assert [(item["type"], item["name"], item["call_id"]) for item in body["output"]] == [("function_call", "add", "call_1")]
+        assert [(item["type"], item["name"], item["call_id"]) for item in body["output"]] == [
+            ("function_call", "add", "call_1")
+        ]
         assert azure_stub.calls[-1]["body"]["tools"][0] == {"type": "function", "function": {
             "name": "add", "description": "Add one.", "parameters": {"type": "object", "properties": {}}}}  # fmt: skip
 
@@ -259,10 +282,14 @@ class TestAzureOpenAIModel(ModelServerTests):
         sent = azure_stub.calls[-1]["body"]
         assert (sent["frequency_penalty"], sent["logit_bias"], sent["user"]) == (0.5, {"7": -100}, "u1")
         # From /v1/responses: Responses-only settings stay behind; top_logprobs becomes chat's two fields.
-        reply = gym_servers.caller().post("/v1/responses", {"input": "fields", "user": "u2", "truncation": "auto", "top_logprobs": 2})
+        reply = gym_servers.caller().post(
+            "/v1/responses", {"input": "fields", "user": "u2", "truncation": "auto", "top_logprobs": 2}
+        )
         assert reply.status == 200, reply.text
         sent = azure_stub.calls[-1]["body"]
-        assert sent["user"] == "u2" and "truncation" not in sent and (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
+        assert (
+            sent["user"] == "u2" and "truncation" not in sent and (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
+        )
         # A field Azure does not know is Azure's to refuse; one whose meaning a chat completion would lose is ours.
         reply = gym_servers.caller().post("/v1/chat/completions", {**chat, "top_k": 5})
         assert (reply.status, reply.json()["error"]["type"]) == (424, "upstream_refused") and "top_k" in reply.text
@@ -286,8 +313,13 @@ class TestAzureOpenAIModel(ModelServerTests):
             ("unreachable", "hi", 502, "upstream_unavailable", "127.0.0.1"),
         ],
     )
-    def test_failures_are_typed_and_final(self, gym_servers: RunningServers, instance, text, status, kind, upstream_says):
-        for path, body in (("/v1/responses", {"input": text}), ("/v1/chat/completions", {"messages": [{"role": "user", "content": text}]})):
+    def test_failures_are_typed_and_final(
+        self, gym_servers: RunningServers, instance, text, status, kind, upstream_says
+    ):
+        for path, body in (
+            ("/v1/responses", {"input": text}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": text}]}),
+        ):
             reply = gym_servers.caller(instance).post(path, body)
             error = reply.json()["error"]
             assert (reply.status, error["type"]) == (status, kind), reply.text
@@ -298,7 +330,9 @@ class TestAzureOpenAIModel(ModelServerTests):
         assert (reply.status, reply.json()["error"]["type"]) == (502, "upstream_unavailable")
         assert azure_stub.texts["busy"] == 3  # max_attempts
 
-    def test_the_key_is_never_in_an_answer_or_a_log(self, gym_servers: RunningServers, caplog: pytest.LogCaptureFixture):
+    def test_the_key_is_never_in_an_answer_or_a_log(
+        self, gym_servers: RunningServers, caplog: pytest.LogCaptureFixture
+    ):
         with caplog.at_level(logging.WARNING):
             reply = gym_servers.caller().post("/v1/responses", {"input": "leak"})
         assert reply.status == 424 and "Access denied for key [api_key]" in reply.text

@@ -114,7 +114,7 @@ def test_conversation_rendering_covers_every_item_kind():
         ],
     )
     assert render_conversation(params) == (
-        "System: Be terse.\n\nUser: Add 2 and 3.\n\nAssistant (tool call): add({\"a\":2,\"b\":3})"
+        'System: Be terse.\n\nUser: Add 2 and 3.\n\nAssistant (tool call): add({"a":2,"b":3})'
         "\n\nTool result: 5\n\nAssistant: 5"
     )
 
@@ -151,11 +151,16 @@ class TestGenrmModel(ModelServerTests):
         port = free_port()  # the scripted model is also the OpenAI-compatible endpoint of base_url
         rules = [
             # text rendering: the responses in order, the principle block, the JSON request
-            {"match": r"(?s)User: Which is the capital.*\[Response 1\]\nParis\.\n.*\[Response 2\]\nLyon, I think\."
-                      r".*principle: Prefer correct answers\..*\"ranking\": <1-6>", "text": VERDICT},
+            {
+                "match": r"(?s)User: Which is the capital.*\[Response 1\]\nParis\.\n.*\[Response 2\]\nLyon, I think\."
+                r".*principle: Prefer correct answers\..*\"ranking\": <1-6>",
+                "text": VERDICT,
+            },
             # native rendering (scripted reads unknown roles as user turns): conversation, principle, 1, 2
-            {"match": r"^Which is the capital of France\?\nPrefer correct answers\.\nParis\.\nLyon, I think\.$",
-             "text": NATIVE_VERDICT},
+            {
+                "match": r"^Which is the capital of France\?\nPrefer correct answers\.\nParis\.\nLyon, I think\.$",
+                "text": NATIVE_VERDICT,
+            },
             {"match": r"^Which is the capital of France\?\nParis\.\nLyon, I think\.$", "text": NO_PRINCIPLE_VERDICT},
             {"match": "fail upstream", "error_status": 500},
         ]
@@ -163,11 +168,20 @@ class TestGenrmModel(ModelServerTests):
             "rm": {"plugin": "scripted", "port": port, "rules": rules, "turns": [{"text": "Hello."}]},
             "genrm": {"plugin": "genrm_model", "upstream_model_server": "rm", "max_attempts": 1},
             "genrm_native": {"plugin": "genrm_model", "upstream_model_server": "rm", "rendering": "native"},
-            "genrm_native_no_principle": {"plugin": "genrm_model", "upstream_model_server": "rm",
-                                          "rendering": "native", "supports_principle_role": False},
+            "genrm_native_no_principle": {
+                "plugin": "genrm_model",
+                "upstream_model_server": "rm",
+                "rendering": "native",
+                "supports_principle_role": False,
+            },
             "genrm_url": {"plugin": "genrm_model", "base_url": f"http://127.0.0.1:{port}/v1", "model": "scripted"},
-            "genrm_keyed": {"plugin": "genrm_model", "base_url": f"http://127.0.0.1:{port}/v1", "model": "scripted",
-                            "api_key": SECRET, "max_attempts": 1},
+            "genrm_keyed": {
+                "plugin": "genrm_model",
+                "base_url": f"http://127.0.0.1:{port}/v1",
+                "model": "scripted",
+                "api_key": SECRET,
+                "max_attempts": 1,
+            },
         }
 
     def ask(self, servers: RunningServers, instance: str, metadata: dict[str, str]):
@@ -225,8 +239,13 @@ def test_configs_load():
     servers = PluginManager().servers()
     for path in sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")):
         config = yaml.safe_load(path.read_text())
-        overrides = [f"{name}.{key}=x" for name, options in config.items() if isinstance(options, dict)
-                     for key, value in options.items() if value == "???"]
+        overrides = [
+            f"{name}.{key}=x"
+            for name, options in config.items()
+            if isinstance(options, dict)
+            for key, value in options.items()
+            if value == "???"
+        ]
         overrides = [o.replace("base_url=x", "base_url=http://127.0.0.1:1/v1") for o in overrides]
         loaded = load_config([path], overrides=overrides, env_file=None, server_types=servers)
         assert loaded.instances["genrm"].plugin == "genrm_model"

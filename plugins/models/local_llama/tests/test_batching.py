@@ -30,8 +30,10 @@ REQUESTS = [
     ([{"role": "user", "content": "Write a short poem about the sea and the wind."}], {"max_tokens": 24}),
     ([{"role": "user", "content": "What is the weather in Paris?"}], {"max_tokens": 16, "tools": [WEATHER_TOOL]}),
     ([{"role": "user", "content": "Name three fruits, then three vegetables. " * 6}], {"max_tokens": 20}),
-    ([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Tell me about dragons."}],
-     {"max_tokens": 30, "stop": ["."]}),
+    (
+        [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Tell me about dragons."}],
+        {"max_tokens": 30, "stop": ["."]},
+    ),
 ]
 OPTIONS = {"n_ctx": 512, "n_threads": 1, "n_batch": 32}
 LONG = [{"role": "user", "content": "Write a very long story about a lighthouse."}]
@@ -100,7 +102,9 @@ async def test_seeded_sampling_repeats_per_request_and_matches_the_unbatched_eng
     expected = [reference.generate(p, seed=100 + i, **kw) for i, p in enumerate(prompts)]
     got = await asyncio.gather(*(batched.agenerate(p, seed=100 + i, **kw) for i, p in enumerate(prompts)))
     # Submitted in the opposite order, decoded beside different neighbours: the same per request.
-    reversed_got = await asyncio.gather(*(batched.agenerate(p, seed=100 + i, **kw) for i, p in reversed(list(enumerate(prompts)))))
+    reversed_got = await asyncio.gather(
+        *(batched.agenerate(p, seed=100 + i, **kw) for i, p in reversed(list(enumerate(prompts))))
+    )
     assert [fields(g) for g in got] == [fields(g) for g in expected] == [fields(g) for g in reversed_got[::-1]]
 
 

@@ -306,9 +306,7 @@ def test_parse_malformed_stays_text():
 
 
 def test_parse_parameters_key_and_string_arguments():
-    rest, calls = parse_tool_calls(
-        '<tool_call>{"name": "get_weather", "parameters": {"city": "Oslo"}}</tool_call>'
-    )
+    rest, calls = parse_tool_calls('<tool_call>{"name": "get_weather", "parameters": {"city": "Oslo"}}</tool_call>')
     assert calls == [GeneratedToolCall("get_weather", '{"city":"Oslo"}')]
     _, calls = parse_tool_calls(
         '<tool_call>{"name": "get_weather", "arguments": "{\\"city\\": \\"Rome\\"}"}</tool_call>'
@@ -332,9 +330,7 @@ def test_parse_bare_json_only_with_tools():
     rest, calls = parse_tool_calls(text, [WEATHER_TOOL])
     assert rest == "" and calls == [GeneratedToolCall("get_weather", '{"city":"Paris"}')]
     fenced = '```json\n{"name": "get_weather", "parameters": {"city": "Kyiv"}}\n```'
-    assert parse_tool_calls(fenced, [WEATHER_TOOL])[1] == [
-        GeneratedToolCall("get_weather", '{"city":"Kyiv"}')
-    ]
+    assert parse_tool_calls(fenced, [WEATHER_TOOL])[1] == [GeneratedToolCall("get_weather", '{"city":"Kyiv"}')]
     unknown = '{"name": "launch_rocket", "arguments": {}}'
     assert parse_tool_calls(unknown, [WEATHER_TOOL]) == (unknown, [])
 

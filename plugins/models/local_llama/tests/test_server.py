@@ -71,7 +71,9 @@ class TestLocalLlama(ModelServerTests):
 
     @pytest.fixture
     async def client(self, gym_servers: RunningServers) -> AsyncIterator[openai.AsyncOpenAI]:
-        async with openai.AsyncOpenAI(base_url=f"{gym_servers.url}/v1", api_key=gym_servers.config.auth_token, max_retries=0) as client:
+        async with openai.AsyncOpenAI(
+            base_url=f"{gym_servers.url}/v1", api_key=gym_servers.config.auth_token, max_retries=0
+        ) as client:
             yield client
 
     async def test_chat_completions(self, client):
@@ -183,7 +185,6 @@ class TestLocalLlama(ModelServerTests):
         assert all(c.usage.completion_tokens > 0 for c in completions)
         assert answered_during_generation > 0, "no health check was answered while the model generated"
 
-
     async def test_concurrent_requests_are_decoded_together_with_unchanged_results(self, client, gym_servers):
         """Requests that arrive together share decode steps (batch_size 8 here), and each gets
         what it gets alone: greedy decoding is unchanged by its neighbours."""
@@ -191,7 +192,10 @@ class TestLocalLlama(ModelServerTests):
 
         async def ask(prompt: str) -> list[int]:
             completion = await client.chat.completions.create(
-                model="any", messages=[{"role": "user", "content": prompt}], temperature=0, max_tokens=12,
+                model="any",
+                messages=[{"role": "user", "content": prompt}],
+                temperature=0,
+                max_tokens=12,
                 logprobs=True,
             )
             return [entry.logprob for entry in completion.choices[0].logprobs.content]
@@ -210,8 +214,11 @@ class TestLocalLlama(ModelServerTests):
         chunks = stats.prompt_chunks
         with pytest.raises(openai.InternalServerError, match="no answer within"):
             await client.chat.completions.create(  # fits in a slot (batch_n_ctx 1024): batched
-                model="any", messages=[{"role": "user", "content": "Write a very long story."}], temperature=0,
-                max_tokens=900, extra_headers={"x-gym-timeout": "1"},
+                model="any",
+                messages=[{"role": "user", "content": "Write a very long story."}],
+                temperature=0,
+                max_tokens=900,
+                extra_headers={"x-gym-timeout": "1"},
             )
         tokens = stats.tokens
         deadline = asyncio.get_running_loop().time() + 30
@@ -220,6 +227,7 @@ class TestLocalLlama(ModelServerTests):
             await asyncio.sleep(0.01)
         assert stats.prompt_chunks > chunks  # it was in a batch slot (its prompt was read there)
         assert stats.tokens < tokens + 50  # it stopped; it did not run to its 900 tokens
+
 
 # --- token history ----------------------------------------------------------------------------------
 
@@ -236,8 +244,11 @@ class TestTokenHistory:
     @staticmethod
     def first_turn(gym_servers) -> tuple[list, dict]:
         items = [{"role": "user", "content": "Say hello."}]
-        response = gym_servers.caller().post("/v1/responses", {"input": items, "max_output_tokens": 4, "temperature": 0,
-                                                                 "return_token_ids": True}).json()
+        response = (
+            gym_servers.caller()
+            .post("/v1/responses", {"input": items, "max_output_tokens": 4, "temperature": 0, "return_token_ids": True})
+            .json()
+        )
         return items, response
 
     def test_the_next_prompt_is_the_history_then_the_new_turn_only(self, gym_servers):
@@ -247,25 +258,48 @@ class TestTokenHistory:
         last = first["output"][-1]
         history = last["prompt_token_ids"] + last["generation_token_ids"]
         new = {"role": "user", "content": "Again."}
-        body = {"input": [*items, *first["output"], new], "max_output_tokens": 4, "return_token_ids": True,
-                "instructions": "not rendered: the history holds the system turn"}
+        body = {
+            "input": [*items, *first["output"], new],
+            "max_output_tokens": 4,
+            "return_token_ids": True,
+            "instructions": "not rendered: the history holds the system turn",
+        }
         second = gym_servers.caller().post("/v1/responses", body).json()["output"][-1]
         engine = gym_servers.server.engine
         tail = render_continuation([new], close_assistant_turn=history[-1] not in engine.eog_token_ids)
         assert second["prompt_token_ids"] == history + engine.llm.tokenize(tail.encode(), add_bos=False, special=True)
         # The chat route reads the same fields on assistant messages.
-        chat = gym_servers.caller().post("/v1/chat/completions", {
-            "messages": [{"role": "user", "content": "Say hello."},
-                         {"role": "assistant", "content": "x",
-                          **{k: last[k] for k in ("prompt_token_ids", "generation_token_ids", "generation_log_probs")}},
-                         new],
-            "max_tokens": 4, "return_token_ids": True}).json()
+        chat = (
+            gym_servers.caller()
+            .post(
+                "/v1/chat/completions",
+                {
+                    "messages": [
+                        {"role": "user", "content": "Say hello."},
+                        {
+                            "role": "assistant",
+                            "content": "x",
+                            **{
+                                k: last[k] for k in ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+                            },
+                        },
+                        new,
+                    ],
+                    "max_tokens": 4,
+                    "return_token_ids": True,
+                },
+            )
+            .json()
+        )
         assert chat["choices"][0]["message"]["prompt_token_ids"] == second["prompt_token_ids"]
 
     @pytest.mark.parametrize(
         ("change", "message"),
         [
-            (lambda item: item.pop("generation_log_probs"), "has prompt_token_ids, generation_token_ids but not generation_log_probs"),
+            (
+                lambda item: item.pop("generation_log_probs"),
+                "has prompt_token_ids, generation_token_ids but not generation_log_probs",
+            ),
             (lambda item: item["generation_log_probs"].append(-1.0), "generation_token_ids but"),
             (lambda item: item.__setitem__("generation_token_ids", []), "must not be empty"),
             (lambda item: item["prompt_token_ids"].__setitem__(0, 10**9), "is not a token id of"),
@@ -274,21 +308,34 @@ class TestTokenHistory:
     def test_a_malformed_bundle_is_a_422(self, gym_servers, change, message):
         items, first = self.first_turn(gym_servers)
         change(first["output"][-1])
-        reply = gym_servers.caller().post("/v1/responses", {"input": [*items, *first["output"], {"role": "user", "content": "x"}]})
+        reply = gym_servers.caller().post(
+            "/v1/responses", {"input": [*items, *first["output"], {"role": "user", "content": "x"}]}
+        )
         assert reply.status == 422 and message in reply.text, reply.text
 
     def test_a_history_that_does_not_grow_is_a_422(self, gym_servers):
         items, first = self.first_turn(gym_servers)
         later = json.loads(json.dumps(first["output"][-1]))
         later["prompt_token_ids"][1] += 1  # a re-tokenised prefix
-        conversation = [*items, *first["output"], {"role": "user", "content": "x"}, later, {"role": "user", "content": "y"}]
+        conversation = [
+            *items,
+            *first["output"],
+            {"role": "user", "content": "x"},
+            later,
+            {"role": "user", "content": "y"},
+        ]
         reply = gym_servers.caller().post("/v1/responses", {"input": conversation})
         assert reply.status == 422, reply.text
-        assert "input[3].prompt_token_ids do not begin with the prompt_token_ids + generation_token_ids of input[1]" in reply.text
+        assert (
+            "input[3].prompt_token_ids do not begin with the prompt_token_ids + generation_token_ids of input[1]"
+            in reply.text
+        )
         assert "differ from position 1" in reply.text
 
     def test_model_output_without_ids_after_the_history_is_a_422(self, gym_servers):
         items, first = self.first_turn(gym_servers)
         edited = {"role": "assistant", "content": "an answer whose tokens nobody knows"}
         reply = gym_servers.caller().post("/v1/responses", {"input": [*items, *first["output"], edited]})
-        assert reply.status == 422 and "input[2] is model output without token ids after input[1]" in reply.text, reply.text
+        assert reply.status == 422 and "input[2] is model output without token ids after input[1]" in reply.text, (
+            reply.text
+        )

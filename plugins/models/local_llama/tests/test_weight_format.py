@@ -31,8 +31,10 @@ def test_concurrent_first_uses_convert_once(cache):
     """Three threads ask at once: one converts (the others wait on the lock), all get the same file,
     nothing half-written is left, and a later call reuses the file without converting again."""
     paths: list = []
-    threads = [threading.Thread(target=lambda: paths.append(model_in_format(default_model_path(), "q4_0", cache)))
-               for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: paths.append(model_in_format(default_model_path(), "q4_0", cache)))
+        for _ in range(3)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -56,7 +58,8 @@ async def test_batched_decoding_on_converted_weights_equals_the_unbatched_engine
         got = await asyncio.gather(*(batched.agenerate(m, **kw) for m in messages))
         assert batched.batch_stats.max_sequences == 3
     assert [(g.generation_token_ids, g.generation_log_probs) for g in got] == [
-        (g.generation_token_ids, g.generation_log_probs) for g in want]
+        (g.generation_token_ids, g.generation_log_probs) for g in want
+    ]
 
 
 def test_the_config_offers_the_engines_formats_and_defaults_to_the_file():

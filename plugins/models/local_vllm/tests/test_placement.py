@@ -92,8 +92,11 @@ def test_placeholders_are_filled_and_json_braces_left_alone():
 
 
 def _validate(options):
-    return load_config(base={"policy": {"plugin": "local_vllm_model", **options}}, env_file=None,
-                       server_types=plugin_manager(gym_local_vllm.plugin).servers())
+    return load_config(
+        base={"policy": {"plugin": "local_vllm_model", **options}},
+        env_file=None,
+        server_types=plugin_manager(gym_local_vllm.plugin).servers(),
+    )
 
 
 def test_a_config_that_sets_what_gym_sets_is_refused_naming_the_keys():

@@ -75,7 +75,9 @@ def serving(server: LocalVllmModel) -> Iterator[str]:
 
 def groups_of(instance: str) -> dict[str, dict]:
     """The placement groups of ``instance`` in the cluster's table (removed ones stay listed)."""
-    return {row["name"]: row for row in placement_group_table().values() if row["name"].startswith(f"{instance}_dp_rank_")}
+    return {
+        row["name"]: row for row in placement_group_table().values() if row["name"].startswith(f"{instance}_dp_rank_")
+    }
 
 
 def all_resources_free() -> bool:
@@ -126,8 +128,15 @@ def test_two_data_parallel_engines_serve_the_openai_client_sessions_stick_and_no
             assert caller_count <= 20, "20 sessions all hashed to one engine"
             caller = HTTPCaller(url, auth_token=server.global_config.auth_token)
             for _ in range(2):
-                answer = caller.post("/v1/chat/completions", {"model": "smollm2", "max_tokens": 2, "temperature": 0,
-                                                              "messages": [{"role": "user", "content": "Hi"}]})
+                answer = caller.post(
+                    "/v1/chat/completions",
+                    {
+                        "model": "smollm2",
+                        "max_tokens": 2,
+                        "temperature": 0,
+                        "messages": [{"role": "user", "content": "Hi"}],
+                    },
+                )
                 assert answer.status == 200, answer.text
             home = replica_index(caller.cookies["gym_session_dp2"].partition(".")[0], 2)
             calls[home] += 2
@@ -137,8 +146,10 @@ def test_two_data_parallel_engines_serve_the_openai_client_sessions_stick_and_no
             served = sum(CHAT_ROUTE in line for line in lines)
             # Plus the openai client's two calls (both routes become a vLLM chat completion).
             assert served - calls[index] in (0, 1, 2), (index, served, calls)
-        assert sum(sum(CHAT_ROUTE in line for line in ray.get(actor.poll.remote())[1]) for actor in server._actors) \
+        assert (
+            sum(sum(CHAT_ROUTE in line for line in ray.get(actor.poll.remote())[1]) for actor in server._actors)
             == sum(calls) + 2
+        )
 
     # Shutdown: the groups are removed, the engines are gone, every CPU and GPU is free again.
     assert {row["state"] for row in groups_of("dp2").values()} == {"REMOVED"}

@@ -18,7 +18,9 @@ def test_no_ray_address_and_no_start_ray_is_a_clear_start_up_error():
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     env.update({CONFIG_ENV: config.to_json(), INSTANCE_ENV: "policy"})
     # The process gym run starts for the instance, with nothing to join.
-    done = subprocess.run([sys.executable, "-m", "gym_core.serve"], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "gym_core.serve"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode != 0
     assert "no Ray cluster to launch vLLM on: RAY_ADDRESS is not set" in done.stderr
     assert "`policy.start_ray: true`" in done.stderr

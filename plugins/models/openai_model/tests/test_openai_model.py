@@ -271,7 +271,9 @@ class RecordingUpstream:
         finally:
             self.in_flight -= 1
         status, body = self.answer(request)
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+        )
         await send({"type": "http.response.body", "body": body})
 
     @property
@@ -280,7 +282,9 @@ class RecordingUpstream:
 
 
 @contextlib.asynccontextmanager
-async def over(upstream: RecordingUpstream, plugins: PluginManager, **options: Any) -> AsyncIterator[openai.AsyncOpenAI]:
+async def over(
+    upstream: RecordingUpstream, plugins: PluginManager, **options: Any
+) -> AsyncIterator[openai.AsyncOpenAI]:
     """A gym openai_model server in front of ``upstream``, and an official client pointed at it."""
     with ServerThread(upstream) as server:
         async with openai_model(plugins, base_url=f"{server.url}/v1", **options) as client:
@@ -292,7 +296,9 @@ def scripted_answer(plugins) -> bytes:
     """One real ``/v1/responses`` answer of the scripted model, for a RecordingUpstream to replay."""
     with scripted_upstream(plugins) as upstream:
         request = urllib.request.Request(
-            f"{upstream}/responses", json.dumps({"model": "m", "input": "hi"}).encode(), {"content-type": "application/json"}
+            f"{upstream}/responses",
+            json.dumps({"model": "m", "input": "hi"}).encode(),
+            {"content-type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=60) as answer:
             return answer.read()
@@ -433,7 +439,12 @@ async def test_the_wait_for_a_slot_is_bounded_and_typed(plugins):
 
 @pytest.mark.parametrize(
     ("status", "requests", "kind"),
-    [(503, 3, "upstream_unavailable"), (429, 3, "upstream_unavailable"), (502, 1, "upstream_error"), (500, 1, "upstream_error")],
+    [
+        (503, 3, "upstream_unavailable"),
+        (429, 3, "upstream_unavailable"),
+        (502, 1, "upstream_error"),
+        (500, 1, "upstream_error"),
+    ],
 )
 async def test_only_busy_answers_are_retried(plugins, status, requests, kind):
     upstream = RecordingUpstream(lambda request: (status, b'{"error": {"message": "upstream trouble"}}'))
@@ -519,7 +530,9 @@ def test_config_file_reports_missing_endpoint(plugins):
 def test_config_file_with_env_yaml(plugins, tmp_path):
     env = tmp_path / "env.yaml"
     env.write_text("policy_model:\n  base_url: http://127.0.0.1:8000/v1\n  model: my-model\n  api_key: sk-secret\n")
-    config: GlobalConfig = load_config([CONFIG_FILE], env_file=env, server_types=plugins.servers(), allocate_ports=False)
+    config: GlobalConfig = load_config(
+        [CONFIG_FILE], env_file=env, server_types=plugins.servers(), allocate_ports=False
+    )
     options = config.instances["policy_model"].options
     assert options["api_key"] == "sk-secret" and options["model"] == "my-model"
 

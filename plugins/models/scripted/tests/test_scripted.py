@@ -52,8 +52,11 @@ class TestScripted(ModelServerTests):
         caller = gym_servers.caller("walker")
         first = caller.post("/v1/responses", {"input": "go"}).json()
         call = first["output"][0]
-        history = [{"role": "user", "content": "go"}, call,
-                   {"type": "function_call_output", "call_id": call["call_id"], "output": "2"}]
+        history = [
+            {"role": "user", "content": "go"},
+            call,
+            {"type": "function_call_output", "call_id": call["call_id"], "output": "2"},
+        ]
         second = caller.post("/v1/responses", {"input": history}).json()
         chat = caller.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "go"}]}).json()
         assert call["type"] == "function_call" and json.loads(call["arguments"]) == {"x": 1}
@@ -63,9 +66,12 @@ class TestScripted(ModelServerTests):
 
     def test_rules_choose_the_reply_by_content_before_the_script(self, gym_servers: RunningServers):
         caller = gym_servers.caller("judge")
+
         def ask(text: str):
-            return caller.post("/v1/responses", {"input": [{"role": "system", "content": "judge"},
-                                                           {"role": "user", "content": text}]})
+            return caller.post(
+                "/v1/responses", {"input": [{"role": "system", "content": "judge"}, {"role": "user", "content": text}]}
+            )
+
         assert ask("A: 12\nB: 12").json()["output"][0]["content"][0]["text"] == "same [[A=B]]"
         assert ask("A: 12\nB: 13").json()["output"][0]["content"][0]["text"] == "different [[A!=B]]"
         assert ask("hello").json()["output"][0]["content"][0]["text"] == "no rule matched"
@@ -73,7 +79,9 @@ class TestScripted(ModelServerTests):
         assert failed.status == 500 and "outage" in failed.json()["error"]["message"]
 
     def test_a_script_in_the_request_metadata_wins(self, gym_servers: RunningServers):
-        reply = gym_servers.caller("walker").post("/v1/responses", {"input": "go", "metadata": {"scripted_turns": SCRIPT}})
+        reply = gym_servers.caller("walker").post(
+            "/v1/responses", {"input": "go", "metadata": {"scripted_turns": SCRIPT}}
+        )
         assert reply.json()["output"][0]["content"][0]["text"] == "from metadata"
 
     def test_default_script_and_a_bad_script(self, gym_servers: RunningServers):

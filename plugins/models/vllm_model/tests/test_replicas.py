@@ -46,7 +46,12 @@ def call(caller: HTTPCaller, marker: str) -> None:
 
 def test_sessions_stay_on_their_replica_and_fail_over_when_it_goes_down(replicas):
     # No cooldown: a session that moved must stay where it moved by itself, not because its replica is skipped.
-    options = {"base_url": [stub.url for stub in replicas], "model": "stub-model", "replica_cooldown_s": 0, "max_attempts": 1}
+    options = {
+        "base_url": [stub.url for stub in replicas],
+        "model": "stub-model",
+        "replica_cooldown_s": 0,
+        "max_attempts": 1,
+    }
     config = {"auth_token": new_token(), "policy": {"plugin": "vllm_model", **options}}
     with running_servers(config, plugins=plugin_manager(gym_vllm_model.plugin)) as running:
         url = running.instances["policy"].url
@@ -81,9 +86,12 @@ def test_sessions_stay_on_their_replica_and_fail_over_when_it_goes_down(replicas
         # Every replica failing: a typed, final error naming them, never a hang or a 500.
         for stub in replicas:
             stub.fail_status = 500
-        request = urllib.request.Request(f"{url}/v1/responses", data=json.dumps({"input": "x"}).encode(), method="POST",
-                                         headers={"authorization": f"Bearer {running.auth_token}",
-                                                  "content-type": "application/json"})
+        request = urllib.request.Request(
+            f"{url}/v1/responses",
+            data=json.dumps({"input": "x"}).encode(),
+            method="POST",
+            headers={"authorization": f"Bearer {running.auth_token}", "content-type": "application/json"},
+        )
         with pytest.raises(urllib.error.HTTPError) as failure:
             urllib.request.urlopen(request, timeout=60)
         error = json.loads(failure.value.read())["error"]
@@ -94,12 +102,15 @@ def test_sessions_stay_on_their_replica_and_fail_over_when_it_goes_down(replicas
 
 def test_the_openai_client_keeps_one_replica_per_client(replicas):
     # The official client keeps the session cookie (httpx's cookie jar): one client, one session, one replica.
-    config = {"auth_token": new_token(),
-              "policy": {"plugin": "vllm_model", "base_url": [stub.url for stub in replicas], "model": "stub-model"}}
+    config = {
+        "auth_token": new_token(),
+        "policy": {"plugin": "vllm_model", "base_url": [stub.url for stub in replicas], "model": "stub-model"},
+    }
     with running_servers(config, plugins=plugin_manager(gym_vllm_model.plugin)) as running:
         for index in range(6):
-            client = openai.OpenAI(base_url=f"{running.instances['policy'].url}/v1", api_key=running.auth_token,
-                                   max_retries=0)
+            client = openai.OpenAI(
+                base_url=f"{running.instances['policy'].url}/v1", api_key=running.auth_token, max_retries=0
+            )
             try:
                 for _ in range(3):
                     assert client.responses.create(model="m", input=f"client{index}").output_text == f"client{index}"

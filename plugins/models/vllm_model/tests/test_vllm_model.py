@@ -58,15 +58,22 @@ class TestVllmModel(ModelServerTests):
         return {
             "policy": on("main"),
             "training": on("main", return_token_id_information=True),
-            "training_inline": on("main", return_token_id_information=True, request_prompt_and_generation_token_ids=True),
+            "training_inline": on(
+                "main", return_token_id_information=True, request_prompt_and_generation_token_ids=True
+            ),
             "no_parser_upstream": on("inline"),
             "new_field": on("new_field"),
             "small": on("small"),
             "preserve": on("main", preserve_reasoning_in_assistant_content=True),
             "no_interleave": on("main", uses_interleaved_reasoning=False),
-            "tuned": on("main", extra_body={"top_k": 5, "temperature": 0.5, "repetition_penalty": 1.1},
-                        sampling_overrides={"temperature": 1.0}, chat_template_kwargs={"enable_thinking": True, "x": 1},
-                        replace_developer_role_with_system=True, api_key="sk-secret"),
+            "tuned": on(
+                "main",
+                extra_body={"top_k": 5, "temperature": 0.5, "repetition_penalty": 1.1},
+                sampling_overrides={"temperature": 1.0},
+                chat_template_kwargs={"enable_thinking": True, "x": 1},
+                replace_developer_role_with_system=True,
+                api_key="sk-secret",
+            ),
             "no_sequential": on("main", sequential_reasoning_allowed=False),
         }
 
@@ -96,12 +103,18 @@ class TestVllmModel(ModelServerTests):
 
     # --- reasoning ---
 
-    @pytest.mark.parametrize(("instance", "stub"), [("policy", "main"), ("no_parser_upstream", "inline"),
-                                                    ("new_field", "new_field")])
-    def test_reasoning_becomes_a_reasoning_item_for_the_openai_client(self, gym_servers: RunningServers, instance, stub):
+    @pytest.mark.parametrize(
+        ("instance", "stub"), [("policy", "main"), ("no_parser_upstream", "inline"), ("new_field", "new_field")]
+    )
+    def test_reasoning_becomes_a_reasoning_item_for_the_openai_client(
+        self, gym_servers: RunningServers, instance, stub
+    ):
         self.stubs[stub].script = lambda body: {"reasoning": "2+2 is 4", "content": "\nThe answer is 4."}
-        client = openai.OpenAI(base_url=f"{gym_servers.config.instances[instance].url}/v1",
-                               api_key=gym_servers.config.auth_token, max_retries=0)
+        client = openai.OpenAI(
+            base_url=f"{gym_servers.config.instances[instance].url}/v1",
+            api_key=gym_servers.config.auth_token,
+            max_retries=0,
+        )
         try:
             response = client.responses.create(model="any", input="What is 2+2?")
             completion = client.chat.completions.create(model="any", messages=[{"role": "user", "content": "2+2?"}])
@@ -140,8 +153,13 @@ class TestVllmModel(ModelServerTests):
         sent = self.stubs["main"].completions()[-1]["messages"]
         assert sent[1] == expected
         # The chat route's inline <think> is read the same way.
-        chat = {"messages": [{"role": "user", "content": "first"}, {"role": "assistant", "content": "<think>r</think>\nact"},
-                             {"role": "user", "content": "second"}]}
+        chat = {
+            "messages": [
+                {"role": "user", "content": "first"},
+                {"role": "assistant", "content": "<think>r</think>\nact"},
+                {"role": "user", "content": "second"},
+            ]
+        }
         self.post(gym_servers, instance, "/v1/chat/completions", chat)
         assert self.stubs["main"].completions()[-1]["messages"][1] == expected
 
@@ -154,8 +172,12 @@ class TestVllmModel(ModelServerTests):
     # --- token ids and log-probs ---
 
     def test_training_mode_asks_vllm_for_log_probs_and_the_prompt_ids_of_its_tokenizer(self, gym_servers):
-        response = self.post(gym_servers, "training", "/v1/responses",
-                             {"input": [{"role": "user", "content": "hello"}], "top_logprobs": None})
+        response = self.post(
+            gym_servers,
+            "training",
+            "/v1/responses",
+            {"input": [{"role": "user", "content": "hello"}], "top_logprobs": None},
+        )
         (sent,) = self.stubs["main"].completions()
         assert (sent["logprobs"], sent["top_logprobs"], sent["return_tokens_as_token_ids"]) == (True, 0, True)
         assert "return_token_ids" not in sent
@@ -166,7 +188,9 @@ class TestVllmModel(ModelServerTests):
         assert last["generation_token_ids"] == encode("hello")
         assert last["generation_log_probs"] == pytest.approx(log_probs(encode("hello")))
         # The chat route: the ids on the message, vLLM's transport-only log-probs removed.
-        choice = self.post(gym_servers, "training", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})["choices"][0]
+        choice = self.post(
+            gym_servers, "training", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}
+        )["choices"][0]
         assert choice["logprobs"] is None and choice["message"]["generation_token_ids"] == encode("x")
 
     def test_inline_token_ids_and_later_turns_carry_the_earlier_ids(self, gym_servers):
@@ -182,9 +206,15 @@ class TestVllmModel(ModelServerTests):
         assert not [path for path, _ in stub.requests if path == "/tokenize"]  # the ids came inline
         assert stub.completions()[-1]["return_token_ids"] is True
         history = call["prompt_token_ids"] + call["generation_token_ids"]
-        later = [*first_input, *first["output"], {"type": "function_call_output", "call_id": call["call_id"], "output": "42"}]
+        later = [
+            *first_input,
+            *first["output"],
+            {"type": "function_call_output", "call_id": call["call_id"], "output": "42"},
+        ]
         # `policy` is not in training mode: the request's return_token_ids asks for the ids.
-        second = self.post(gym_servers, "policy", "/v1/responses", {"input": later, "tools": tools, "return_token_ids": True})
+        second = self.post(
+            gym_servers, "policy", "/v1/responses", {"input": later, "tools": tools, "return_token_ids": True}
+        )
         assistant = stub.completions()[-1]["messages"][1]
         assert assistant["tool_calls"][0]["function"] == {"name": "lookup", "arguments": '{"q": 1}'}
         assert assistant["prompt_token_ids"] == call["prompt_token_ids"]
@@ -195,11 +225,15 @@ class TestVllmModel(ModelServerTests):
         assert final["generation_token_ids"] == encode("done")
 
     def test_token_data_is_checked(self, gym_servers):
-        partial = [{"role": "user", "content": "q"},
-                   {"type": "message", "role": "assistant", "content": "a", "prompt_token_ids": [1, 2]}]
+        partial = [
+            {"role": "user", "content": "q"},
+            {"type": "message", "role": "assistant", "content": "a", "prompt_token_ids": [1, 2]},
+        ]
         reply = gym_servers.caller("policy").post("/v1/responses", {"input": partial})
         assert reply.status == 422 and "generation_token_ids" in reply.json()["error"]["message"], reply.text
-        reply = gym_servers.caller("training").post("/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}], "n": 2})
+        reply = gym_servers.caller("training").post(
+            "/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}], "n": 2}
+        )
         assert reply.status == 400 and "n=1" in reply.json()["error"]["message"], reply.text
         with pytest.raises(_TokenDataError, match="token_id"):
             _sampled_tokens({"content": [{"token": "hello", "logprob": -1.0}]})
@@ -220,7 +254,9 @@ class TestVllmModel(ModelServerTests):
         assert len(self.stubs["small"].completions()) == 1  # asked once: no retry of a request that cannot fit
 
     def test_conversation_state_is_refused_not_dropped(self, gym_servers):
-        reply = gym_servers.caller("policy").post("/v1/responses", {"input": "and then?", "previous_response_id": "resp_1"})
+        reply = gym_servers.caller("policy").post(
+            "/v1/responses", {"input": "and then?", "previous_response_id": "resp_1"}
+        )
         assert reply.status == 400 and "previous_response_id" in reply.json()["error"]["message"], reply.text
         assert self.stubs["main"].completions() == []  # vLLM was not asked
 
@@ -242,7 +278,11 @@ class TestVllmModel(ModelServerTests):
         sent = self.stubs["main"].completions()[-1]
         assert sent["model"] == "stub-model"
         assert sent["temperature"] == 1.0  # sampling_overrides win over the caller and extra_body
-        assert (sent["top_k"], sent["repetition_penalty"], sent["min_p"]) == (7, 1.1, 0.1)  # the caller wins over extra_body
+        assert (sent["top_k"], sent["repetition_penalty"], sent["min_p"]) == (
+            7,
+            1.1,
+            0.1,
+        )  # the caller wins over extra_body
         assert sent["chat_template_kwargs"] == {"enable_thinking": False, "x": 1}
         assert sent["messages"][0] == {"role": "system", "content": "be brief"}
         assert not {"metadata", "truncation", "user"} & sent.keys()

@@ -49,8 +49,6 @@ def verdict(reward: float, grid, reason: str) -> dict:
     return {"reward": reward, "predicted_output": grid, "extraction_successful": grid is not None, "reason": reason}
 
 
-
-
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
     return plugin_manager(gym_arc_agi.plugin, *others)

@@ -72,8 +72,13 @@ class TestBlackjack(ResourcesServerTests):
         caller = gym_servers.caller()
         caller.post("/reset", {**ROW, "seed": 3})
         bust = step(caller, "Sixteen is weak. <action> HIT </action>")
-        assert bust == {"observation": None, "reward": -1.0, "terminated": True, "truncated": False,
-                        "info": {"result": "bust", "player": ["6", "10", "6"], "value": 22}}
+        assert bust == {
+            "observation": None,
+            "reward": -1.0,
+            "terminated": True,
+            "truncated": False,
+            "info": {"result": "bust", "player": ["6", "10", "6"], "value": 22},
+        }
 
     def test_hit_without_bust_shows_the_new_hand(self, gym_servers: RunningServers):
         caller = gym_servers.caller()
@@ -82,8 +87,13 @@ class TestBlackjack(ResourcesServerTests):
         assert (answer["reward"], answer["terminated"], answer["info"]) == (0.0, False, {})
         assert answer["observation"].startswith("Your hand: [9, K, 2] = 21\nDealer shows: 3\n")
         final = step(caller, "<action>stand</action>")
-        assert final["info"] == {"result": "win", "player": ["9", "K", "2"], "player_value": 21,
-                                 "dealer": ["3", "5", "A"], "dealer_value": 19}
+        assert final["info"] == {
+            "result": "win",
+            "player": ["9", "K", "2"],
+            "player_value": 21,
+            "dealer": ["3", "5", "A"],
+            "dealer_value": 19,
+        }
         assert final["reward"] == 1.0 and final["terminated"] is True
 
     def test_the_first_action_tag_counts_and_no_tag_means_stand(self, gym_servers: RunningServers):
@@ -107,8 +117,11 @@ class TestBlackjack(ResourcesServerTests):
 def servers():
     """The scripted model, blackjack and the gymnasium agent (max_steps 5, the spec's)."""
     manager = plugin_manager(gym_blackjack.plugin, *first_party("scripted", "gymnasium"))
-    config = {"policy": {"plugin": "scripted"}, "blackjack": {"plugin": "blackjack"},
-              "agent": {"plugin": "gymnasium", "model_server": "policy", "resources_server": "blackjack", "max_steps": 5}}
+    config = {
+        "policy": {"plugin": "scripted"},
+        "blackjack": {"plugin": "blackjack"},
+        "agent": {"plugin": "gymnasium", "model_server": "policy", "resources_server": "blackjack", "max_steps": 5},
+    }
     with running_servers(config, plugins=manager) as global_config:
         yield global_config
 
@@ -119,14 +132,19 @@ class TestBlackjackThroughTheAgent:
 
     @staticmethod
     def scripted(row: dict, texts: list[str]) -> dict:
-        params = {**row["responses_create_params"], "metadata": {"scripted_turns": json.dumps([{"text": t} for t in texts])}}
+        params = {
+            **row["responses_create_params"],
+            "metadata": {"scripted_turns": json.dumps([{"text": t} for t in texts])},
+        }
         return {**row, "responses_create_params": params}
 
     async def test_each_example_row_gets_its_reward(self, servers):
         async with ServerClient(servers) as client:
             for row in read_rows(EXAMPLES):
                 actions = [call["arguments"]["action"] for call in row["conformance"]["tool_calls"]]
-                result = await client.post("agent", "/run", self.scripted(row, [f"<action>{a}</action>" for a in actions]))
+                result = await client.post(
+                    "agent", "/run", self.scripted(row, [f"<action>{a}</action>" for a in actions])
+                )
                 assert result["reward"] == row["conformance"]["reward"], (row["seed"], result["info"])
                 assert result["terminated"] is True and result["truncated"] is False
                 assert (result["model_calls"], result["env_steps"]) == (len(actions), len(actions))

@@ -68,8 +68,11 @@ def fenced(code: str, before: str = "Solution:\n") -> str:
 
 
 def task(tests: dict[str, Any], difficulty: str | None = "easy", **extra: Any) -> dict[str, Any]:
-    return {"responses_create_params": {"input": "Solve it."},
-            "verifier_metadata": {"unit_tests": tests, "difficulty": difficulty}, **extra}
+    return {
+        "responses_create_params": {"input": "Solve it."},
+        "verifier_metadata": {"unit_tests": tests, "difficulty": difficulty},
+        **extra,
+    }
 
 
 class TestCodeGen(ResourcesServerTests):
@@ -171,8 +174,10 @@ class TestCodeGen(ResourcesServerTests):
 
     def test_a_forked_child_cannot_answer_after_its_parent(self, gym_servers: RunningServers):
         # The parent exits at once; a child printing the answer later is not part of the run's output.
-        code = ("import os, time\na, b = map(int, input().split())\nif os.fork() == 0:\n"
-                "    time.sleep(0.3)\n    print(a + b)\n")
+        code = (
+            "import os, time\na, b = map(int, input().split())\nif os.fork() == 0:\n"
+            "    time.sleep(0.3)\n    print(a + b)\n"
+        )
         verdict = self.verify(gym_servers, task(SUM), fenced(code))
         assert verdict["result"] == [-2]
 
@@ -187,9 +192,11 @@ class TestCodeGen(ResourcesServerTests):
 
     def test_reference_stdin_mocks_read_readlines_buffer_and_open(self, gym_servers: RunningServers):
         tests = {"inputs": ["2\n3 4\n"], "outputs": ["3 ['2', '3 4', ''] 7 7\n"], "fn_name": None}
-        code = ("import sys\nwhole = sys.stdin.read()\nlines = sys.stdin.readlines()\n"
-                "data = sys.stdin.buffer.read().split()\nfile = open('anything.txt').read().split()\n"
-                "print(len(whole.split()), lines, int(data[1]) + int(data[2]), int(file[1]) + int(file[2]))")
+        code = (
+            "import sys\nwhole = sys.stdin.read()\nlines = sys.stdin.readlines()\n"
+            "data = sys.stdin.buffer.read().split()\nfile = open('anything.txt').read().split()\n"
+            "print(len(whole.split()), lines, int(data[1]) + int(data[2]), int(file[1]) + int(file[2]))"
+        )
         assert self.verify(gym_servers, task(tests), fenced(code))["reward"] == 1.0
 
     def test_reference_statements_run_inside_a_function(self, gym_servers: RunningServers):
@@ -219,9 +226,11 @@ class TestCodeGen(ResourcesServerTests):
     # --- function calls ----------------------------------------------------------------------------
 
     def test_a_solution_class_method_is_called_with_json_arguments(self, gym_servers: RunningServers):
-        code = ("class Solution:\n    def maxProfit(self, prices):\n        low, best = 10**9, 0\n"
-                "        for p in prices:\n            low = min(low, p)\n            best = max(best, p - low)\n"
-                "        return best")
+        code = (
+            "class Solution:\n    def maxProfit(self, prices):\n        low, best = 10**9, 0\n"
+            "        for p in prices:\n            low = min(low, p)\n            best = max(best, p - low)\n"
+            "        return best"
+        )
         verdict = self.verify(gym_servers, task(PROFIT), fenced(code))
         assert (verdict["reward"], verdict["result"]) == (1.0, [True, True])
 
@@ -246,14 +255,20 @@ class TestCodeGen(ResourcesServerTests):
         assert verdict["result"] == [-2] and "Always" in verdict["metadata"]["output"]
 
     def test_a_slow_call_is_a_time_limit_and_a_slow_module_an_error(self, gym_servers: RunningServers):
-        slow_call = self.verify(gym_servers, task(PROFIT), fenced("def maxProfit(prices):\n    while True:\n        pass"))
+        slow_call = self.verify(
+            gym_servers, task(PROFIT), fenced("def maxProfit(prices):\n    while True:\n        pass")
+        )
         assert slow_call["result"] == [-3]
-        slow_module = self.verify(gym_servers, task(PROFIT), fenced("while True:\n    pass\ndef maxProfit(p):\n    return 5"))
+        slow_module = self.verify(
+            gym_servers, task(PROFIT), fenced("while True:\n    pass\ndef maxProfit(p):\n    return 5")
+        )
         assert slow_module["result"] == [-4]
 
     def test_a_call_that_swallows_the_alarm_is_still_stopped(self, gym_servers: RunningServers):
-        code = ("def maxProfit(prices):\n    while True:\n        try:\n            while True:\n                pass\n"
-                "        except BaseException:\n            pass")
+        code = (
+            "def maxProfit(prices):\n    while True:\n        try:\n            while True:\n                pass\n"
+            "        except BaseException:\n            pass"
+        )
         assert self.verify(gym_servers, task(PROFIT), fenced(code))["result"] == [-3]
 
     def test_a_forged_result_fails(self, gym_servers: RunningServers):
@@ -290,9 +305,16 @@ class TestCodeGen(ResourcesServerTests):
 
     def test_an_empty_answer_fills_in_only_the_reward_and_difficulty(self, gym_servers: RunningServers):
         verdict = self.verify(gym_servers, task(SUM, difficulty="hard"), "   \n")
-        assert verdict == {"reward": 0.0, "extracted_model_output": None, "extracted_model_code": None, "result": None,
-                           "metadata": None, "unit_tests_time_taken": None, "reasoning_format_violation_rate": None,
-                           "difficulty": "hard"}
+        assert verdict == {
+            "reward": 0.0,
+            "extracted_model_output": None,
+            "extracted_model_code": None,
+            "result": None,
+            "metadata": None,
+            "unit_tests_time_taken": None,
+            "reasoning_format_violation_rate": None,
+            "difficulty": "hard",
+        }
 
     def test_an_answer_without_code_scores_zero(self, gym_servers: RunningServers):
         verdict = self.verify(gym_servers, task(SUM), "print(a + b)")
@@ -301,10 +323,18 @@ class TestCodeGen(ResourcesServerTests):
     def test_think_tags_replace_the_reward_with_the_penalty(self, gym_servers: RunningServers):
         text = "<think>easy</think>\n" + fenced("print(sum(map(int, input().split())))")
         default = self.verify(gym_servers, task(SUM), text)
-        assert (default["reward"], default["result"], default["reasoning_format_violation_rate"]) == (0.0, [True] * 3, 1.0)
+        assert (default["reward"], default["result"], default["reasoning_format_violation_rate"]) == (
+            0.0,
+            [True] * 3,
+            1.0,
+        )
         assert self.verify(gym_servers, task(SUM), text, instance="penalised")["reward"] == -0.5
-        reasoning = {"output": [{"type": "reasoning", "id": "r", "summary": [{"type": "summary_text", "text": "<think><think>"}]},
-                                *assistant_response(fenced("print(sum(map(int, input().split())))"))["output"]]}
+        reasoning = {
+            "output": [
+                {"type": "reasoning", "id": "r", "summary": [{"type": "summary_text", "text": "<think><think>"}]},
+                *assistant_response(fenced("print(sum(map(int, input().split())))"))["output"],
+            ]
+        }
         assert self.verify(gym_servers, task(SUM), reasoning)["reasoning_format_violation_rate"] == 1.0
 
     def test_no_tests_is_a_pass(self, gym_servers: RunningServers):
@@ -318,13 +348,16 @@ class TestCodeGen(ResourcesServerTests):
     # --- bad rows and the sandbox's own failure ------------------------------------------------------
 
     def test_a_row_without_verifier_metadata_is_a_422_naming_it(self, gym_servers: RunningServers):
-        reply = gym_servers.caller().post("/verify", {"responses_create_params": {"input": "x"},
-                                                      "response": assistant_response(fenced("print(1)"))})
+        reply = gym_servers.caller().post(
+            "/verify", {"responses_create_params": {"input": "x"}, "response": assistant_response(fenced("print(1)"))}
+        )
         assert reply.status == 422 and "verifier_metadata" in reply.json()["error"]["message"]
 
     def test_unit_tests_of_different_lengths_are_a_422(self, gym_servers: RunningServers):
         tests = {"inputs": ["1\n", "2\n"], "outputs": ["1\n"], "fn_name": None}
-        reply = gym_servers.caller().post("/verify", {**task(tests), "response": assistant_response(fenced("print(1)"))})
+        reply = gym_servers.caller().post(
+            "/verify", {**task(tests), "response": assistant_response(fenced("print(1)"))}
+        )
         assert reply.status == 422 and "2 inputs but 1 outputs" in reply.json()["error"]["message"]
 
     def test_undeclared_row_fields_and_nulls_are_accepted(self, gym_servers: RunningServers):
@@ -333,7 +366,9 @@ class TestCodeGen(ResourcesServerTests):
         assert (verdict["reward"], verdict["difficulty"]) == (1.0, None)
 
     def test_a_failed_sandbox_is_a_502_sandbox_failed_never_a_reward(self, gym_servers: RunningServers):
-        reply = gym_servers.caller("unstarted").post("/verify", {**task(SUM), "response": assistant_response(fenced("print(3)"))})
+        reply = gym_servers.caller("unstarted").post(
+            "/verify", {**task(SUM), "response": assistant_response(fenced("print(3)"))}
+        )
         assert reply.status == 502, reply.text[:500]
         assert reply.json()["error"]["type"] == "sandbox_failed"
         assert "reward" not in reply.json()
@@ -360,7 +395,11 @@ async def test_the_scripted_config_scores_every_example_through_the_agent():
 def test_configs_validate(name):
     from gym_core.config import load_config
 
-    manager = plugin_manager(gym_code_gen.plugin, *first_party("scripted", "simple_agent", "local_llama", "openai_model"))
-    overrides = ["policy_model.base_url=http://127.0.0.1:1/v1", "policy_model.model=m"] if name == "code_gen.yaml" else []
+    manager = plugin_manager(
+        gym_code_gen.plugin, *first_party("scripted", "simple_agent", "local_llama", "openai_model")
+    )
+    overrides = (
+        ["policy_model.base_url=http://127.0.0.1:1/v1", "policy_model.model=m"] if name == "code_gen.yaml" else []
+    )
     config = load_config([PACKAGE / "configs" / name], overrides, env_file=None, server_types=manager.servers())
     assert config.instances["code_gen"].plugin == "code_gen"

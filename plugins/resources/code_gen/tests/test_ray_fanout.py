@@ -36,8 +36,11 @@ CASES = [
     (SUM, "a, b = map(int, input().split())\nprint(3)"),
     (SUM, "while True:\n    pass"),
     (SUM, "import os\nos.abort()"),
-    (PROFIT, "def maxProfit(prices):\n    low, best = prices[0], 0\n    for p in prices:\n"
-             "        low = min(low, p)\n        best = max(best, p - low)\n    return best"),
+    (
+        PROFIT,
+        "def maxProfit(prices):\n    low, best = prices[0], 0\n    for p in prices:\n"
+        "        low = min(low, p)\n        best = max(best, p - low)\n    return best",
+    ),
     (PROFIT, "def maxProfit(prices):\n    return 5"),
 ]
 
@@ -52,8 +55,14 @@ class DyingWorkerServer(CodeGenServer):
 
     async def startup(self) -> None:
         await super().startup()
-        self.executor = RayExecutor(self.executor.ray, mode=self.config.sandbox_mode, bwrap=None,
-                                    num_cpus=self.config.ray_num_cpus, allowance_s=30, node_function=dies)
+        self.executor = RayExecutor(
+            self.executor.ray,
+            mode=self.config.sandbox_mode,
+            bwrap=None,
+            num_cpus=self.config.ray_num_cpus,
+            allowance_s=30,
+            node_function=dies,
+        )
 
 
 class TinyDeadlineServer(CodeGenServer):
@@ -92,9 +101,11 @@ def servers():
 
 
 def verify(servers: RunningServers, instance: str, tests: dict, code: str) -> tuple[int, dict]:
-    row = {"responses_create_params": {"input": "Solve it."},
-           "verifier_metadata": {"unit_tests": tests, "difficulty": "easy"},
-           "response": assistant_response(f"```python\n{code}\n```\n")}
+    row = {
+        "responses_create_params": {"input": "Solve it."},
+        "verifier_metadata": {"unit_tests": tests, "difficulty": "easy"},
+        "response": assistant_response(f"```python\n{code}\n```\n"),
+    }
     reply = servers.caller(instance).post("/verify", row)
     return reply.status, reply.json()
 
@@ -102,12 +113,17 @@ def verify(servers: RunningServers, instance: str, tests: dict, code: str) -> tu
 def comparable(verdict: dict) -> dict:
     # Which limit stops a busy loop first (CPU seconds or wall clock) depends on how loaded the
     # machine is, so only that some limit stopped it is compared.
-    metadata = {k: v for k, v in (verdict["metadata"] or {}).items()
-                if k not in ("execution time", "traceback", "stopped_by")}
+    metadata = {
+        k: v for k, v in (verdict["metadata"] or {}).items() if k not in ("execution time", "traceback", "stopped_by")
+    }
     if "stopped_by" in (verdict["metadata"] or {}):
         assert verdict["metadata"]["stopped_by"] in ("timeout", "cpu_limit"), verdict
-    return {"reward": verdict["reward"], "result": verdict["result"], "metadata": metadata,
-            "has_traceback": bool((verdict["metadata"] or {}).get("traceback"))}
+    return {
+        "reward": verdict["reward"],
+        "result": verdict["result"],
+        "metadata": metadata,
+        "has_traceback": bool((verdict["metadata"] or {}).get("traceback")),
+    }
 
 
 def test_ray_gives_the_same_verdicts_as_local_execution(servers: RunningServers):

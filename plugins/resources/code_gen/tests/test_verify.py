@@ -66,8 +66,9 @@ def test_think_tags_in_the_output_text_are_a_violation():
 def test_more_than_one_think_tag_in_the_reasoning_summaries_is_a_violation():
     def with_reasoning(*texts: str) -> Response:
         summary = [{"type": "summary_text", "text": t} for t in texts]
-        return response({"output": [{"type": "reasoning", "id": "r", "summary": summary},
-                                     *assistant_response("fine")["output"]]})
+        return response(
+            {"output": [{"type": "reasoning", "id": "r", "summary": summary}, *assistant_response("fine")["output"]]}
+        )
 
     assert not reasoning_format_violation(with_reasoning("<think>one</think>"))
     assert reasoning_format_violation(with_reasoning("<think>a", "<think>b"))  # concatenated summaries
@@ -166,7 +167,9 @@ def test_the_prelude_star_imports_the_modules_and_raises_the_recursion_limit():
         assert __import__("sys").getrecursionlimit() == 50000
     finally:
         __import__("sys").setrecursionlimit(limit)
-    assert {"deque", "heappush", "bisect_left", "gcd", "accumulate", "lru_cache", "List", "json", "itertools"} <= set(namespace)
+    assert {"deque", "heappush", "bisect_left", "gcd", "accumulate", "lru_cache", "List", "json", "itertools"} <= set(
+        namespace
+    )
     assert namespace["compile"] is compile  # `from builtins import *` comes after `from re import *`
     assert namespace["pow"] is pow
 
@@ -200,15 +203,25 @@ async def test_running_in_a_sandbox_that_was_not_started_is_a_sandbox_error():
 # --- aggregate metrics ------------------------------------------------------------------------------
 
 
-def rollout(task: int, index: int, reward: float, code: str | None, difficulty: str | None, violation: float = 0.0) -> dict:
-    return {"task_index": task, "rollout_index": index, "reward": reward, "extracted_model_code": code,
-            "difficulty": difficulty, "reasoning_format_violation_rate": violation}
+def rollout(
+    task: int, index: int, reward: float, code: str | None, difficulty: str | None, violation: float = 0.0
+) -> dict:
+    return {
+        "task_index": task,
+        "rollout_index": index,
+        "reward": reward,
+        "extracted_model_code": code,
+        "difficulty": difficulty,
+        "reasoning_format_violation_rate": violation,
+    }
 
 
 def test_metrics_are_the_pass_at_k_family_with_difficulty_subsets():
     rows = [
-        rollout(0, 0, 1.0, "a", "easy"), rollout(0, 1, 0.0, "b", "easy"),
-        rollout(1, 0, 0.0, None, "hard", 1.0), rollout(1, 1, 0.0, "c", "hard"),
+        rollout(0, 0, 1.0, "a", "easy"),
+        rollout(0, 1, 0.0, "b", "easy"),
+        rollout(1, 0, 0.0, None, "hard", 1.0),
+        rollout(1, 1, 0.0, "c", "hard"),
     ]
     metrics = code_gen_metrics(rows)
     assert metrics["code_gen/pass@1[avg-of-2]/accuracy"] == 25.0

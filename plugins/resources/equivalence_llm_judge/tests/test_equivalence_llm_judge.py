@@ -87,14 +87,22 @@ class TestEquivalenceLlmJudge(ResourcesServerTests):
     instances = {
         "judge": {"plugin": "scripted", "rules": JUDGE_RULES},
         "equivalence_llm_judge": ENV,
-        "swap": {**ENV, "check_twice_swap": True, "reward_if_swap_fails": 0.25,
-                 "judge_system_message": "You grade answers.",
-                 "judge_responses_create_params": {"max_output_tokens": 77, "input": [{"role": "user", "content": "gone"}]}},
+        "swap": {
+            **ENV,
+            "check_twice_swap": True,
+            "reward_if_swap_fails": 0.25,
+            "judge_system_message": "You grade answers.",
+            "judge_responses_create_params": {"max_output_tokens": 77, "input": [{"role": "user", "content": "gone"}]},
+        },
         "lc": {**ENV, **LC},
         "config_regex": {**ENV, "response_extract_regex": r"ANSWER=(\S+)"},
         "no_per_row": {**ENV, "response_extract_regex": r"ANSWER=(\S+)", "use_per_record_regex": False},
-        "yaml_values": {**ENV, "extraction_length_threshold": None, "check_full_generation_on_fail": False,
-                        "reward_if_full_generation_succeeds": 0.0},
+        "yaml_values": {
+            **ENV,
+            "extraction_length_threshold": None,
+            "check_full_generation_on_fail": False,
+            "reward_if_full_generation_succeeds": 0.0,
+        },
         "in_worker": {**ENV, "inline_max_chars": 0, "verify_timeout_s": 1.0, "verify_workers": 1},
     }
     instance = "equivalence_llm_judge"
@@ -112,7 +120,10 @@ class TestEquivalenceLlmJudge(ResourcesServerTests):
         items = [
             {"role": "user", "content": "an earlier question"},
             {"role": "assistant", "content": "an earlier answer"},
-            {"role": "user", "content": [{"type": "input_text", "text": "part one"}, {"type": "input_text", "text": "part two"}]},
+            {
+                "role": "user",
+                "content": [{"type": "input_text", "text": "part one"}, {"type": "input_text", "text": "part two"}],
+            },
         ]
         verdict = verify(gym_servers, "equivalence_llm_judge", task(items, "Na"), "Na")
         assert "QUESTION:\npart one\npart two\n\nGOLD ANSWER:\nNa\n\nCANDIDATE ANSWER:\nNa\n" in prompts(verdict)[0]
@@ -142,7 +153,9 @@ class TestEquivalenceLlmJudge(ResourcesServerTests):
         assert (ignored["extracted_answer"], ignored["reward"]) == ("wrong", 0.0)
 
     def test_no_match_sends_the_whole_message(self, gym_servers: RunningServers):
-        verdict = verify(gym_servers, "equivalence_llm_judge", task(expected="9.8", regex=PAREN_REGEX), "about 9.8 m/s^2")
+        verdict = verify(
+            gym_servers, "equivalence_llm_judge", task(expected="9.8", regex=PAREN_REGEX), "about 9.8 m/s^2"
+        )
         assert (verdict["extracted_answer"], verdict["reward"]) == ("about 9.8 m/s^2", 1.0)
 
     def test_a_long_gold_answer_skips_the_row_regex_the_rescue_and_the_swap(self, gym_servers: RunningServers):
@@ -170,12 +183,14 @@ class TestEquivalenceLlmJudge(ResourcesServerTests):
         assert (lc["extracted_answer"], lc["reward"], labels(lc)) == (None, 0.0, ["INCORRECT"])
 
     def test_only_the_last_assistant_message_is_graded(self, gym_servers: RunningServers):
-        response = {"output": [
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "gold"}]},
-            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "c1", "output": "gold"},
-            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "lead"}]},
-        ]}
+        response = {
+            "output": [
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "gold"}]},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "gold"},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "lead"}]},
+            ]
+        }
         verdict = verify(gym_servers, "equivalence_llm_judge", task(expected="gold"), response)
         assert (verdict["extracted_answer"], verdict["reward"]) == ("lead", 0.0)
 
@@ -225,24 +240,40 @@ class TestEquivalenceLlmJudge(ResourcesServerTests):
         row = task(expected="6", regex=PAREN_REGEX)
         text = "((12)) is its mass number; it has 6 protons."
         rescued = verify(gym_servers, "equivalence_llm_judge", row, text)
-        assert (rescued["reward"], rescued["reason"], rescued["extracted_answer"]) == (0.5, "full_generation_equal", "12")
+        assert (rescued["reward"], rescued["reason"], rescued["extracted_answer"]) == (
+            0.5,
+            "full_generation_equal",
+            "12",
+        )
         assert f"CANDIDATE ANSWER:\n{text}\n" in prompts(rescued)[1]
         failed = verify(gym_servers, "equivalence_llm_judge", row, "((12)) is my answer.")
-        assert (failed["reward"], failed["reason"], len(failed["judge_evaluations"])) == (0.0, "full_generation_not_equal", 2)
+        assert (failed["reward"], failed["reason"], len(failed["judge_evaluations"])) == (
+            0.0,
+            "full_generation_not_equal",
+            2,
+        )
         off = verify(gym_servers, "yaml_values", row, text)
         assert (off["reward"], off["reason"], len(off["judge_evaluations"])) == (0.0, "not_equal", 1)
 
     # ------------------------------------------------------------ failures and bad rows
 
     def test_a_failed_judge_fails_the_verify(self, gym_servers: RunningServers):
-        reply = gym_servers.caller().post("/verify", {**task("FAIL_JUDGE: q", "x"), "response": assistant_response("x")})
+        reply = gym_servers.caller().post(
+            "/verify", {**task("FAIL_JUDGE: q", "x"), "response": assistant_response("x")}
+        )
         assert reply.status == 502, reply.text[:500]
         assert reply.json()["error"]["type"] == "judge_failed"
         assert "reward" not in reply.json()
 
     def test_rows_with_nulls_or_no_gold_answer_are_accepted(self, gym_servers: RunningServers):
-        row = {"responses_create_params": {"input": "q"}, "expected_answer": None, "template_metadata": None,
-               "metadata": {"expected_answer": "meta-gold"}, "options": None, "uuid": None}
+        row = {
+            "responses_create_params": {"input": "q"},
+            "expected_answer": None,
+            "template_metadata": None,
+            "metadata": {"expected_answer": "meta-gold"},
+            "options": None,
+            "uuid": None,
+        }
         verdict = verify(gym_servers, "equivalence_llm_judge", row, "meta-gold")
         assert (verdict["expected_answer"], verdict["reward"]) == ("meta-gold", 1.0)
         bare = verify(gym_servers, "equivalence_llm_judge", {"responses_create_params": {"input": "q"}}, "x")
@@ -283,7 +314,10 @@ async def test_example_config_through_the_simple_agent():
                 answer = row["conformance"]["response"]
                 if not isinstance(answer, str):
                     continue  # a whole Responses object: not something a scripted turn can say
-                params = {**row["responses_create_params"], "metadata": {"scripted_turns": json.dumps([{"text": answer}])}}
+                params = {
+                    **row["responses_create_params"],
+                    "metadata": {"scripted_turns": json.dumps([{"text": answer}])},
+                }
                 result = await client.post("agent", "/run", {**row, "responses_create_params": params})
                 assert result["reward"] == row["conformance"]["reward"], result
                 assert result["judge_evaluations"], result

@@ -25,7 +25,11 @@ from gym_equivalence_llm_judge.plugin import equivalence_metrics
 
 LC_QUESTION_REGEX = r"^QUESTION:\s*(.*)$|</text>\n\n(.*)$"
 PAREN_REGEX = r"\(\((.*?)\)\)"
-TEMPLATES = ["prompt_templates/equivalence_llm_judge.txt", "prompt_templates/lc_judge.txt", "prompt_templates/nl2bash.txt"]
+TEMPLATES = [
+    "prompt_templates/equivalence_llm_judge.txt",
+    "prompt_templates/lc_judge.txt",
+    "prompt_templates/nl2bash.txt",
+]
 
 
 def config(**options) -> EquivalenceLlmJudgeConfig:
@@ -36,19 +40,34 @@ def config(**options) -> EquivalenceLlmJudgeConfig:
 
 
 def test_the_question_is_the_last_user_message_stripped():
-    params = decode_create_params({"input": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "first question"},
-        {"role": "assistant", "content": "an answer"},
-        {"role": "user", "content": "  second question \n"},
-        {"role": "assistant", "content": "a later answer"},
-    ]})
+    params = decode_create_params(
+        {
+            "input": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "first question"},
+                {"role": "assistant", "content": "an answer"},
+                {"role": "user", "content": "  second question \n"},
+                {"role": "assistant", "content": "a later answer"},
+            ]
+        }
+    )
     assert last_user_text(params) == "second question"
 
 
 def test_the_text_parts_of_a_user_message_are_joined_by_newlines():
-    params = decode_create_params({"input": [{"role": "user", "content": [
-        {"type": "input_text", "text": " part one"}, {"type": "input_text", "text": "part two "}]}]})
+    params = decode_create_params(
+        {
+            "input": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": " part one"},
+                        {"type": "input_text", "text": "part two "},
+                    ],
+                }
+            ]
+        }
+    )
     assert last_user_text(params) == "part one\npart two"
 
 
@@ -108,33 +127,51 @@ def test_both_extractions_at_once():
 
 def test_the_config_regex_applies_when_the_row_has_none():
     for metadata in (None, {}, {"output_regex": ""}, {"output_regex": None}, "not a mapping"):
-        assert choose_regex("ANSWER=(.*)", metadata, "gold", use_per_record_regex=True, extraction_length_threshold=120) == (
-            RegexChoice("ANSWER=(.*)", per_row=False, length_skip=False)
-        )
+        assert choose_regex(
+            "ANSWER=(.*)", metadata, "gold", use_per_record_regex=True, extraction_length_threshold=120
+        ) == (RegexChoice("ANSWER=(.*)", per_row=False, length_skip=False))
 
 
 def test_the_row_regex_replaces_the_config_regex():
-    choice = choose_regex("ANSWER=(.*)", {"output_regex": PAREN_REGEX}, "gold", use_per_record_regex=True,
-                          extraction_length_threshold=120)
+    choice = choose_regex(
+        "ANSWER=(.*)", {"output_regex": PAREN_REGEX}, "gold", use_per_record_regex=True, extraction_length_threshold=120
+    )
     assert choice == RegexChoice(PAREN_REGEX, per_row=True, length_skip=False)
 
 
 def test_use_per_record_regex_off_keeps_the_config_regex():
-    choice = choose_regex("ANSWER=(.*)", {"output_regex": PAREN_REGEX}, "gold", use_per_record_regex=False,
-                          extraction_length_threshold=120)
+    choice = choose_regex(
+        "ANSWER=(.*)",
+        {"output_regex": PAREN_REGEX},
+        "gold",
+        use_per_record_regex=False,
+        extraction_length_threshold=120,
+    )
     assert choice == RegexChoice("ANSWER=(.*)", per_row=False, length_skip=False)
-    assert choose_regex(None, {"output_regex": PAREN_REGEX}, "g", use_per_record_regex=False,
-                        extraction_length_threshold=None).regex is None
+    assert (
+        choose_regex(
+            None, {"output_regex": PAREN_REGEX}, "g", use_per_record_regex=False, extraction_length_threshold=None
+        ).regex
+        is None
+    )
 
 
 def test_a_gold_answer_longer_than_the_threshold_uses_no_regex():
     metadata = {"output_regex": PAREN_REGEX}
     kw = {"use_per_record_regex": True}
-    assert choose_regex(None, metadata, "x" * 121, extraction_length_threshold=120, **kw) == RegexChoice(None, True, True)
-    assert choose_regex(None, metadata, "x" * 120, extraction_length_threshold=120, **kw) == RegexChoice(PAREN_REGEX, True, False)
-    assert choose_regex(None, metadata, "x" * 5000, extraction_length_threshold=None, **kw) == RegexChoice(PAREN_REGEX, True, False)
+    assert choose_regex(None, metadata, "x" * 121, extraction_length_threshold=120, **kw) == RegexChoice(
+        None, True, True
+    )
+    assert choose_regex(None, metadata, "x" * 120, extraction_length_threshold=120, **kw) == RegexChoice(
+        PAREN_REGEX, True, False
+    )
+    assert choose_regex(None, metadata, "x" * 5000, extraction_length_threshold=None, **kw) == RegexChoice(
+        PAREN_REGEX, True, False
+    )
     # The threshold concerns the row's regex only: a long gold answer keeps the config regex.
-    assert choose_regex("A=(.*)", None, "x" * 500, extraction_length_threshold=120, **kw) == RegexChoice("A=(.*)", False, False)
+    assert choose_regex("A=(.*)", None, "x" * 500, extraction_length_threshold=120, **kw) == RegexChoice(
+        "A=(.*)", False, False
+    )
 
 
 # ---------------------------------------------------------------- the gold answer
@@ -220,7 +257,11 @@ def test_the_code_defaults_of_the_spec():
     assert (options.check_twice_swap, options.reward_if_swap_fails, options.use_per_record_regex) == (False, 0.0, True)
     assert (options.extraction_length_threshold, options.check_full_generation_on_fail) == (120, True)
     assert options.reward_if_full_generation_succeeds == 0.5
-    assert (options.judge_system_message, options.question_extract_regex, options.response_extract_regex) == (None, None, None)
+    assert (options.judge_system_message, options.question_extract_regex, options.response_extract_regex) == (
+        None,
+        None,
+        None,
+    )
     assert options.judge_endpoint_max_concurrency == 64
 
 
@@ -257,10 +298,24 @@ def test_a_template_with_an_unknown_placeholder_fails_when_the_config_loads(tmp_
 
 def test_aggregate_metrics():
     rows = [
-        {"reward": 1.0, "reason": "equal", "extracted_answer": "a", "judge_evaluations": [{"verdict_label": "[[A=B]]"}]},
-        {"reward": 0.5, "reason": "full_generation_equal", "extracted_answer": "b",
-         "judge_evaluations": [{"verdict_label": None}, {"verdict_label": "[[A=B]]"}]},
-        {"reward": 0.0, "reason": "not_equal", "extracted_answer": None, "judge_evaluations": [{"verdict_label": "[[A!=B]]"}]},
+        {
+            "reward": 1.0,
+            "reason": "equal",
+            "extracted_answer": "a",
+            "judge_evaluations": [{"verdict_label": "[[A=B]]"}],
+        },
+        {
+            "reward": 0.5,
+            "reason": "full_generation_equal",
+            "extracted_answer": "b",
+            "judge_evaluations": [{"verdict_label": None}, {"verdict_label": "[[A=B]]"}],
+        },
+        {
+            "reward": 0.0,
+            "reason": "not_equal",
+            "extracted_answer": None,
+            "judge_evaluations": [{"verdict_label": "[[A!=B]]"}],
+        },
         {"reward": 0.0, "reason": "timeout", "extracted_answer": None, "judge_evaluations": []},
     ]
     metrics = equivalence_metrics(rows)

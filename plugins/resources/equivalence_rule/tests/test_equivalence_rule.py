@@ -93,7 +93,9 @@ class EquivalenceRuleKit(ResourcesServerTests):
 class TestExact(EquivalenceRuleKit):
     def test_every_example_row_has_a_response_and_its_exact_reward(self):
         rows = read_rows(EXAMPLES)
-        assert all(row["conformance"]["reward"] == score("exact", graded_text(row), row["expected_answer"]) for row in rows)
+        assert all(
+            row["conformance"]["reward"] == score("exact", graded_text(row), row["expected_answer"]) for row in rows
+        )
         assert {row["conformance"]["reward"] for row in rows} == {0.0, 1.0}
 
     def test_verify_answers_reward_score_and_reason(self, gym_servers: RunningServers):

@@ -32,9 +32,7 @@ def text(value: str) -> dict:
 
 
 def test_output_text_concatenates_every_output_text_part_without_separator():
-    response = decode_response(
-        {"output": [message(text("Xq7L"), text("m2Pa9Z")), message(text(" Raise a glass"))]}
-    )
+    response = decode_response({"output": [message(text("Xq7L"), text("m2Pa9Z")), message(text(" Raise a glass"))]})
     assert output_text(response) == "Xq7Lm2Pa9Z Raise a glass"
 
 
@@ -81,9 +79,7 @@ def test_normalize(raw, expected):
     assert normalize(raw) == expected
 
 
-@pytest.mark.parametrize(
-    "raw", ["  a\x1cb\x1f c\u2028d\r\n", "\u3000Ünïcödé\u0085TEXT\x0b", "ΣΑΣ  x", "İstanbul  "]
-)
+@pytest.mark.parametrize("raw", ["  a\x1cb\x1f c\u2028d\r\n", "\u3000Ünïcödé\u0085TEXT\x0b", "ΣΑΣ  x", "İstanbul  "])
 def test_normalize_is_strip_then_lower_then_collapse(raw):
     assert normalize(raw) == re.sub(r"\s+", " ", raw.strip().lower())
 

@@ -52,14 +52,20 @@ def test_fewer_than_two_responses_have_no_pairs(n):
     [
         ('{"score_1": 4, "score_2": 2, "ranking": 2}', Verdict(4, 2, 2)),
         # The json fence wins over a later object outside it.
-        ('Draft:\n```json\n{"score_1": 5, "score_2": 1, "ranking": 1}\n```\nFinal: {"score_1": 1, "score_2": 5, "ranking": 6}',
-         Verdict(5, 1, 1)),
+        (
+            'Draft:\n```json\n{"score_1": 5, "score_2": 1, "ranking": 1}\n```\nFinal: {"score_1": 1, "score_2": 5, "ranking": 6}',
+            Verdict(5, 1, 1),
+        ),
         # The tag is matched in any case; the first fence with a key wins.
-        ('```JSON\n{"note": 1}\n```\n```Json\n{"score_1": 2, "score_2": 3, "ranking": 4}\n```\n```json\n{"score_1": 5}\n```',
-         Verdict(2, 3, 4)),
+        (
+            '```JSON\n{"note": 1}\n```\n```Json\n{"score_1": 2, "score_2": 3, "ranking": 4}\n```\n```json\n{"score_1": 5}\n```',
+            Verdict(2, 3, 4),
+        ),
         # Without a fence: the LAST top-level object holding a key.
-        ('First {"score_1": 1, "score_2": 1, "ranking": 3} then {"score_1": 4, "score_2": 3, "ranking": 3} {"other": 1}',
-         Verdict(4, 3, 3)),
+        (
+            'First {"score_1": 1, "score_2": 1, "ranking": 3} then {"score_1": 4, "score_2": 3, "ranking": 3} {"other": 1}',
+            Verdict(4, 3, 3),
+        ),
         # Braces and quotes inside strings do not end the object.
         ('{"reason": "a } brace and a \\" quote {", "score_1": 3, "score_2": 5, "ranking": 5}', Verdict(3, 5, 5)),
         # A nested object is part of its top-level object, not a candidate of its own.
@@ -81,8 +87,16 @@ def test_parse_verdict(text, verdict):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "Response 1 is better.", "{not json}", '{"winner": 1}', "```json\n{\"a\": 1}\n```", '{"score_1": 4',
-     "[1, 2, 3]", '"score_1": 5'],
+    [
+        "",
+        "Response 1 is better.",
+        "{not json}",
+        '{"winner": 1}',
+        '```json\n{"a": 1}\n```',
+        '{"score_1": 4',
+        "[1, 2, 3]",
+        '"score_1": 5',
+    ],
 )
 def test_garbage_has_no_verdict(text):
     assert parse_verdict(text) is None
@@ -131,7 +145,10 @@ def test_a_response_never_compared_gets_the_default_score():
     assert aggregate(3, [c(0, 1, 5, 1, 1)], default_score=2.5).rewards == [5.0, 1.0, 2.5]
     empty = aggregate(1, [])
     assert empty.rewards == [3.0] and empty.metrics() == {
-        "mean_individual_score": 0.0, "std_individual_score": 0.0, "tiebreak_usage_rate": 0.0}
+        "mean_individual_score": 0.0,
+        "std_individual_score": 0.0,
+        "tiebreak_usage_rate": 0.0,
+    }
 
 
 def test_std_is_the_population_std_of_every_score():
@@ -177,8 +194,9 @@ def test_style_density_counts_markdown_outside_code():
 
 def test_adjustments_combine_and_style_is_zero_centred():
     base = [5.0, 1.0]
-    extra = adjustments(base, ["# Big\n- a\n- b", "plain"], ["", ""], answer_bonus=0.5, style_coeff=10.0,
-                        answer_length_coeff=0.2)
+    extra = adjustments(
+        base, ["# Big\n- a\n- b", "plain"], ["", ""], answer_bonus=0.5, style_coeff=10.0, answer_length_coeff=0.2
+    )
     assert extra.answer_bonus == [0.0, 0.0]  # the shortest answer (response 1) is not in the top 20%
     assert extra.style[0] < 0 < extra.style[1] and sum(extra.style) == pytest.approx(0.0)
     assert extra.answer_length == pytest.approx([-0.1, 0.1])
@@ -191,12 +209,19 @@ def test_adjustments_combine_and_style_is_zero_centred():
 
 
 def test_answer_and_reasoning_texts():
-    response = decode_response({"output": [
-        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello "},
-                                                             {"type": "output_text", "text": "world"}]},
-        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
-    ]})
+    response = decode_response(
+        {
+            "output": [
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}]},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": "Hello "}, {"type": "output_text", "text": "world"}],
+                },
+                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+            ]
+        }
+    )
     assert answer_text(response) == "Hello world"
     assert reasoning_text(response) == "think"
     assert answer_text(decode_response({"output": []})) == ""
@@ -207,10 +232,24 @@ def test_answer_and_reasoning_texts():
 
 def test_aggregate_metrics():
     rows = [
-        {"reward": 4.0, "mean_individual_score": 3.0, "std_individual_score": 1.0, "tiebreak_usage_rate": 0.5,
-         "num_comparisons": 2, "num_default_comparisons": 1, "cohort_complete": True},
-        {"reward": 2.0, "mean_individual_score": 5.0, "std_individual_score": 0.0, "tiebreak_usage_rate": 0.0,
-         "num_comparisons": 2, "num_default_comparisons": 0, "cohort_complete": False},
+        {
+            "reward": 4.0,
+            "mean_individual_score": 3.0,
+            "std_individual_score": 1.0,
+            "tiebreak_usage_rate": 0.5,
+            "num_comparisons": 2,
+            "num_default_comparisons": 1,
+            "cohort_complete": True,
+        },
+        {
+            "reward": 2.0,
+            "mean_individual_score": 5.0,
+            "std_individual_score": 0.0,
+            "tiebreak_usage_rate": 0.0,
+            "num_comparisons": 2,
+            "num_default_comparisons": 0,
+            "cohort_complete": False,
+        },
         {"reward": 3.0, "mean_individual_score": None, "num_comparisons": 0, "cohort_complete": True},
     ]
     assert genrm_metrics(rows) == {

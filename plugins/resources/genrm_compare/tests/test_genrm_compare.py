@@ -68,13 +68,22 @@ def reward_model_rules() -> list[dict[str, Any]]:
 
 
 def env(**options: Any) -> dict[str, Any]:
-    return {"plugin": "genrm_compare", "judge_model_server": "genrm", "judge_max_attempts": 1,
-            "genrm_parse_retries": 1, "genrm_parse_retry_sleep_s": 0.0, **options}
+    return {
+        "plugin": "genrm_compare",
+        "judge_model_server": "genrm",
+        "judge_max_attempts": 1,
+        "genrm_parse_retries": 1,
+        "genrm_parse_retry_sleep_s": 0.0,
+        **options,
+    }
 
 
 def row(answer: str, prompt: str = PROMPT, **fields: Any) -> dict[str, Any]:
-    return {"responses_create_params": {"input": [{"role": "user", "content": prompt}]},
-            "response": assistant_response(answer), **fields}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": prompt}]},
+        "response": assistant_response(answer),
+        **fields,
+    }
 
 
 def concurrently(servers: RunningServers, instance: str, bodies: list[dict[str, Any]]) -> list[Any]:
@@ -103,8 +112,13 @@ class TestGenrmCompare(ResourcesServerTests):
 
     def malformed_bodies(self, servers: RunningServers) -> dict[str, list[bytes]]:
         bodies = super().malformed_bodies(servers)
-        bodies["/compare"] = [b'{"not": json', b"[1, 2, 3]", b"{}", b'{"conversation_history": [], "response_objs": 5}',
-                              b'{"conversation_history": 7, "response_objs": []}']
+        bodies["/compare"] = [
+            b'{"not": json',
+            b"[1, 2, 3]",
+            b"{}",
+            b'{"conversation_history": [], "response_objs": 5}',
+            b'{"conversation_history": 7, "response_objs": []}',
+        ]
         return bodies
 
     # --- /verify with one rollout per prompt ---
@@ -120,8 +134,11 @@ class TestGenrmCompare(ResourcesServerTests):
     # --- /compare ---
 
     def compare(self, servers: RunningServers, instance: str, answers: list[str], **body: Any) -> dict[str, Any]:
-        request = {"conversation_history": [{"role": "user", "content": PROMPT}],
-                   "response_objs": [assistant_response(a) for a in answers], **body}
+        request = {
+            "conversation_history": [{"role": "user", "content": PROMPT}],
+            "response_objs": [assistant_response(a) for a in answers],
+            **body,
+        }
         reply = servers.caller(instance).post("/compare", request)
         assert reply.status == 200, reply.text
         return reply.json()
@@ -131,8 +148,11 @@ class TestGenrmCompare(ResourcesServerTests):
         assert result["rewards"] == [5.0, 3.0, 1.0]
         assert [(r["response_1"], r["response_2"]) for r in result["comparison_results"]] == [(0, 1), (1, 2), (2, 0)]
         assert all(r["parsed"] and r["attempts"] == 1 for r in result["comparison_results"])
-        assert result["metrics"] == {"mean_individual_score": 3.0, "std_individual_score": pytest.approx((8 / 3) ** 0.5),
-                                     "tiebreak_usage_rate": 0.0}
+        assert result["metrics"] == {
+            "mean_individual_score": 3.0,
+            "std_individual_score": pytest.approx((8 / 3) ** 0.5),
+            "tiebreak_usage_rate": 0.0,
+        }
 
     def test_compare_all_pairs_with_two_judges(self, gym_servers: RunningServers):
         result = self.compare(gym_servers, "batch", ["BAD", "GOOD", "OKAY"])
@@ -160,7 +180,9 @@ class TestGenrmCompare(ResourcesServerTests):
         assert result["rewards"] == [3.0, 3.0]
         assert all(not r["parsed"] and "judge 'genrm' failed" in r["error"] for r in result["comparison_results"])
         # ...also when the judge instance is unreachable: the defaults, not a 502.
-        verdicts = concurrently(gym_servers, "pairs", [row("GOOD", prompt="FAILJUDGE?"), row("BAD", prompt="FAILJUDGE?")])
+        verdicts = concurrently(
+            gym_servers, "pairs", [row("GOOD", prompt="FAILJUDGE?"), row("BAD", prompt="FAILJUDGE?")]
+        )
         assert [v.status for v in verdicts] == [200, 200] and [v.json()["reward"] for v in verdicts] == [3.0, 3.0]
         assert all(v.json()["num_default_comparisons"] == 2 for v in verdicts)
 
@@ -172,7 +194,10 @@ class TestGenrmCompare(ResourcesServerTests):
         default = self.compare(gym_servers, "principled", ["GOOD", "BAD"])
         assert [r["score_1"] for r in default["comparison_results"]] == [2.0, 2.0]
         # Without use_principle, the row's principle is not sent.
-        assert self.compare(gym_servers, "genrm_compare", ["GOOD", "BAD"], principle="PRINCIPLE_X")["rewards"] == [5.0, 1.0]
+        assert self.compare(gym_servers, "genrm_compare", ["GOOD", "BAD"], principle="PRINCIPLE_X")["rewards"] == [
+            5.0,
+            1.0,
+        ]
 
     def test_adjustments(self, gym_servers: RunningServers):
         result = self.compare(gym_servers, "adjusted", ["GOOD", "OKAY", "BAD"])
@@ -201,10 +226,17 @@ class TestGenrmCompare(ResourcesServerTests):
         assert server.cohorts == {}  # decided cohorts are dropped
 
     def test_cohorts_are_kept_apart_by_prompt_and_task_index(self, gym_servers: RunningServers):
-        bodies = [row("GOOD", prompt="P"), row("BAD", prompt="Q"), row("BAD", prompt="P"), row("GOOD", prompt="Q"),
-                  # The same input under two task indices ("0" and 0 are the same index): two cohorts.
-                  row("OKAY", prompt="P", _ng_task_index="0"), row("GOOD", prompt="P", _ng_task_index=1),
-                  row("BAD", prompt="P", _ng_task_index=0), row("OKAY", prompt="P", _ng_task_index=1)]
+        bodies = [
+            row("GOOD", prompt="P"),
+            row("BAD", prompt="Q"),
+            row("BAD", prompt="P"),
+            row("GOOD", prompt="Q"),
+            # The same input under two task indices ("0" and 0 are the same index): two cohorts.
+            row("OKAY", prompt="P", _ng_task_index="0"),
+            row("GOOD", prompt="P", _ng_task_index=1),
+            row("BAD", prompt="P", _ng_task_index=0),
+            row("OKAY", prompt="P", _ng_task_index=1),
+        ]
         verdicts = [r.json() for r in concurrently(gym_servers, "pairs", bodies)]
         assert [v["reward"] for v in verdicts] == [5.0, 1.0, 1.0, 5.0, 3.0, 5.0, 1.0, 3.0]
         assert all(v["cohort_size"] == 2 and v["num_comparisons"] == 2 for v in verdicts)  # circular of 2: both orders
@@ -265,8 +297,12 @@ def test_configs_load():
     servers = PluginManager().servers()
     for path in sorted((PACKAGE / "configs").glob("*.yaml")):
         config = yaml.safe_load(path.read_text())
-        overrides = [f"{name}.{key}=x" for name, options in config.items() if isinstance(options, dict)
-                     for key, value in options.items() if value == "???"]
+        overrides = [
+            f"{name}.{key}=x"
+            for name, options in config.items()
+            if isinstance(options, dict)
+            for key, value in options.items()
+            if value == "???"
+        ]
         overrides = [o.replace("base_url=x", "base_url=http://127.0.0.1:1/v1") for o in overrides]
         load_config([path], overrides=overrides, env_file=None, server_types=servers)
-

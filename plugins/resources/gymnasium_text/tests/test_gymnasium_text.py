@@ -28,7 +28,11 @@ from gym_gymnasium_text.server import ansi_to_text, jsonable
 PACKAGE = Path(__file__).resolve().parents[1]
 EXAMPLES = PACKAGE / "data" / "example.jsonl"
 ROW = {"responses_create_params": {"input": "Play."}}
-FROZEN_LAKE = {"env_id": "FrozenLake-v1", "env_kwargs": {"is_slippery": False}, "action_names": ["Left", "Down", "Right", "Up"]}
+FROZEN_LAKE = {
+    "env_id": "FrozenLake-v1",
+    "env_kwargs": {"is_slippery": False},
+    "action_names": ["Left", "Down", "Right", "Up"],
+}
 
 
 def step(caller, text: str):
@@ -52,13 +56,28 @@ class TestNotSlipperyFrozenLake(ResourcesServerTests):
     server_type = "gymnasium_text"
     plugins = [gym_gymnasium_text.plugin]
     options = FROZEN_LAKE
-    example_data = [{**ROW, "seed": 1, "conformance": {"reward": 1.0, "tool_calls": [
-        {"name": "act", "arguments": {"action": m}} for m in ("Down", "Down", "Right", "Right", "Down", "Right")]}}]
+    example_data = [
+        {
+            **ROW,
+            "seed": 1,
+            "conformance": {
+                "reward": 1.0,
+                "tool_calls": [
+                    {"name": "act", "arguments": {"action": m}}
+                    for m in ("Down", "Down", "Right", "Right", "Down", "Right")
+                ],
+            },
+        }
+    ]
 
     def test_the_observation_is_the_render_the_state_and_the_instructions(self, gym_servers: RunningServers):
         reset = gym_servers.caller().post("/reset", {**ROW, "seed": 3}).json()
         assert reset["observation"].split("\n") == [
-            "[S]FFF", "FHFH", "FFFH", "HFFG", "Observation: 0",
+            "[S]FFF",
+            "FHFH",
+            "FFFH",
+            "HFFG",
+            "Observation: 0",
             "Reply with one action as <action>NAME</action>, NAME one of: Left (0), Down (1), Right (2), Up (3); "
             "or a number from 0 to 3.",
         ]
@@ -89,7 +108,12 @@ class TestNotSlipperyFrozenLake(ResourcesServerTests):
 
     def test_the_act_tool_offers_the_action_names(self, gym_servers: RunningServers):
         (tool,) = gym_servers.caller().get("/tools").json()
-        assert tool["name"] == "act" and tool["parameters"]["properties"]["action"]["enum"] == ["Left", "Down", "Right", "Up"]
+        assert tool["name"] == "act" and tool["parameters"]["properties"]["action"]["enum"] == [
+            "Left",
+            "Down",
+            "Right",
+            "Up",
+        ]
 
     def test_the_time_limit_of_the_environment_truncates(self, gym_servers: RunningServers):
         caller = gym_servers.caller()
@@ -103,12 +127,17 @@ def test_ansi_highlights_become_brackets_and_values_become_json():
     assert ansi_to_text("|\x1b[43mR\x1b[0m: :\x1b[1mG\x1b[0m|") == "|[R]: :[G]|"
     import numpy as np
 
-    assert jsonable({"a": np.int64(3), "b": (np.float32(0.5), np.array([1, 2])), "c": object.__name__}) == \
-        {"a": 3, "b": [0.5, [1, 2]], "c": "object"}
+    assert jsonable({"a": np.int64(3), "b": (np.float32(0.5), np.array([1, 2])), "c": object.__name__}) == {
+        "a": 3,
+        "b": [0.5, [1, 2]],
+        "c": "object",
+    }
 
 
 def serve(options: dict):
-    return running_servers({"env": {"plugin": "gymnasium_text", **options}}, plugins=plugin_manager(gym_gymnasium_text.plugin))
+    return running_servers(
+        {"env": {"plugin": "gymnasium_text", **options}}, plugins=plugin_manager(gym_gymnasium_text.plugin)
+    )
 
 
 async def test_penalty_mode_steps_without_the_environment():
@@ -120,7 +149,9 @@ async def test_penalty_mode_steps_without_the_environment():
         answer = step(caller, "no idea").json()
         assert (answer["reward"], answer["terminated"], answer["info"]) == (-0.5, False, {"action_is_valid": False})
         assert answer["observation"].startswith("That reply named no valid action.")
-        assert "Observation: 4" in step(caller, "<action>Down</action>").json()["observation"]  # still at the start before
+        assert (
+            "Observation: 4" in step(caller, "<action>Down</action>").json()["observation"]
+        )  # still at the start before
 
 
 async def test_known_toy_text_games_get_their_action_names():
@@ -139,13 +170,20 @@ async def test_the_same_seed_gives_the_same_episode_on_a_random_environment():
 
     with serve({"env_id": "Blackjack-v1"}) as config:
         url = config.instances["env"].url
-        resets = [HTTPCaller(url, auth_token=config.auth_token).post("/reset", {**ROW, "seed": s}).json() for s in (5, 5, 6)]
+        resets = [
+            HTTPCaller(url, auth_token=config.auth_token).post("/reset", {**ROW, "seed": s}).json() for s in (5, 5, 6)
+        ]
         assert resets[0]["observation"] == resets[1]["observation"]
         first = resets[0]["observation"].split("\n")
         assert first[0].startswith("Observation: [")
-        assert first[1] == "Reply with one action as <action>NAME</action>, NAME one of: Stick (0), Hit (1); or a number from 0 to 1."
-        observations = {HTTPCaller(url, auth_token=config.auth_token).post("/reset", {**ROW, "seed": s}).json()["observation"]
-                        for s in range(12)}
+        assert (
+            first[1]
+            == "Reply with one action as <action>NAME</action>, NAME one of: Stick (0), Hit (1); or a number from 0 to 1."
+        )
+        observations = {
+            HTTPCaller(url, auth_token=config.auth_token).post("/reset", {**ROW, "seed": s}).json()["observation"]
+            for s in range(12)
+        }
         assert len(observations) > 3
 
 
@@ -162,8 +200,11 @@ async def test_start_up_refuses_an_unknown_id_and_names_that_do_not_fit():
 @pytest.fixture(scope="module")
 def servers():
     manager = plugin_manager(gym_gymnasium_text.plugin, *first_party("scripted", "gymnasium"))
-    config = {"policy": {"plugin": "scripted"}, "frozen_lake": {"plugin": "gymnasium_text"},
-              "agent": {"plugin": "gymnasium", "model_server": "policy", "resources_server": "frozen_lake", "max_steps": 20}}
+    config = {
+        "policy": {"plugin": "scripted"},
+        "frozen_lake": {"plugin": "gymnasium_text"},
+        "agent": {"plugin": "gymnasium", "model_server": "policy", "resources_server": "frozen_lake", "max_steps": 20},
+    }
     with running_servers(config, plugins=manager) as global_config:
         yield global_config
 
@@ -175,7 +216,10 @@ async def test_each_example_row_through_the_agent(servers):
             if not moves:
                 continue  # nothing to script
             turns = json.dumps([{"text": f"<action>{m}</action>"} for m in moves])
-            task = {**row, "responses_create_params": {**row["responses_create_params"], "metadata": {"scripted_turns": turns}}}
+            task = {
+                **row,
+                "responses_create_params": {**row["responses_create_params"], "metadata": {"scripted_turns": turns}},
+            }
             result = await client.post("agent", "/run", task)
             assert result["reward"] == row["conformance"]["reward"] and result["terminated"] is True, row["seed"]
             assert result["model_calls"] == len(moves) and result["environment"] == "gymnasium_text"
@@ -184,4 +228,6 @@ async def test_each_example_row_through_the_agent(servers):
 def test_the_configs_pair_the_adapter_with_the_gymnasium_agent():
     for name in ("gymnasium_text.yaml", "gymnasium_text_local.yaml"):
         config = yaml.safe_load((PACKAGE / "configs" / name).read_text())
-        assert config["frozen_lake"]["env_id"] == "FrozenLake-v1" and config["frozen_lake_agent"]["plugin"] == "gymnasium"
+        assert (
+            config["frozen_lake"]["env_id"] == "FrozenLake-v1" and config["frozen_lake_agent"]["plugin"] == "gymnasium"
+        )

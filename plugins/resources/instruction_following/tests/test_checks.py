@@ -576,9 +576,7 @@ def test_check(iid, kwargs, text, followed):
 
 def test_null_kwargs_and_null_values_are_dropped():
     assert check_instruction("no commas", "punctuation:no_comma", None).followed
-    assert check_instruction(
-        "no commas", "punctuation:no_comma", {"extra": None}
-    ).followed
+    assert check_instruction("no commas", "punctuation:no_comma", {"extra": None}).followed
 
 
 def test_unexpected_parameters_fail_with_a_reason():
@@ -590,19 +588,13 @@ def test_unexpected_parameters_fail_with_a_reason():
 
 
 def test_missing_parameters_fail_instead_of_being_filled_at_random():
-    result = check_instruction(
-        "tea tea", "keywords:frequency", {"keyword": "tea", "frequency": None}
-    )
+    result = check_instruction("tea tea", "keywords:frequency", {"keyword": "tea", "frequency": None})
     assert not result.followed
-    assert (
-        result.error == "keywords:frequency: missing parameter(s) frequency, relation"
-    )
+    assert result.error == "keywords:frequency: missing parameter(s) frequency, relation"
 
 
 def test_a_check_that_raises_fails_with_the_exception():
-    result = check_instruction(
-        "text", "keywords:existence", {"keywords": ["(unclosed"]}
-    )
+    result = check_instruction("text", "keywords:existence", {"keywords": ["(unclosed"]})
     assert not result.followed and result.error.startswith("keywords:existence: error")
     wrong_type = check_instruction(
         "a b c",
@@ -613,10 +605,7 @@ def test_a_check_that_raises_fails_with_the_exception():
 
 
 def test_unknown_ids_fail_with_a_reason():
-    assert (
-        check_instruction("x", "keywords:nope", {}).error
-        == "unknown instruction id 'keywords:nope'"
-    )
+    assert check_instruction("x", "keywords:nope", {}).error == "unknown instruction id 'keywords:nope'"
 
 
 def test_grade_pairs_ids_with_kwargs_truncating_to_the_shorter():

@@ -45,8 +45,6 @@ TASK = {
 }
 
 
-
-
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
     return plugin_manager(gym_instruction_following.plugin, *others)
@@ -66,9 +64,7 @@ class TestInstructionFollowing(ResourcesServerTests):
             response = assistant_response(response)
         return servers.caller().post("/verify", {**task, "response": response})
 
-    def test_verify_reports_each_instruction_and_echoes_the_metadata(
-        self, gym_servers: RunningServers
-    ):
+    def test_verify_reports_each_instruction_and_echoes_the_metadata(self, gym_servers: RunningServers):
         verdict = self.verify(gym_servers, TASK, "Green tea is calm.").json()
         assert verdict == {
             "reward": 1.0,
@@ -88,19 +84,13 @@ class TestInstructionFollowing(ResourcesServerTests):
 
     def test_fraction_mode_gives_the_share_followed(self, gym_servers: RunningServers):
         task = {**TASK, "verifier_metadata": {**METADATA, "grading_mode": "fraction"}}
-        assert (
-            self.verify(gym_servers, task, "Black tea, strong.").json()["reward"] == 0.0
-        )
+        assert self.verify(gym_servers, task, "Black tea, strong.").json()["reward"] == 0.0
         verdict = self.verify(gym_servers, task, "Green tea, calm.").json()
         assert (verdict["reward"], verdict["follow_all_instructions"]) == (0.5, False)
 
-    def test_an_empty_instruction_list_is_1_in_binary_and_0_in_fraction_mode(
-        self, gym_servers: RunningServers
-    ):
+    def test_an_empty_instruction_list_is_1_in_binary_and_0_in_fraction_mode(self, gym_servers: RunningServers):
         empty = {**METADATA, "instruction_id_list": [], "kwargs": []}
-        binary = self.verify(
-            gym_servers, {**TASK, "verifier_metadata": empty}, "x"
-        ).json()
+        binary = self.verify(gym_servers, {**TASK, "verifier_metadata": empty}, "x").json()
         fraction = self.verify(
             gym_servers,
             {**TASK, "verifier_metadata": {**empty, "grading_mode": "fraction"}},
@@ -109,9 +99,7 @@ class TestInstructionFollowing(ResourcesServerTests):
         assert (binary["reward"], binary["follow_all_instructions"]) == (1.0, True)
         assert (fraction["reward"], fraction["follow_instruction_list"]) == (0.0, [])
 
-    def test_legacy_top_level_keys_fill_in_what_verifier_metadata_lacks(
-        self, gym_servers: RunningServers
-    ):
+    def test_legacy_top_level_keys_fill_in_what_verifier_metadata_lacks(self, gym_servers: RunningServers):
         legacy = {
             "id": 1,
             "responses_create_params": {"input": "q"},
@@ -134,21 +122,14 @@ class TestInstructionFollowing(ResourcesServerTests):
         verdict = self.verify(gym_servers, mixed, "Green tea").json()
         assert verdict["reward"] == 0.0
         assert verdict["verifier_metadata"]["kwargs"] == [None, {"keywords": ["black"]}]
-        assert (
-            verdict["verifier_metadata"]["instruction_id_list"]
-            == METADATA["instruction_id_list"]
-        )
+        assert verdict["verifier_metadata"]["instruction_id_list"] == METADATA["instruction_id_list"]
 
-    def test_ids_and_kwargs_are_paired_up_to_the_shorter_list(
-        self, gym_servers: RunningServers
-    ):
+    def test_ids_and_kwargs_are_paired_up_to_the_shorter_list(self, gym_servers: RunningServers):
         task = {**TASK, "verifier_metadata": {**METADATA, "kwargs": [None]}}
         verdict = self.verify(gym_servers, task, "has, a comma").json()
         assert (verdict["reward"], verdict["follow_instruction_list"]) == (0.0, [False])
 
-    def test_the_text_is_the_first_part_of_the_last_output_item(
-        self, gym_servers: RunningServers
-    ):
+    def test_the_text_is_the_first_part_of_the_last_output_item(self, gym_servers: RunningServers):
         first_message = {
             "type": "message",
             "role": "assistant",
@@ -162,9 +143,7 @@ class TestInstructionFollowing(ResourcesServerTests):
                 {"type": "output_text", "text": ", more"},
             ],
         }
-        verdict = self.verify(
-            gym_servers, TASK, {"output": [first_message, last_message]}
-        ).json()
+        verdict = self.verify(gym_servers, TASK, {"output": [first_message, last_message]}).json()
         assert verdict["reward"] == 1.0  # earlier messages and later parts are not read
         call = {
             "type": "function_call",
@@ -172,20 +151,14 @@ class TestInstructionFollowing(ResourcesServerTests):
             "name": "f",
             "arguments": "{}",
         }
-        ends_in_a_call = self.verify(
-            gym_servers, TASK, {"output": [last_message, call]}
-        ).json()
+        ends_in_a_call = self.verify(gym_servers, TASK, {"output": [last_message, call]}).json()
         assert ends_in_a_call["follow_instruction_list"] == [
             True,
             False,
         ]  # the text is ""
-        assert self.verify(gym_servers, TASK, {"output": []}).json()[
-            "follow_instruction_list"
-        ] == [True, False]
+        assert self.verify(gym_servers, TASK, {"output": []}).json()["follow_instruction_list"] == [True, False]
 
-    def test_missing_parameters_and_bad_kwargs_fail_that_instruction_with_a_reason(
-        self, gym_servers: RunningServers
-    ):
+    def test_missing_parameters_and_bad_kwargs_fail_that_instruction_with_a_reason(self, gym_servers: RunningServers):
         metadata = {
             "instruction_id_list": [
                 "keywords:frequency",
@@ -196,9 +169,7 @@ class TestInstructionFollowing(ResourcesServerTests):
             "kwargs": [{"keyword": "tea"}, {"surprise": 1}, {"keywords": ["("]}],
             "grading_mode": "fraction",
         }
-        verdict = self.verify(
-            gym_servers, {**TASK, "verifier_metadata": metadata}, "tea"
-        ).json()
+        verdict = self.verify(gym_servers, {**TASK, "verifier_metadata": metadata}, "tea").json()
         assert verdict["follow_instruction_list"] == [False, False, False]
         assert verdict["reward"] == 0.0
         missing, unexpected, bad_regex = verdict["instruction_errors"]
@@ -206,9 +177,7 @@ class TestInstructionFollowing(ResourcesServerTests):
         assert "unexpected parameter(s) surprise" in unexpected
         assert bad_regex.startswith("keywords:existence: error")
 
-    def test_an_unknown_instruction_id_is_a_422_naming_it(
-        self, gym_servers: RunningServers
-    ):
+    def test_an_unknown_instruction_id_is_a_422_naming_it(self, gym_servers: RunningServers):
         task = {
             **TASK,
             "verifier_metadata": {
@@ -221,13 +190,9 @@ class TestInstructionFollowing(ResourcesServerTests):
         assert "'made:up'" in reply.json()["error"]["message"]
 
     @pytest.mark.parametrize("key", ["instruction_id_list", "prompt", "kwargs"])
-    def test_a_missing_required_key_is_a_422_naming_it(
-        self, gym_servers: RunningServers, key
-    ):
+    def test_a_missing_required_key_is_a_422_naming_it(self, gym_servers: RunningServers, key):
         metadata = {k: v for k, v in METADATA.items() if k != key}
-        reply = self.verify(
-            gym_servers, {**TASK, "verifier_metadata": metadata}, "Green tea"
-        )
+        reply = self.verify(gym_servers, {**TASK, "verifier_metadata": metadata}, "Green tea")
         assert reply.status == 422, reply.text
         assert f"verifier_metadata.{key}" in reply.json()["error"]["message"]
 
@@ -241,9 +206,7 @@ class TestInstructionFollowing(ResourcesServerTests):
             ("verifier_metadata", {**METADATA, "kwargs": ["x"]}),
         ],
     )
-    def test_bad_row_fields_are_a_422_naming_the_field(
-        self, gym_servers: RunningServers, field, value
-    ):
+    def test_bad_row_fields_are_a_422_naming_the_field(self, gym_servers: RunningServers, field, value):
         reply = self.verify(gym_servers, {**TASK, field: value}, "Green tea")
         assert reply.status == 422, reply.text
         assert field in reply.json()["error"]["message"]
@@ -253,17 +216,13 @@ class TestInstructionFollowing(ResourcesServerTests):
         reply = self.verify(gym_servers, task, "Green tea")
         assert reply.status == 422 and "id" in reply.json()["error"]["message"]
 
-    def test_a_pathological_check_times_out_with_reward_zero(
-        self, gym_servers: RunningServers
-    ):
+    def test_a_pathological_check_times_out_with_reward_zero(self, gym_servers: RunningServers):
         metadata = {
             "instruction_id_list": ["keywords:existence"],
             "prompt": "p",
             "kwargs": [{"keywords": ["(a+)+$"]}],
         }
-        verdict = self.verify(
-            gym_servers, {**TASK, "verifier_metadata": metadata}, "a" * 40 + "!"
-        ).json()
+        verdict = self.verify(gym_servers, {**TASK, "verifier_metadata": metadata}, "a" * 40 + "!").json()
         assert (
             verdict["reward"],
             verdict["reason"],
@@ -290,9 +249,7 @@ def test_unknown_ids_can_count_as_not_followed_like_the_reference():
     }
     with running_servers(config, plugins=plugins()) as running:
         caller = HTTPCaller(running.instances["instruction_following"].url)
-        verdict = caller.post(
-            "/verify", {**task, "response": assistant_response("Green tea")}
-        ).json()
+        verdict = caller.post("/verify", {**task, "response": assistant_response("Green tea")}).json()
     assert (verdict["reward"], verdict["follow_instruction_list"]) == (
         0.5,
         [True, False],
@@ -337,9 +294,7 @@ def test_aggregate_metrics():
 
 async def test_the_scripted_config_grades_every_example_through_the_agent():
     # The scripted model answers each example with its conformance response (its script rides in metadata).
-    config = yaml.safe_load(
-        (PACKAGE / "configs" / "instruction_following_scripted.yaml").read_text()
-    )
+    config = yaml.safe_load((PACKAGE / "configs" / "instruction_following_scripted.yaml").read_text())
     manager = plugins(*first_party("scripted", "simple_agent"))
     with running_servers(config, plugins=manager) as running:
         async with ServerClient(running) as client:
@@ -349,9 +304,7 @@ async def test_the_scripted_config_grades_every_example_through_the_agent():
                     **task["responses_create_params"],
                     "metadata": {"scripted_turns": json.dumps(script)},
                 }
-                result = await client.post(
-                    "agent", "/run", {**task, "responses_create_params": params}
-                )
+                result = await client.post("agent", "/run", {**task, "responses_create_params": params})
                 assert result["reward"] == task["conformance"]["reward"], result
                 assert "follow_instruction_list" in result
 
@@ -367,9 +320,7 @@ async def test_the_scripted_config_grades_every_example_through_the_agent():
 def test_configs_validate(name):
     from gym_core.config import load_config
 
-    manager = plugins(
-        *first_party("scripted", "simple_agent", "local_llama", "openai_model")
-    )
+    manager = plugins(*first_party("scripted", "simple_agent", "local_llama", "openai_model"))
     overrides = (
         ["policy_model.base_url=http://127.0.0.1:1/v1", "policy_model.model=m"]
         if name == "instruction_following.yaml"

@@ -24,7 +24,12 @@ FEEDBACK_FIELDS = ("proof_status", "needs_correction", "error_feedback", "correc
 
 
 def body(text: str, expected="12", params=FEW_SHOT, **fields) -> dict:
-    return {"responses_create_params": params, "expected_answer": expected, **fields, "response": assistant_response(text)}
+    return {
+        "responses_create_params": params,
+        "expected_answer": expected,
+        **fields,
+        "response": assistant_response(text),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +47,16 @@ def servers():
 def test_a_right_answer_needs_no_correction(servers):
     verdict = servers["library"].post("/verify", body("7 + 5 = \\boxed{12}")).json()
     assert verdict == {
-        "reward": 1.0, "expected_answer": "12", "extracted_answer": "12", "library_reward": 1.0,
-        "judge_evaluations": None, "reason": "correct",
-        "proof_status": "correct", "needs_correction": False, "error_feedback": None, "correction_prompt": None,
+        "reward": 1.0,
+        "expected_answer": "12",
+        "extracted_answer": "12",
+        "library_reward": 1.0,
+        "judge_evaluations": None,
+        "reason": "correct",
+        "proof_status": "correct",
+        "needs_correction": False,
+        "error_feedback": None,
+        "correction_prompt": None,
     }
 
 
@@ -62,8 +74,14 @@ def test_a_wrong_answer_is_offered_a_correction_naming_the_models_answer_only(se
 def test_no_answer_is_offered_a_correction(servers):
     library = servers["library"].post("/verify", body("I am not sure.")).json()
     boxed = servers["boxed"].post("/verify", body("The answer is 12")).json()
-    assert (library["proof_status"], library["error_feedback"]) == ("no_answer", "No final answer was found in your response.")
-    assert (boxed["proof_status"], boxed["error_feedback"]) == ("no_answer", "No final answer in \\boxed{} was found in your response.")
+    assert (library["proof_status"], library["error_feedback"]) == (
+        "no_answer",
+        "No final answer was found in your response.",
+    )
+    assert (boxed["proof_status"], boxed["error_feedback"]) == (
+        "no_answer",
+        "No final answer in \\boxed{} was found in your response.",
+    )
     assert library["needs_correction"] and boxed["needs_correction"]
     assert "Your previous attempt:\nI am not sure." in library["correction_prompt"]
     empty = servers["library"].post("/verify", body("")).json()
@@ -72,15 +90,24 @@ def test_no_answer_is_offered_a_correction(servers):
 
 def test_a_task_the_grader_cannot_read_is_not_retried(servers):
     verdict = servers["library"].post("/verify", body("\\boxed{12}", expected="$")).json()
-    assert (verdict["reason"], verdict["proof_status"], verdict["needs_correction"]) == ("unparseable_expected_answer", "error", False)
+    assert (verdict["reason"], verdict["proof_status"], verdict["needs_correction"]) == (
+        "unparseable_expected_answer",
+        "error",
+        False,
+    )
     assert verdict["correction_prompt"] is None
 
 
 def test_the_question_field_and_string_input_give_the_problem(servers):
     with_question = servers["library"].post("/verify", body("\\boxed{1}", question="What is 7 + 5, exactly?")).json()
     assert with_question["correction_prompt"].startswith(
-        "Solve the problem. Put the final answer in \\boxed{}.\n\nWhat is 7 + 5, exactly?\n\nYour previous attempt:")
-    string_input = servers["library"].post("/verify", body("\\boxed{1}", params={"input": "Add 7 and 5.", "instructions": "x"})).json()
+        "Solve the problem. Put the final answer in \\boxed{}.\n\nWhat is 7 + 5, exactly?\n\nYour previous attempt:"
+    )
+    string_input = (
+        servers["library"]
+        .post("/verify", body("\\boxed{1}", params={"input": "Add 7 and 5.", "instructions": "x"}))
+        .json()
+    )
     assert string_input["correction_prompt"].startswith("Add 7 and 5.\n\nYour previous attempt:")
 
 

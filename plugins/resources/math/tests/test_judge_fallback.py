@@ -38,8 +38,11 @@ JUDGE_PARAMS = {"input": [], "max_output_tokens": 64, "temperature": 0.0}
 
 
 def body(text: str, expected="12", question: str | None = None, prompt: str = "What is 7 + 5?") -> dict:
-    row = {"responses_create_params": {"input": [{"role": "user", "content": prompt}]}, "expected_answer": expected,
-           "response": assistant_response(text)}
+    row = {
+        "responses_create_params": {"input": [{"role": "user", "content": prompt}]},
+        "expected_answer": expected,
+        "response": assistant_response(text),
+    }
     if question is not None:
         row["question"] = question
     return row
@@ -61,10 +64,22 @@ class TestMathWithJudge(ResourcesServerTests):
     instance = "math"
     instances = {
         "judge": {"plugin": "scripted", "rules": RULES, "turns": [{"text": "No verdict from me."}]},
-        "math": {"plugin": "math", "should_use_judge": True, "judge_model_server": "judge",
-                 "judge_responses_create_params": JUDGE_PARAMS, "judge_max_attempts": 2, "verify_workers": 1},
-        "math_boxed": {"plugin": "math", "grading_mode": "boxed", "should_use_judge": True,
-                       "judge_model_server": "judge", "judge_max_attempts": 2, "verify_workers": 1},
+        "math": {
+            "plugin": "math",
+            "should_use_judge": True,
+            "judge_model_server": "judge",
+            "judge_responses_create_params": JUDGE_PARAMS,
+            "judge_max_attempts": 2,
+            "verify_workers": 1,
+        },
+        "math_boxed": {
+            "plugin": "math",
+            "grading_mode": "boxed",
+            "should_use_judge": True,
+            "judge_model_server": "judge",
+            "judge_max_attempts": 2,
+            "verify_workers": 1,
+        },
     }
 
     def verify(self, servers: RunningServers, row: dict, instance: str = "math") -> dict:
@@ -75,7 +90,10 @@ class TestMathWithJudge(ResourcesServerTests):
     def test_a_right_answer_never_reaches_the_judge(self, gym_servers: RunningServers):
         verdict = self.verify(gym_servers, body("\\boxed{12}", question="not-equal"))
         assert (verdict["reward"], verdict["library_reward"], verdict["judge_evaluations"], verdict["reason"]) == (
-            1.0, 1.0, None, "correct"
+            1.0,
+            1.0,
+            None,
+            "correct",
         )
 
     def test_equal_in_both_orders_rewards_one_after_two_calls(self, gym_servers: RunningServers):
@@ -158,8 +176,9 @@ class TestMathWithJudge(ResourcesServerTests):
 
 
 def reply(last_text: str | None, last_is_output_text: bool = True) -> JudgeReply:
-    return JudgeReply(params={}, response={}, text=last_text or "", last_text=last_text,
-                      last_is_output_text=last_is_output_text)
+    return JudgeReply(
+        params={}, response={}, text=last_text or "", last_text=last_text, last_is_output_text=last_is_output_text
+    )
 
 
 @pytest.mark.parametrize(
@@ -180,8 +199,12 @@ def test_judge_says_equal_needs_a_final_output_text_and_the_first_label(judged, 
 
 def test_a_judge_overturned_verdict_needs_no_correction():
     feedback = correction_feedback("judge_correct", "13", "\\boxed{13}", None, "q")  # type: ignore[arg-type]
-    assert feedback == {"proof_status": "correct", "needs_correction": False, "error_feedback": None,
-                        "correction_prompt": None}
+    assert feedback == {
+        "proof_status": "correct",
+        "needs_correction": False,
+        "error_feedback": None,
+        "correction_prompt": None,
+    }
 
 
 # ---------------------------------------------------------------- options
@@ -206,12 +229,15 @@ def test_the_judge_model_server_must_name_a_model_instance():
     with pytest.raises(ConfigError, match="no server instance named 'jduge'"):
         load({"should_use_judge": True, "judge_model_server": "jduge"}, judge={"plugin": "scripted"})
     with pytest.raises(ConfigError, match="judge_model_server"):  # the reference's {type, name} form
-        load({"should_use_judge": True, "judge_model_server": {"type": "responses_api_models", "name": "judge"}},
-             judge={"plugin": "scripted"})
+        load(
+            {"should_use_judge": True, "judge_model_server": {"type": "responses_api_models", "name": "judge"}},
+            judge={"plugin": "scripted"},
+        )
 
 
-@pytest.mark.parametrize(("option", "value"), [("judge_max_attempts", 0), ("judge_timeout_s", 0),
-                                                ("judge_endpoint_max_concurrency", 0)])
+@pytest.mark.parametrize(
+    ("option", "value"), [("judge_max_attempts", 0), ("judge_timeout_s", 0), ("judge_endpoint_max_concurrency", 0)]
+)
 def test_bad_judge_options_are_config_errors(option, value):
     with pytest.raises(ConfigError, match=option):
         load({"should_use_judge": True, "judge_model_server": "judge", option: value}, judge={"plugin": "scripted"})
@@ -221,15 +247,25 @@ def test_bad_judge_options_are_config_errors(option, value):
 
 
 def rollout(task: int, index: int, library: float, reward: float, judged: bool, answer="5"):
-    return {"environment": "math", "task_index": task, "rollout_index": index, "reward": reward,
-            "library_reward": library, "extracted_answer": answer,
-            "judge_evaluations": [{"responses_create_params": {}, "response": {}}] if judged else None}
+    return {
+        "environment": "math",
+        "task_index": task,
+        "rollout_index": index,
+        "reward": reward,
+        "library_reward": library,
+        "extracted_answer": answer,
+        "judge_evaluations": [{"responses_create_params": {}, "response": {}}] if judged else None,
+    }
 
 
 def test_judge_accuracy_counts_only_the_rows_the_judge_ran_on():
     rows = [
-        rollout(0, 0, 1.0, 1.0, False), rollout(0, 1, 0.0, 1.0, True), rollout(0, 2, 0.0, 0.0, True),
-        rollout(1, 0, 0.0, 0.0, True, None), rollout(1, 1, 1.0, 1.0, False), rollout(1, 2, 0.0, 1.0, True),
+        rollout(0, 0, 1.0, 1.0, False),
+        rollout(0, 1, 0.0, 1.0, True),
+        rollout(0, 2, 0.0, 0.0, True),
+        rollout(1, 0, 0.0, 0.0, True, None),
+        rollout(1, 1, 1.0, 1.0, False),
+        rollout(1, 2, 0.0, 1.0, True),
     ]
     m = math_metrics(rows)
     # Symbolic accuracy over all six rows: task 0 1/3, task 1 1/3.

@@ -29,7 +29,12 @@ PROMPT = {"input": [{"role": "user", "content": "q"}]}
 
 
 def body(text: str, expected, **fields) -> dict:
-    return {"responses_create_params": PROMPT, "expected_answer": expected, **fields, "response": assistant_response(text)}
+    return {
+        "responses_create_params": PROMPT,
+        "expected_answer": expected,
+        **fields,
+        "response": assistant_response(text),
+    }
 
 
 class TestMath(ResourcesServerTests):
@@ -96,7 +101,10 @@ class TestMath(ResourcesServerTests):
         caller = gym_servers.caller()
         stuck = caller.post("/verify", body("\\boxed{(10^{10})!}", "5")).json()
         assert (stuck["reward"], stuck["extracted_answer"], stuck["library_reward"], stuck["reason"]) == (
-            0.0, None, 0.0, "timeout"
+            0.0,
+            None,
+            0.0,
+            "timeout",
         )
         assert caller.post("/verify", body("\\boxed{5}", "5")).json()["reward"] == 1.0  # the worker was replaced
 
@@ -197,14 +205,23 @@ def test_configs_validate(name):
 
 
 def rollout(task: int, index: int, reward: float, answer):
-    return {"environment": "math", "task_index": task, "rollout_index": index, "reward": reward,
-            "library_reward": reward, "extracted_answer": answer, "judge_evaluations": None}
+    return {
+        "environment": "math",
+        "task_index": task,
+        "rollout_index": index,
+        "reward": reward,
+        "library_reward": reward,
+        "extracted_answer": answer,
+        "judge_evaluations": None,
+    }
 
 
 def test_metrics_follow_the_pass_at_k_helper():
     rows = [
-        rollout(0, 0, 1.0, "4"), rollout(0, 1, 0.0, "5"),
-        rollout(1, 0, 0.0, None), rollout(1, 1, 0.0, "7"),
+        rollout(0, 0, 1.0, "4"),
+        rollout(0, 1, 0.0, "5"),
+        rollout(1, 0, 0.0, None),
+        rollout(1, 1, 0.0, "7"),
     ]
     m = math_metrics(rows)
     assert m["math/pass@1/symbolic_accuracy"] == pytest.approx(25.0)  # task 0: 1/2, task 1: 0
@@ -222,7 +239,11 @@ def test_metrics_follow_the_pass_at_k_helper():
 def test_aggregate_metrics_count_math_rows_only():
     plugins = PluginManager(load_entry_points=False)
     plugins.register(gym_math.plugin, name="math")
-    rows = [rollout(0, 0, 1.0, "4"), rollout(1, 0, 0.0, None), {"environment": "counter", "reward": 1.0, "final_count": 3}]
+    rows = [
+        rollout(0, 0, 1.0, "4"),
+        rollout(1, 0, 0.0, None),
+        {"environment": "counter", "reward": 1.0, "final_count": 3},
+    ]
     metrics = plugins.aggregate_metrics(rows)
     assert metrics["math/boxed_answer_rate"] == 0.5
     assert metrics["math/pass@1/symbolic_accuracy"] == 50.0

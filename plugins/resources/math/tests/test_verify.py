@@ -257,7 +257,5 @@ async def test_averify_does_not_block_event_loop(pool):
 
 
 async def test_averify_concurrent(pool):
-    results = await asyncio.gather(
-        *(averify_answer(rf"\boxed{{{i}.0}}", str(i), pool=pool) for i in range(8))
-    )
+    results = await asyncio.gather(*(averify_answer(rf"\boxed{{{i}.0}}", str(i), pool=pool) for i in range(8)))
     assert [r.reason for r in results] == ["correct"] * 8

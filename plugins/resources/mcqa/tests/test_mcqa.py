@@ -36,8 +36,6 @@ OPTIONS = [{"A": "Karyotyping"}, {"B": "Polymerase Chain Reaction (PCR)"}, {"C":
 TASK = {"responses_create_params": {"input": "Which test?"}, "options": OPTIONS, "expected_answer": "B"}
 
 
-
-
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
     return plugin_manager(gym_mcqa.plugin, *others)
@@ -97,7 +95,10 @@ class TestMcqa(ResourcesServerTests):
         verdict = self.verify(gym_servers, task, "a" * 40 + "!").json()
         assert verdict == {"reward": 0.0, "expected_answer": "B", "extracted_answer": None, "reason": "timeout"}
         # The server is not stalled, and the killed worker was replaced.
-        assert self.verify(gym_servers, {**task, "template_metadata": {"output_regex": "(B)"}}, "B").json()["reward"] == 1.0
+        assert (
+            self.verify(gym_servers, {**task, "template_metadata": {"output_regex": "(B)"}}, "B").json()["reward"]
+            == 1.0
+        )
 
     def test_long_outputs_are_graded_in_a_worker(self, gym_servers: RunningServers):
         assert self.verify(gym_servers, TASK, "x" * 20_000 + " \\boxed{B}").json()["reward"] == 1.0

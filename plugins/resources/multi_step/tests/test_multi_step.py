@@ -61,9 +61,20 @@ def play_response(lookups: list[str], submission: str | None, text: str = "Done.
         calls.append(("extract_synonym_values", submission))
     for i, (name, arguments) in enumerate(calls):
         output.append(
-            {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}", "name": name, "arguments": arguments, "status": "completed"}
+            {
+                "type": "function_call",
+                "id": f"fc_{i}",
+                "call_id": f"call_{i}",
+                "name": name,
+                "arguments": arguments,
+                "status": "completed",
+            }
         )
-        result = {"synonym_value": value(json.loads(arguments)["synonym"])} if name == "get_synonym_value" else {"success": True}
+        result = (
+            {"synonym_value": value(json.loads(arguments)["synonym"])}
+            if name == "get_synonym_value"
+            else {"success": True}
+        )
         output.append({"type": "function_call_output", "call_id": f"call_{i}", "output": json.dumps(result)})
     output.extend(assistant_response(text)["output"])
     return {"output": output}
@@ -112,7 +123,13 @@ class TestMultiStep(ResourcesServerTests):
             assert task["responses_create_params"]["parallel_tool_calls"] is False
 
     def test_example_plays_get_the_spec_fields(self, gym_servers: RunningServers):
-        fields = ("parsed_synonym_values", "accuracy", "set_overlap", "original_term_minefield_hit", "order_instruction_following_failure")
+        fields = (
+            "parsed_synonym_values",
+            "accuracy",
+            "set_overlap",
+            "original_term_minefield_hit",
+            "order_instruction_following_failure",
+        )
         want = {
             0: ([711, 407], True, 1.0, False, False),
             1: ([293, 647, 613], False, 1.0, False, True),
@@ -132,11 +149,20 @@ class TestMultiStep(ResourcesServerTests):
         tools = {t["name"]: t for t in gym_servers.caller().get("/tools").json()}
         assert sorted(tools) == ["extract_synonym_values", "get_synonym_value"]
         assert tools["get_synonym_value"]["parameters"]["required"] == ["synonym"]
-        assert tools["extract_synonym_values"]["parameters"]["properties"]["synonym_values"]["items"] == {"type": "integer"}
+        assert tools["extract_synonym_values"]["parameters"]["properties"]["synonym_values"]["items"] == {
+            "type": "integer"
+        }
 
     def test_get_synonym_value_sums_code_points_of_the_string_as_given(self, gym_servers: RunningServers):
         caller = gym_servers.caller()
-        for synonym, expected in (("Warm", 407), ("warm", 439), ("Sky-high", 772), ("Draw back", 831), ("", 0), ("Café", 499)):
+        for synonym, expected in (
+            ("Warm", 407),
+            ("warm", 439),
+            ("Sky-high", 772),
+            ("Draw back", 831),
+            ("", 0),
+            ("Café", 499),
+        ):
             assert caller.post("/get_synonym_value", {"synonym": synonym}).json() == {"synonym_value": expected}
 
     def test_extract_synonym_values_answers_success(self, gym_servers: RunningServers):
@@ -205,13 +231,19 @@ class TestMultiStep(ResourcesServerTests):
     def test_rows_with_nulls_and_lax_values_are_accepted(self, gym_servers: RunningServers):
         # Lax coercion of the integer fields, as pydantic does for the reference's rows.
         task = row(0, id="0", expected_synonym_values=["711", 407.0], minefield_label_value="299", source=None)
-        task["responses_create_params"] = {**task["responses_create_params"], "temperature": None, "max_output_tokens": None}
+        task["responses_create_params"] = {
+            **task["responses_create_params"],
+            "temperature": None,
+            "max_output_tokens": None,
+        }
         response = {**submit([711, 299]), "usage": None, "incomplete_details": None, "error": None}
         verdict = self.verdict(gym_servers, task, response)
         assert (verdict["reward"], verdict["set_overlap"], verdict["original_term_minefield_hit"]) == (0.0, 0.5, True)
         assert self.verdict(gym_servers, task, submit([711, 407]))["reward"] == 1.0
 
-    @pytest.mark.parametrize("field", ["id", "expected_synonym_values", "expected_synonyms", "minefield_label", "minefield_label_value"])
+    @pytest.mark.parametrize(
+        "field", ["id", "expected_synonym_values", "expected_synonyms", "minefield_label", "minefield_label_value"]
+    )
     def test_a_row_missing_a_field_is_a_422_naming_it(self, gym_servers: RunningServers, field):
         task = row(0)
         del task[field]
@@ -247,9 +279,13 @@ class TestMultiStep(ResourcesServerTests):
 
 def test_scoring_past_the_time_limit_gives_reward_0_with_a_reason():
     expected = list(range(1000, 30000))
-    with running_servers({"multi_step": {"plugin": "multi_step", "verify_timeout_s": 1e-6}}, plugins=manager_with()) as config:
+    with running_servers(
+        {"multi_step": {"plugin": "multi_step", "verify_timeout_s": 1e-6}}, plugins=manager_with()
+    ) as config:
         caller = HTTPCaller(config.instances["multi_step"].url)
-        verdict = caller.post("/verify", {**row(0, expected_synonym_values=expected), "response": submit(expected)}).json()
+        verdict = caller.post(
+            "/verify", {**row(0, expected_synonym_values=expected), "response": submit(expected)}
+        ).json()
         assert (verdict["reward"], verdict["parsed_synonym_values"], verdict["reason"]) == (0.0, None, "timeout")
         # Small submissions are still scored inline.
         assert caller.post("/verify", {**row(0), "response": submit([711, 407])}).json()["reward"] == 1.0
@@ -265,19 +301,50 @@ def test_fail_on_malformed_arguments_answers_500_as_the_reference():
         assert reply.json()["error"]["type"] == "internal_error"
         # Readable submissions and no submission are scored as usual.
         assert caller.post("/verify", {**row(0), "response": submit([407, 711])}).json()["reward"] == 0.0
-        assert caller.post("/verify", {**row(0), "response": assistant_response("no")}).json()["parsed_synonym_values"] == []
+        assert (
+            caller.post("/verify", {**row(0), "response": assistant_response("no")}).json()["parsed_synonym_values"]
+            == []
+        )
 
 
 def test_aggregate_metrics_average_the_bool_fields_over_multi_step_rows_only():
     rows = [
-        {"environment": "multi_step", "reward": 1.0, "accuracy": True, "original_term_minefield_hit": False,
-         "order_instruction_following_failure": False, "minefield_looked_up": True, "set_overlap": 1.0},
-        {"environment": "multi_step", "reward": 0.0, "accuracy": False, "original_term_minefield_hit": True,
-         "order_instruction_following_failure": False, "minefield_looked_up": True, "set_overlap": 0.5},
-        {"environment": "multi_step", "reward": 0.0, "accuracy": False, "original_term_minefield_hit": False,
-         "order_instruction_following_failure": True, "minefield_looked_up": False, "set_overlap": 1.0},
-        {"environment": "multi_step", "reward": 0.0, "accuracy": False, "original_term_minefield_hit": False,
-         "order_instruction_following_failure": False, "minefield_looked_up": False, "reason": "invalid_json"},
+        {
+            "environment": "multi_step",
+            "reward": 1.0,
+            "accuracy": True,
+            "original_term_minefield_hit": False,
+            "order_instruction_following_failure": False,
+            "minefield_looked_up": True,
+            "set_overlap": 1.0,
+        },
+        {
+            "environment": "multi_step",
+            "reward": 0.0,
+            "accuracy": False,
+            "original_term_minefield_hit": True,
+            "order_instruction_following_failure": False,
+            "minefield_looked_up": True,
+            "set_overlap": 0.5,
+        },
+        {
+            "environment": "multi_step",
+            "reward": 0.0,
+            "accuracy": False,
+            "original_term_minefield_hit": False,
+            "order_instruction_following_failure": True,
+            "minefield_looked_up": False,
+            "set_overlap": 1.0,
+        },
+        {
+            "environment": "multi_step",
+            "reward": 0.0,
+            "accuracy": False,
+            "original_term_minefield_hit": False,
+            "order_instruction_following_failure": False,
+            "minefield_looked_up": False,
+            "reason": "invalid_json",
+        },
         {"environment": "math", "reward": 1.0, "accuracy": True, "reason": "timeout"},
     ]
     assert manager_with().aggregate_metrics(rows) == {
@@ -287,8 +354,6 @@ def test_aggregate_metrics_average_the_bool_fields_over_multi_step_rows_only():
         "multi_step/mean/minefield_looked_up": 0.5,
         "multi_step/unreadable_rate": 0.25,
     }
-
-
 
 
 async def test_rollouts_through_simple_agent():
@@ -304,12 +369,19 @@ async def test_rollouts_through_simple_agent():
             }
             for (reward, minefield), lookups in plays.items():
                 script = [{"tool_calls": [{"name": "get_synonym_value", "arguments": {"synonym": s}}]} for s in lookups]
-                submission = {"name": "extract_synonym_values", "arguments": {"synonym_values": [value(s) for s in lookups]}}
+                submission = {
+                    "name": "extract_synonym_values",
+                    "arguments": {"synonym_values": [value(s) for s in lookups]},
+                }
                 script.append({"tool_calls": [submission]})
                 script.append({"text": "Done."})
                 params = {**task["responses_create_params"], "metadata": {"scripted_turns": json.dumps(script)}}
                 result = await client.post("agent", "/run", {**task, "responses_create_params": params})
-                outputs = [item["output"] for item in result["response"]["output"] if item["type"] == "function_call_output"]
-                assert outputs[:3] == [json.dumps({"synonym_value": value(s)}, separators=(",", ":")) for s in lookups], outputs
+                outputs = [
+                    item["output"] for item in result["response"]["output"] if item["type"] == "function_call_output"
+                ]
+                assert outputs[:3] == [
+                    json.dumps({"synonym_value": value(s)}, separators=(",", ":")) for s in lookups
+                ], outputs
                 assert (result["reward"], result["original_term_minefield_hit"]) == (reward, minefield), result
                 assert (result["num_lookups"], result["minefield_looked_up"]) == (3, minefield), result

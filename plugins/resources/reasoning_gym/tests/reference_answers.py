@@ -75,6 +75,7 @@ def solve_rush_hour(board: str) -> str:
 
 def plan_boxnet(state: dict[str, list[str]]) -> list[dict[str, str]]:
     """Walk each box to its target's square (one row, then one column at a time), then match it."""
+
     def coords(square: str) -> tuple[float, float]:
         r, c = square.split("_")
         return float(r), float(c)

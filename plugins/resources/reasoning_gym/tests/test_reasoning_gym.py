@@ -42,8 +42,6 @@ TASK = {
 }
 
 
-
-
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
     return plugin_manager(gym_reasoning_gym.plugin, *others)
@@ -149,7 +147,9 @@ def test_the_generate_command_refuses_an_unknown_task(tmp_path):
 
 def test_the_generate_command_writes_the_conformance_field_on_request(tmp_path):
     plain = generate_with_the_command(tmp_path, "gcd", "graph_color", "arc_agi", "-n", "4", "--seed", "0")
-    rows = generate_with_the_command(tmp_path, "gcd", "graph_color", "arc_agi", "-n", "4", "--seed", "0", "--conformance")
+    rows = generate_with_the_command(
+        tmp_path, "gcd", "graph_color", "arc_agi", "-n", "4", "--seed", "0", "--conformance"
+    )
     assert [{k: v for k, v in row.items() if k != "conformance"} for row in rows] == plain
     assert {row["metadata"]["source_dataset"] for row in rows} == {"gcd", "graph_color", "arc_agi"}
     for row in rows:

@@ -83,7 +83,10 @@ def test_read_score(text, status, value, raw):
 
 
 def test_out_of_range_scores_clamp_when_asked():
-    assert (score("[[score: 11]]", out_of_range="clamp").value, score("[[score: -3]]", out_of_range="clamp").value) == (1.0, 0.0)
+    assert (score("[[score: 11]]", out_of_range="clamp").value, score("[[score: -3]]", out_of_range="clamp").value) == (
+        1.0,
+        0.0,
+    )
     assert score("[[score: 11]]", out_of_range="clamp").status == "out_of_range"
 
 
@@ -105,7 +108,15 @@ def test_justification_drops_the_verdict_tokens():
 
 def test_as_bool():
     assert [as_bool(v, "f") for v in (True, False, None, 1, 0, "TRUE", " no ", "1")] == [
-        True, False, None, True, False, True, False, True]
+        True,
+        False,
+        None,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]
     for bad in ("maybe", 2, ""):
         with pytest.raises(ValueError, match="f must be a boolean"):
             as_bool(bad, "f")
@@ -121,12 +132,18 @@ def test_fill_replaces_each_placeholder_once_and_never_inside_values():
 
 
 def test_request_text_is_the_last_user_message():
-    params = decode_create_params(msgspec.json.encode({"input": [
-        {"role": "system", "content": "Be nice."},
-        {"role": "user", "content": "first"},
-        {"role": "assistant", "content": "ok"},
-        {"role": "user", "content": [{"type": "input_text", "text": "second"}]},
-    ]}))
+    params = decode_create_params(
+        msgspec.json.encode(
+            {
+                "input": [
+                    {"role": "system", "content": "Be nice."},
+                    {"role": "user", "content": "first"},
+                    {"role": "assistant", "content": "ok"},
+                    {"role": "user", "content": [{"type": "input_text", "text": "second"}]},
+                ]
+            }
+        )
+    )
     assert request_text(params) == "second"
     assert request_text(ResponseCreateParams(input="  plain  ")) == "plain"
     assert request_text(ResponseCreateParams(input=[])) == ""
@@ -192,8 +209,16 @@ def test_judge_model_server_is_required():
 
 def rollout(task, index, reward, safety, quality, **fields):
     verdict = "safe" if safety == 1.0 else "unsafe"
-    return {"task_index": task, "rollout_index": index, "reward": reward, "safety": safety, "quality": quality,
-            "safety_verdict": verdict, "quality_verdict": "scored" if quality is not None else "not_judged", **fields}
+    return {
+        "task_index": task,
+        "rollout_index": index,
+        "reward": reward,
+        "safety": safety,
+        "quality": quality,
+        "safety_verdict": verdict,
+        "quality_verdict": "scored" if quality is not None else "not_judged",
+        **fields,
+    }
 
 
 def test_metrics():

@@ -137,8 +137,14 @@ class TestSokoban(ResourcesServerTests):
         answer = step(caller, "<action>Up</action>").json()
         assert answer["reward"] == pytest.approx(10.9) and answer["terminated"] is True
         assert answer["observation"] == "#####\n#_√##\n#_P##\n#___#\n#####"
-        assert answer["info"] == {"action_is_effective": True, "action_is_valid": True, "success": True,
-                                  "action_id": 1, "action_label": "Up", "total_reward": 10.9}
+        assert answer["info"] == {
+            "action_is_effective": True,
+            "action_is_valid": True,
+            "success": True,
+            "action_id": 1,
+            "action_label": "Up",
+            "total_reward": 10.9,
+        }
         # Done: a further step plays nothing and says so again.
         again = step(caller, "<action>Down</action>").json()
         assert (again["reward"], again["terminated"], again["observation"]) == (0.0, True, answer["observation"])
@@ -161,7 +167,9 @@ class TestSokoban(ResourcesServerTests):
         second = step(caller, "<action>Down</action>").json()
         assert (second["truncated"], second["terminated"]) == (True, False)
         assert not second["observation"].startswith("Sokoban board:")
-        assert caller.post("/verify", {**ROW, "response": assistant_response("")}).json()["reward"] == pytest.approx(-0.2)
+        assert caller.post("/verify", {**ROW, "response": assistant_response("")}).json()["reward"] == pytest.approx(
+            -0.2
+        )
 
     def test_no_move_in_the_reply_is_a_400(self, gym_servers: RunningServers):
         caller = gym_servers.caller()
@@ -177,7 +185,12 @@ class TestSokoban(ResourcesServerTests):
         game = Game(Board.of(generate(84810, 5, 5, 1, 100)), max_steps=10)
         action = server.parse_action("no idea", game)
         answer = server.step(game, action)
-        assert (answer.reward, answer.terminated, answer.info["action_is_valid"], answer.info["action_label"]) == (-0.1, False, False, None)
+        assert (answer.reward, answer.terminated, answer.info["action_is_valid"], answer.info["action_label"]) == (
+            -0.1,
+            False,
+            False,
+            None,
+        )
         assert game.board.player == generate(84810, 5, 5, 1, 100).player
 
     def test_row_overrides_are_bounded(self, gym_servers: RunningServers):
@@ -191,14 +204,20 @@ class TestSokoban(ResourcesServerTests):
 def servers():
     """The scripted model, sokoban and the gymnasium agent (max_steps 20, the spec's)."""
     manager = plugin_manager(gym_sokoban.plugin, *first_party("scripted", "gymnasium"))
-    config = {"policy": {"plugin": "scripted"}, "sokoban": {"plugin": "sokoban"},
-              "agent": {"plugin": "gymnasium", "model_server": "policy", "resources_server": "sokoban", "max_steps": 20}}
+    config = {
+        "policy": {"plugin": "scripted"},
+        "sokoban": {"plugin": "sokoban"},
+        "agent": {"plugin": "gymnasium", "model_server": "policy", "resources_server": "sokoban", "max_steps": 20},
+    }
     with running_servers(config, plugins=manager) as global_config:
         yield global_config
 
 
 def scripted(row: dict, texts: list[str]) -> dict:
-    params = {**row["responses_create_params"], "metadata": {"scripted_turns": json.dumps([{"text": t} for t in texts])}}
+    params = {
+        **row["responses_create_params"],
+        "metadata": {"scripted_turns": json.dumps([{"text": t} for t in texts])},
+    }
     return {**row, "responses_create_params": params}
 
 
@@ -209,14 +228,19 @@ class TestSokobanThroughTheAgent:
                 moves = [call["arguments"]["action"] for call in row["conformance"]["tool_calls"]]
                 # The scripted model repeats its last turn after the script: rows whose moves end
                 # the episode get their reward; level 6's one move, a wall bump, goes on to 20 steps.
-                result = await client.post("agent", "/run", scripted(row, [f"Next: <action>{m}</action>" for m in moves]))
+                result = await client.post(
+                    "agent", "/run", scripted(row, [f"Next: <action>{m}</action>" for m in moves])
+                )
                 solved = row["conformance"]["reward"] > 10
                 assert result["terminated"] is solved and result["info"]["success"] is solved
                 if row["level_id"] == 6:
                     assert (result["reward"], result["model_calls"]) == (pytest.approx(-2.0), 20)
                     assert result["truncated"] is True and result["info"]["action_is_effective"] is False
                     continue
-                assert result["reward"] == pytest.approx(row["conformance"]["reward"]), (row["level_id"], result["info"])
+                assert result["reward"] == pytest.approx(row["conformance"]["reward"]), (
+                    row["level_id"],
+                    result["info"],
+                )
                 assert result["model_calls"] == len(moves)
 
     async def test_an_unreadable_move_fails_the_rollout(self, servers):

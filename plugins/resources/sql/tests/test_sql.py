@@ -141,7 +141,9 @@ class TestBirdSql(ResourcesServerTests):
             task = {k: v for k, v in BIRD_TASK.items() if k != field}
             reply = gym_servers.caller().post("/verify", {**task, "response": assistant_response(RIGHT)})
             assert reply.status == 422 and field in reply.text, (field, reply.status, reply.text)
-        reply = gym_servers.caller().post("/verify", {**BIRD_TASK, "id": "seven", "response": assistant_response(RIGHT)})
+        reply = gym_servers.caller().post(
+            "/verify", {**BIRD_TASK, "id": "seven", "response": assistant_response(RIGHT)}
+        )
         assert reply.status == 422 and "id" in reply.text
 
     def test_nulls_in_optional_fields_are_accepted(self, gym_servers: RunningServers):
@@ -178,7 +180,6 @@ class TestBirdSql(ResourcesServerTests):
         count = {**BIRD_TASK, "gt_sql": "SELECT COUNT(*) FROM schools"}
         assert verify(caller, count, "```sql\nSELECT 8\n```")["reward"] == 1.0
 
-
     def test_degenerate_and_long_answers_are_extracted_off_the_event_loop(self, gym_servers: RunningServers):
         caller = gym_servers.caller()
         for body in verify_while_serving(gym_servers, BIRD_TASK, DEGENERATE, RIGHT):
@@ -213,7 +214,10 @@ class TestSpider2Lite(ResourcesServerTests):
 
     def test_gold_sql_takes_priority_over_gold_result(self, gym_servers: RunningServers):
         task = {**SPIDER2_TASK, "gold_result": [[["nobody"]]]}
-        assert verify(gym_servers.caller(), task, "SELECT player_name FROM player WHERE country = 'India';")["reward"] == 1.0
+        assert (
+            verify(gym_servers.caller(), task, "SELECT player_name FROM player WHERE country = 'India';")["reward"]
+            == 1.0
+        )
         task = {**SPIDER2_TASK, "gold_sql": "", "gold_result": [[["nobody"]]]}
         assert verify(gym_servers.caller(), task, "```sql\nSELECT 'nobody'\n```")["reward"] == 1.0
 
@@ -222,14 +226,18 @@ class TestSpider2Lite(ResourcesServerTests):
         reversed_order = "```sql\nSELECT player_name FROM player ORDER BY player_id DESC\n```"
         assert verify(gym_servers.caller(), {**task, "ignore_order": "true"}, reversed_order)["reward"] == 1.0
         assert verify(gym_servers.caller(), {**task, "ignore_order": "False"}, reversed_order)["reward"] == 0.0
-        reply = gym_servers.caller().post("/verify", {**task, "ignore_order": "sometimes", "response": assistant_response(reversed_order)})
+        reply = gym_servers.caller().post(
+            "/verify", {**task, "ignore_order": "sometimes", "response": assistant_response(reversed_order)}
+        )
         assert reply.status == 422 and "ignore_order" in reply.text
 
     def test_no_sql_and_errors(self, gym_servers: RunningServers):
         body = verify(gym_servers.caller(), SPIDER2_TASK, "")
         assert (body["reward"], body["failure_reason"], body["extracted_sql"]) == (0.0, "no_sql_extracted", None)
         body = verify(gym_servers.caller(), {**SPIDER2_TASK, "gold_sql": "SELEC"}, "SELECT 1;")
-        assert (body["reward"], body["failure_reason"]) == (0.0, "execution_error") and body["error"].startswith("gold query")
+        assert (body["reward"], body["failure_reason"]) == (0.0, "execution_error") and body["error"].startswith(
+            "gold query"
+        )
 
     def test_a_row_without_gold_is_a_422(self, gym_servers: RunningServers):
         task = {k: v for k, v in SPIDER2_TASK.items() if k != "gold_sql"}
@@ -240,13 +248,17 @@ class TestSpider2Lite(ResourcesServerTests):
         caller = gym_servers.caller()
         for text, reason in (
             ("```sql\nDROP TABLE player\n```", "refused"),
-            ("```sql\nSELECT COUNT(*) FROM batting a, batting b, batting c, batting d, batting e, batting f, batting g\n```", "timeout"),
+            (
+                "```sql\nSELECT COUNT(*) FROM batting a, batting b, batting c, batting d, batting e, batting f, batting g\n```",
+                "timeout",
+            ),
             (ENDLESS, "timeout"),
         ):
             body = verify(caller, SPIDER2_TASK, text)
-            assert (body["reward"], body["failure_reason"]) == (0.0, "execution_error") and body["error"].startswith(reason), body
+            assert (body["reward"], body["failure_reason"]) == (0.0, "execution_error") and body["error"].startswith(
+                reason
+            ), body
         assert verify(caller, SPIDER2_TASK, "SELECT player_name FROM player WHERE country = 'India';")["reward"] == 1.0
-
 
     def test_degenerate_and_long_answers_are_extracted_off_the_event_loop(self, gym_servers: RunningServers):
         caller = gym_servers.caller()

@@ -34,8 +34,6 @@ EXAMPLES = PACKAGE / "data" / "example.jsonl"
 CONFIG = PACKAGE / "configs" / "string_match.yaml"
 
 
-
-
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
     return plugin_manager(gym_string_match.plugin, *others)
@@ -176,8 +174,13 @@ def test_aggregate_metrics_count_string_match_rows_only():
     rows = [
         {"environment": "string_match", "reward": 1.0, "extracted_answer": "Paris", "extraction_mode": "boxed"},
         {"environment": "string_match", "reward": 0.98, "extracted_answer": "80 km"},
-        {"environment": "string_match", "reward": 0.0, "extracted_answer": None, "extraction_mode": "boxed",
-         "reason": "timeout"},
+        {
+            "environment": "string_match",
+            "reward": 0.0,
+            "extracted_answer": None,
+            "extraction_mode": "boxed",
+            "reason": "timeout",
+        },
         {"environment": "string_match", "reward": 0.0, "extracted_answer": "Rome", "extraction_mode": None},
         {"environment": "math", "reward": 1.0, "extracted_answer": "4"},
     ]

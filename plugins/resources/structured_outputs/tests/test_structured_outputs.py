@@ -42,8 +42,6 @@ CONFIG = PACKAGE / "configs" / "structured_outputs_scripted.yaml"
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}}
 
 
-
-
 def plugins(*others: object) -> PluginManager:
     """A plugin manager holding this plugin and ``others``."""
     return plugin_manager(gym_structured_outputs.plugin, *others)
@@ -59,7 +57,11 @@ def call_response(*calls: tuple[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 def task(schema: Any = PERSON, **fields: Any) -> dict[str, Any]:
-    return {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, "schema_str": json.dumps(schema), **fields}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": "q"}]},
+        "schema_str": json.dumps(schema),
+        **fields,
+    }
 
 
 class TestStructuredOutputs(ResourcesServerTests):
@@ -76,8 +78,14 @@ class TestStructuredOutputs(ResourcesServerTests):
         assert any(isinstance(row["conformance"]["response"], dict) for row in rows)  # a function call
 
     def test_valid_text_gets_reward_1_and_the_task_fields_back(self, gym_servers: RunningServers):
-        body = task(schema_type="yaml", problem_type="single", num_tools=None, has_distractors=False, tool_choice="auto")
-        verdict = gym_servers.caller().post("/verify", {**body, "response": assistant_response("name: Ada\nage: 36\n")}).json()
+        body = task(
+            schema_type="yaml", problem_type="single", num_tools=None, has_distractors=False, tool_choice="auto"
+        )
+        verdict = (
+            gym_servers.caller()
+            .post("/verify", {**body, "response": assistant_response("name: Ada\nage: 36\n")})
+            .json()
+        )
         assert verdict["reward"] == 1.0
         assert (verdict["error_type"], verdict["error_message"]) == (None, None)
         assert (verdict["schema_type"], verdict["response_mode"], verdict["problem_type"]) == ("yaml", "text", "single")
@@ -96,7 +104,9 @@ class TestStructuredOutputs(ResourcesServerTests):
             ("name,age\nAda,36\n", "csv", "validation_error"),  # a list, the schema wants an object
         ],
     )
-    def test_invalid_text_gets_reward_0_with_its_error_type(self, gym_servers: RunningServers, text, schema_type, error_type):
+    def test_invalid_text_gets_reward_0_with_its_error_type(
+        self, gym_servers: RunningServers, text, schema_type, error_type
+    ):
         body = {**task(schema_type=schema_type), "response": assistant_response(text)}
         verdict = gym_servers.caller().post("/verify", body).json()
         assert (verdict["reward"], verdict["error_type"]) == (0.0, error_type), verdict
@@ -104,7 +114,10 @@ class TestStructuredOutputs(ResourcesServerTests):
 
     def test_xml_is_coerced_by_default(self, gym_servers: RunningServers):
         schema = {"type": "object", "properties": {"p": PERSON}}
-        body = {**task(schema, schema_type="xml"), "response": assistant_response("<p><name>Ada</name><age>36</age></p>")}
+        body = {
+            **task(schema, schema_type="xml"),
+            "response": assistant_response("<p><name>Ada</name><age>36</age></p>"),
+        }
         assert gym_servers.caller().post("/verify", body).json()["reward"] == 1.0
 
     def test_a_bad_schema_is_a_schema_error(self, gym_servers: RunningServers):
@@ -119,7 +132,11 @@ class TestStructuredOutputs(ResourcesServerTests):
 
     def test_nulls_read_as_defaults(self, gym_servers: RunningServers):
         body = task(schema_type=None, response_mode=None, tool_name=None, tool_payload_key=None, problem_type=None)
-        verdict = gym_servers.caller().post("/verify", {**body, "response": assistant_response('{"name": "A", "age": 1}')}).json()
+        verdict = (
+            gym_servers.caller()
+            .post("/verify", {**body, "response": assistant_response('{"name": "A", "age": 1}')})
+            .json()
+        )
         assert (verdict["reward"], verdict["schema_type"], verdict["response_mode"]) == (1.0, "json", "text")
 
     def test_a_row_without_schema_str_is_refused_naming_the_field(self, gym_servers: RunningServers):
@@ -139,7 +156,9 @@ class TestStructuredOutputs(ResourcesServerTests):
 
     def test_tool_call_mode_rewards_a_valid_call(self, gym_servers: RunningServers):
         args = json.dumps({"extraction": {"name": "Ada", "age": 36}, "other": 1})
-        verdict = self.tool_verdict(gym_servers, call_response(("save", args)), tool_name="save", tool_payload_key="extraction")
+        verdict = self.tool_verdict(
+            gym_servers, call_response(("save", args)), tool_name="save", tool_payload_key="extraction"
+        )
         assert (verdict["reward"], verdict["error_type"]) == (1.0, None)
         # schema_type is ignored, and without a payload key the whole arguments object is checked.
         whole = json.dumps({"name": "Ada", "age": 36})
@@ -154,10 +173,18 @@ class TestStructuredOutputs(ResourcesServerTests):
         [
             (call_response(("save", "{}"), error={"code": "server_error", "message": "boom"}), {}, "api_error"),
             (assistant_response('{"name": "Ada", "age": 36}'), {}, "missing_tool_call"),
-            (call_response(("save", '{"name": "A", "age": 1}'), ("save", '{"name": "B", "age": 2}')), {}, "multiple_tool_calls"),
+            (
+                call_response(("save", '{"name": "A", "age": 1}'), ("save", '{"name": "B", "age": 2}')),
+                {},
+                "multiple_tool_calls",
+            ),
             (call_response(("other", '{"name": "A", "age": 1}')), {"tool_name": "save"}, "wrong_tool_name"),
             (call_response(("save", '{"name": "A", "age": ')), {}, "tool_arguments_parse_error"),
-            (call_response(("save", '{"name": "A", "age": 1}')), {"tool_payload_key": "extraction"}, "missing_tool_payload_key"),
+            (
+                call_response(("save", '{"name": "A", "age": 1}')),
+                {"tool_payload_key": "extraction"},
+                "missing_tool_payload_key",
+            ),
             (call_response(("save", '{"name": "A", "age": "1"}')), {}, "validation_error"),
         ],
     )
@@ -172,7 +199,10 @@ def test_pathological_documents_score_0_without_stalling_the_server():
     bomb_levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
     bomb_levels += [f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]" for i in range(8)]
     nested = {"type": ["array", "string"], "items": {"$ref": "#/$defs/nested"}}  # validation walks every leaf
-    bomb = task({"type": "object", "additionalProperties": {"$ref": "#/$defs/nested"}, "$defs": {"nested": nested}}, schema_type="yaml")
+    bomb = task(
+        {"type": "object", "additionalProperties": {"$ref": "#/$defs/nested"}, "$defs": {"nested": nested}},
+        schema_type="yaml",
+    )
     config = {"structured_outputs": {"plugin": "structured_outputs", "verify_timeout_s": 0.5, "verify_workers": 1}}
     with running_servers(config, plugins=plugins()) as resolved:
         http = HTTPCaller(resolved.instances["structured_outputs"].url)
@@ -188,15 +218,44 @@ def test_pathological_documents_score_0_without_stalling_the_server():
 def test_metrics_break_the_mean_reward_down_by_task_field():
     manager = plugins()
     rows = [
-        {"environment": "structured_outputs", "reward": 1.0, "schema_type": "json", "problem_type": "a", "schema_repr": "json",
-         "response_mode": "text", "error_type": None},
-        {"environment": "structured_outputs", "reward": 0.0, "schema_type": "yaml", "problem_type": "a",
-         "error_type": "parse_error"},
-        {"environment": "structured_outputs", "reward": 1.0, "response_mode": "tool_call", "num_tools": 16,
-         "has_distractors": True, "parallel_tool_calls": False, "tool_choice": "required", "error_type": None},
-        {"environment": "structured_outputs", "reward": 0.0, "response_mode": "tool_call", "num_tools": 16,
-         "has_distractors": True, "parallel_tool_calls": False, "tool_choice": "required", "error_type": "wrong_tool_name",
-         "instruction_layout": "top", "tool_union_mode": "anyof"},
+        {
+            "environment": "structured_outputs",
+            "reward": 1.0,
+            "schema_type": "json",
+            "problem_type": "a",
+            "schema_repr": "json",
+            "response_mode": "text",
+            "error_type": None,
+        },
+        {
+            "environment": "structured_outputs",
+            "reward": 0.0,
+            "schema_type": "yaml",
+            "problem_type": "a",
+            "error_type": "parse_error",
+        },
+        {
+            "environment": "structured_outputs",
+            "reward": 1.0,
+            "response_mode": "tool_call",
+            "num_tools": 16,
+            "has_distractors": True,
+            "parallel_tool_calls": False,
+            "tool_choice": "required",
+            "error_type": None,
+        },
+        {
+            "environment": "structured_outputs",
+            "reward": 0.0,
+            "response_mode": "tool_call",
+            "num_tools": 16,
+            "has_distractors": True,
+            "parallel_tool_calls": False,
+            "tool_choice": "required",
+            "error_type": "wrong_tool_name",
+            "instruction_layout": "top",
+            "tool_union_mode": "anyof",
+        },
         {"environment": "counter", "reward": 1.0, "schema_type": "json"},
     ]
     metrics = manager.aggregate_metrics(rows)

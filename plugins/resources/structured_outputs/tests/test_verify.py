@@ -34,10 +34,14 @@ def test_output_text_concatenates_output_text_parts_without_separator_and_withou
         {
             "output": [
                 {"type": "reasoning", "summary": [{"type": "summary_text", "text": "THINK"}]},
-                {"type": "message", "role": "assistant", "content": [
-                    {"type": "output_text", "text": " {\"a\": "},
-                    {"type": "refusal", "refusal": "NO"},
-                ]},
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [
+                        {"type": "output_text", "text": ' {"a": '},
+                        {"type": "refusal", "refusal": "NO"},
+                    ],
+                },
                 {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
                 {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "1}\n"}]},
             ]
@@ -61,8 +65,12 @@ def test_strict_schema_requires_every_property_and_forbids_others_at_every_depth
     strict = strict_schema(schema)
     assert strict["required"] == ["a", "c"] and strict["additionalProperties"] is False
     assert strict["properties"]["a"]["required"] == ["b"]
-    assert strict["$defs"]["d"] == {"type": "object", "properties": {"e": {"type": "integer"}}, "required": ["e"],
-                                    "additionalProperties": False}
+    assert strict["$defs"]["d"] == {
+        "type": "object",
+        "properties": {"e": {"type": "integer"}},
+        "required": ["e"],
+        "additionalProperties": False,
+    }
     assert strict["anyOf"][0]["required"] == ["f"]
     assert strict["items"]["items"]["additionalProperties"] is False
     assert schema["required"] == ["a"] and "additionalProperties" not in schema  # the input is untouched
@@ -77,7 +85,9 @@ def test_optional_properties_become_mandatory_but_nullable_types_still_accept_nu
 
 
 def test_validator_semantics_format_integer_and_nullable():
-    schema = json.dumps({"type": "object", "properties": {"n": {"type": "integer"}, "d": {"type": "string", "format": "date"}}})
+    schema = json.dumps(
+        {"type": "object", "properties": {"n": {"type": "integer"}, "d": {"type": "string", "format": "date"}}}
+    )
     assert check_text('{"n": 1.0, "d": "not a date"}', schema).valid  # 1.0 is an integer; format is not enforced
     assert check_text('{"n": true, "d": "x"}', schema).error_type == "validation_error"  # a boolean is not
     nullable = json.dumps({"type": "object", "properties": {"s": {"type": "string", "nullable": True}}})
@@ -188,13 +198,25 @@ def test_xml_coercion_follows_the_schema():
     )
     data = coerce_xml(parse_document(text, "xml"), XML_SCHEMA)
     assert data == {
-        "r": {"n": 3, "x": 2.5, "ok": True, "no": False, "s": "", "tags": [1, 2], "one": ["a"], "none": [], "extra": "9"}
+        "r": {
+            "n": 3,
+            "x": 2.5,
+            "ok": True,
+            "no": False,
+            "s": "",
+            "tags": [1, 2],
+            "one": ["a"],
+            "none": [],
+            "extra": "9",
+        }
     }
 
 
 def test_xml_values_that_do_not_convert_stay_strings_and_fail_validation():
     assert coerce_xml({"r": {"n": "three", "ok": "yes"}}, XML_SCHEMA) == {"r": {"n": "three", "ok": "yes"}}
-    schema = json.dumps({"type": "object", "properties": {"r": {"type": "object", "properties": {"n": {"type": "integer"}}}}})
+    schema = json.dumps(
+        {"type": "object", "properties": {"r": {"type": "object", "properties": {"n": {"type": "integer"}}}}}
+    )
     assert check_text("<r><n>3</n></r>", schema, "xml").valid
     assert check_text("<r><n>three</n></r>", schema, "xml").error_type == "validation_error"
     # Without coercion every leaf stays a string.
@@ -249,10 +271,15 @@ def test_csv_validation_end_to_end():
     schema = json.dumps(CSV_SCHEMA)
     good = "city,pop,capital,area,code\nParis,2102650,true,105.4,75\nLyon,522250,false,,69\n"
     assert check_text(good, schema, "csv").valid
-    assert check_text("city,pop,capital,area,code\nParis,many,true,1,1\n", schema, "csv").error_type == "validation_error"
+    assert (
+        check_text("city,pop,capital,area,code\nParis,many,true,1,1\n", schema, "csv").error_type == "validation_error"
+    )
     assert check_text("city,pop\nParis,1\n", schema, "csv").error_type == "validation_error"  # missing columns
     # A row longer than the header puts its extra cells under no column: not allowed.
-    assert check_text("city,pop,capital,area,code\nParis,1,true,1,1,extra\n", schema, "csv").error_type == "validation_error"
+    assert (
+        check_text("city,pop,capital,area,code\nParis,1,true,1,1,extra\n", schema, "csv").error_type
+        == "validation_error"
+    )
 
 
 # --- tool-call mode -----------------------------------------------------------------------------
@@ -271,7 +298,10 @@ def test_tool_arguments_errors():
     assert check_tool_arguments('{"name": "Ada"}', PERSON_STR, "extraction").error_type == "missing_tool_payload_key"
     assert check_tool_arguments("[1]", PERSON_STR, "extraction").error_type == "missing_tool_payload_key"
     assert check_tool_arguments('{"name": "Ada"}', PERSON_STR).error_type == "validation_error"
-    assert check_tool_arguments('{"e": {"name": 1, "age": 1, "email": null}}', PERSON_STR, "e").error_type == "validation_error"
+    assert (
+        check_tool_arguments('{"e": {"name": 1, "age": 1, "email": null}}', PERSON_STR, "e").error_type
+        == "validation_error"
+    )
 
 
 def test_error_messages_are_truncated():

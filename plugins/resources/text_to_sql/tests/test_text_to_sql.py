@@ -137,9 +137,15 @@ class TestTextToSql(ResourcesServerTests):
         assert params["input"][0] == {"role": "system", "content": DEFAULT_JUDGE_SYSTEM_MESSAGE}
         user = params["input"][1]
         assert user["role"] == "user"
-        sections = ["<|SQL Dialect|>\nsqlite", "<|Database Schema and Sample Data|>\nCREATE TABLE pet",
-                    "<|Natural Language Question|>\nWhich pets", "<|Start of SQL Query A|>", "<|End of SQL Query A|>",
-                    "<|Start of SQL Query B|>", "<|End of SQL Query B|>"]
+        sections = [
+            "<|SQL Dialect|>\nsqlite",
+            "<|Database Schema and Sample Data|>\nCREATE TABLE pet",
+            "<|Natural Language Question|>\nWhich pets",
+            "<|Start of SQL Query A|>",
+            "<|End of SQL Query A|>",
+            "<|Start of SQL Query B|>",
+            "<|End of SQL Query B|>",
+        ]
         positions = [user["content"].index(section) for section in sections]
         assert positions == sorted(positions)
         assert second["responses_create_params"]["input"][0]["content"] == DEFAULT_JUDGE_SYSTEM_MESSAGE
@@ -163,7 +169,11 @@ class TestTextToSql(ResourcesServerTests):
 
     def test_first_verdict_not_equal_scores_zero_without_a_swap(self, gym_servers: RunningServers):
         verdict = self.verify(gym_servers, TASK, answer("SELECT name FROM pet WHERE age >= 3")).json()
-        assert (verdict["reward"], verdict["judge_passed"], verdict["failure_reason"]) == (0.0, False, "judge_evaluation_failed")
+        assert (verdict["reward"], verdict["judge_passed"], verdict["failure_reason"]) == (
+            0.0,
+            False,
+            "judge_evaluation_failed",
+        )
         assert verdict["extracted_sql"] == "SELECT name FROM pet WHERE age >= 3"
         assert len(verdict["judge_evaluations"]) == 1
 
@@ -221,8 +231,12 @@ class TestTextToSql(ResourcesServerTests):
             assistant_response("I cannot tell from this schema."),
             assistant_response("```sql\n   \n```"),  # an empty sql block
             # Only function calls and reasoning: OUTPUT_TEXT is empty.
-            {"output": [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "SELECT 1;"}]},
-                        {"type": "function_call", "call_id": "c1", "name": "run_sql", "arguments": "{\"q\": \"SELECT 1\"}"}]},
+            {
+                "output": [
+                    {"type": "reasoning", "summary": [{"type": "summary_text", "text": "SELECT 1;"}]},
+                    {"type": "function_call", "call_id": "c1", "name": "run_sql", "arguments": '{"q": "SELECT 1"}'},
+                ]
+            },
         ],
         ids=["empty-text", "no-output", "prose", "empty-block", "reasoning-and-calls"],
     )
@@ -231,7 +245,11 @@ class TestTextToSql(ResourcesServerTests):
         reply = self.verify(gym_servers, TASK, response, "failing")
         assert reply.status == 200, reply.text
         verdict = reply.json()
-        assert (verdict["reward"], verdict["failure_reason"], verdict["extracted_sql"]) == (0.0, "no_sql_extracted", None)
+        assert (verdict["reward"], verdict["failure_reason"], verdict["extracted_sql"]) == (
+            0.0,
+            "no_sql_extracted",
+            None,
+        )
         assert (verdict["judge_passed"], verdict["judge_evaluations"]) == (False, [])
 
     def test_the_raw_fallback_reaches_the_judge(self, gym_servers: RunningServers):
@@ -254,17 +272,27 @@ class TestTextToSql(ResourcesServerTests):
 
     @pytest.mark.parametrize(
         "given, normalised",
-        [("sqlite", "sqlite"), (" MySQL ", "mysql"), ("Postgres", "postgresql"), ("pg", "postgresql"),
-         ("POSTGRESQL", "postgresql"), ("sqlite3", "sqlite")],
+        [
+            ("sqlite", "sqlite"),
+            (" MySQL ", "mysql"),
+            ("Postgres", "postgresql"),
+            ("pg", "postgresql"),
+            ("POSTGRESQL", "postgresql"),
+            ("sqlite3", "sqlite"),
+        ],
     )
-    def test_the_dialect_is_normalised_in_the_verdict_and_the_prompt(self, gym_servers: RunningServers, given, normalised):
+    def test_the_dialect_is_normalised_in_the_verdict_and_the_prompt(
+        self, gym_servers: RunningServers, given, normalised
+    ):
         verdict = self.verify(gym_servers, {**TASK, "sql_dialect": given}, answer(GOLD)).json()
         assert verdict["sql_dialect"] == normalised
         prompt = verdict["judge_evaluations"][0]["responses_create_params"]["input"][1]["content"]
         assert prompt.startswith(f"<|SQL Dialect|>\n{normalised}\n\n")
 
     @pytest.mark.parametrize("dialect", ["oracle", "", "postgre sql", "tsql"])
-    def test_an_unknown_dialect_is_a_422_naming_the_field_and_the_allowed_values(self, gym_servers: RunningServers, dialect):
+    def test_an_unknown_dialect_is_a_422_naming_the_field_and_the_allowed_values(
+        self, gym_servers: RunningServers, dialect
+    ):
         reply = self.verify(gym_servers, {**TASK, "sql_dialect": dialect}, answer(GOLD), "failing")
         assert reply.status == 422, reply.text
         message = reply.json()["error"]["message"]
@@ -293,7 +321,11 @@ class TestTextToSql(ResourcesServerTests):
         # and the judge (the failing one) is never asked.
         for spaces in (4_000, 200_000):
             verdict = self.verify(gym_servers, TASK, assistant_response("```sql" + " " * spaces), "failing").json()
-            assert (verdict["reward"], verdict["failure_reason"], verdict["extracted_sql"]) == (0.0, "no_sql_extracted", None)
+            assert (verdict["reward"], verdict["failure_reason"], verdict["extracted_sql"]) == (
+                0.0,
+                "no_sql_extracted",
+                None,
+            )
         long_right = assistant_response(" " * 50_000 + f"Here it is:\n```sql\n{GOLD}\n```")  # in a worker
         assert self.verify(gym_servers, TASK, long_right).json()["reward"] == 1.0
 

@@ -22,10 +22,17 @@ from gym_text_to_sql.verify import (
 @pytest.mark.parametrize(
     "given, expected",
     [
-        ("mysql", "mysql"), ("MySQL", "mysql"), ("  mysql\n", "mysql"),
-        ("postgresql", "postgresql"), ("PostgreSQL", "postgresql"), ("postgres", "postgresql"),
-        (" PG ", "postgresql"), ("pg", "postgresql"),
-        ("sqlite", "sqlite"), ("SQLite3", "sqlite"), ("sqlite3", "sqlite"),
+        ("mysql", "mysql"),
+        ("MySQL", "mysql"),
+        ("  mysql\n", "mysql"),
+        ("postgresql", "postgresql"),
+        ("PostgreSQL", "postgresql"),
+        ("postgres", "postgresql"),
+        (" PG ", "postgresql"),
+        ("pg", "postgresql"),
+        ("sqlite", "sqlite"),
+        ("SQLite3", "sqlite"),
+        ("sqlite3", "sqlite"),
     ],
 )
 def test_dialects_are_stripped_lowercased_and_de_aliased(given, expected):
@@ -117,13 +124,19 @@ def test_only_texts_without_fences_of_bounded_length_are_searched_inline():
 def test_the_config_defaults_and_checks():
     config = msgspec.convert({"judge_model_server": "judge"}, TextToSqlConfig)
     assert (config.judge_equal_label, config.judge_not_equal_label) == ("[[A=B]]", "[[A!=B]]")
-    assert (config.check_twice_swap, config.reward_if_swap_fails, config.judge_endpoint_max_concurrency) == (True, 0.0, 64)
+    assert (config.check_twice_swap, config.reward_if_swap_fails, config.judge_endpoint_max_concurrency) == (
+        True,
+        0.0,
+        64,
+    )
     assert config.judge_system_message == DEFAULT_JUDGE_SYSTEM_MESSAGE
     assert DEFAULT_JUDGE_SYSTEM_MESSAGE.rstrip().endswith("[[A!=B]] if they are not.")
     with pytest.raises(msgspec.ValidationError, match="judge_model_server"):
         msgspec.convert({}, TextToSqlConfig)
     with pytest.raises(msgspec.ValidationError, match="must differ"):
-        msgspec.convert({"judge_model_server": "j", "judge_equal_label": "X", "judge_not_equal_label": "X"}, TextToSqlConfig)
+        msgspec.convert(
+            {"judge_model_server": "j", "judge_equal_label": "X", "judge_not_equal_label": "X"}, TextToSqlConfig
+        )
     with pytest.raises(msgspec.ValidationError, match="reward_if_swap_fails"):
         msgspec.convert({"judge_model_server": "j", "reward_if_swap_fails": -2.0}, TextToSqlConfig)
 

@@ -33,15 +33,26 @@ PACKAGE = Path(__file__).resolve().parents[1]
 EXAMPLES = PACKAGE / "data" / "example.jsonl"
 CONFIGS = PACKAGE / "configs"
 
-LENIENT = {"extra_arguments": "ignore", "ignore_null_arguments": True, "string_match": "normalized",
-           "numeric_strings": True, "number_tolerance": 0.01, "list_order": "any"}
+LENIENT = {
+    "extra_arguments": "ignore",
+    "ignore_null_arguments": True,
+    "string_match": "normalized",
+    "numeric_strings": True,
+    "number_tolerance": 0.01,
+    "list_order": "any",
+}
 
 
 def calls_response(*calls: tuple[str, Any], text: str | None = None) -> dict[str, Any]:
     """A response making ``calls`` (arguments: a JSON string as is, anything else encoded), then saying ``text``."""
     output: list[dict[str, Any]] = [
-        {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}", "name": name,
-         "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}
+        {
+            "type": "function_call",
+            "id": f"fc_{i}",
+            "call_id": f"call_{i}",
+            "name": name,
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+        }
         for i, (name, arguments) in enumerate(calls)
     ]
     if text is not None:
@@ -68,7 +79,9 @@ class TestToolCallMatch(ResourcesServerTests):
     }
     instance = "strict"
 
-    def verdict(self, servers: RunningServers, row: dict[str, Any], response: dict[str, Any], instance: str = "strict") -> dict:
+    def verdict(
+        self, servers: RunningServers, row: dict[str, Any], response: dict[str, Any], instance: str = "strict"
+    ) -> dict:
         reply = servers.caller(instance).post("/verify", {**row, "response": response})
         assert reply.status == 200, reply.text
         return reply.json()
@@ -78,7 +91,10 @@ class TestToolCallMatch(ResourcesServerTests):
         assert {row["conformance"]["reward"] for row in rows} == {0.0, 1.0}
         kinds = {next(k for k in ("expected_call", "acceptable_calls", "expected_action") if k in row) for row in rows}
         assert kinds == {"expected_call", "acceptable_calls", "expected_action"}
-        assert {row["expected_action"]["type"] for row in rows if "expected_action" in row} == {"message", "function_call_batch"}
+        assert {row["expected_action"]["type"] for row in rows if "expected_action" in row} == {
+            "message",
+            "function_call_batch",
+        }
         # Each row is a trajectory to continue: earlier tool calls come with their outputs.
         for row in rows:
             items = row["responses_create_params"]["input"]
@@ -100,7 +116,9 @@ class TestToolCallMatch(ResourcesServerTests):
             "reason": "arguments_mismatch",
             "expected_type": "function_call",
             "expected_calls": [{"name": "get_weather", "arguments": {"city": "Berlin", "units": "metric"}}],
-            "predicted_calls": [{"name": "get_weather", "arguments": {"units": "metric", "city": "Berlin", "detailed": True}}],
+            "predicted_calls": [
+                {"name": "get_weather", "arguments": {"units": "metric", "city": "Berlin", "detailed": True}}
+            ],
             "num_predicted_calls": 1,
             "name_match": True,
             "mismatches": ["$.detailed: unexpected (got true)"],
@@ -154,7 +172,11 @@ class TestToolCallMatch(ResourcesServerTests):
     )
     def test_reasons(self, gym_servers: RunningServers, response, reason, name_match):
         verdict = self.verdict(gym_servers, task(expected_call=one("f", a=1)), response)
-        assert (verdict["reason"], verdict["name_match"], verdict["reward"]) == (reason, name_match, float(reason == "match"))
+        assert (verdict["reason"], verdict["name_match"], verdict["reward"]) == (
+            reason,
+            name_match,
+            float(reason == "match"),
+        )
 
     def test_invalid_arguments_are_shown_as_sent(self, gym_servers: RunningServers):
         verdict = self.verdict(gym_servers, task(expected_call=one("f", a=1)), calls_response(("f", '{"a": ')))
@@ -163,7 +185,9 @@ class TestToolCallMatch(ResourcesServerTests):
     def test_mismatches_name_each_differing_path(self, gym_servers: RunningServers):
         expected = {"city": "Oslo", "when": {"day": "mon", "hours": [9, 10]}, "units": "metric"}
         predicted = {"city": "oslo", "when": {"day": "mon", "hours": [9, 11]}, "extra": 1}
-        verdict = self.verdict(gym_servers, task(expected_call={"name": "f", "arguments": expected}), calls_response(("f", predicted)))
+        verdict = self.verdict(
+            gym_servers, task(expected_call={"name": "f", "arguments": expected}), calls_response(("f", predicted))
+        )
         assert verdict["mismatches"] == [
             "$.city: expected 'Oslo', got 'oslo'",
             "$.when.hours[1]: expected 10, got 11",
@@ -184,14 +208,20 @@ class TestToolCallMatch(ResourcesServerTests):
         right = calls_response(("g", {}), ("f", {"a": 1}), ("f", {"a": 1}))
         assert self.verdict(gym_servers, row, right)["reward"] == 1.0
         # One call cannot stand for two expected ones; nor may a call be left over.
-        for wrong, reason in ((calls_response(("g", {}), ("f", {"a": 1})), "wrong_call_count"),
-                              (calls_response(("g", {}), ("f", {"a": 1}), ("f", {"a": 2})), "arguments_mismatch"),
-                              (calls_response(("g", {}), ("f", {"a": 1}), ("f", {"a": 1}), ("g", {})), "wrong_call_count")):
+        for wrong, reason in (
+            (calls_response(("g", {}), ("f", {"a": 1})), "wrong_call_count"),
+            (calls_response(("g", {}), ("f", {"a": 1}), ("f", {"a": 2})), "arguments_mismatch"),
+            (calls_response(("g", {}), ("f", {"a": 1}), ("f", {"a": 1}), ("g", {})), "wrong_call_count"),
+        ):
             verdict = self.verdict(gym_servers, row, wrong)
-            assert (verdict["reward"], verdict["reason"], verdict["expected_type"]) == (0.0, reason, "function_call_batch")
+            assert (verdict["reward"], verdict["reason"], verdict["expected_type"]) == (
+                0.0,
+                reason,
+                "function_call_batch",
+            )
 
     def test_reference_shaped_function_call_action(self, gym_servers: RunningServers):
-        row = task(expected_action={"type": "function_call", "name": "f", "arguments": "{\"a\": [1, 2]}"})
+        row = task(expected_action={"type": "function_call", "name": "f", "arguments": '{"a": [1, 2]}'})
         assert self.verdict(gym_servers, row, calls_response(("f", {"a": [1, 2]})))["reward"] == 1.0
         assert self.verdict(gym_servers, row, calls_response(("f", {"a": [2, 1]})))["reward"] == 0.0
 
@@ -204,8 +234,12 @@ class TestToolCallMatch(ResourcesServerTests):
             (assistant_response("   "), 0.0, "no_message"),
         ],
     )
-    def test_an_expected_message_rewards_answering_without_a_call(self, gym_servers: RunningServers, response, reward, reason):
-        verdict = self.verdict(gym_servers, task(expected_action={"type": "message", "content": "21 degrees"}), response)
+    def test_an_expected_message_rewards_answering_without_a_call(
+        self, gym_servers: RunningServers, response, reward, reason
+    ):
+        verdict = self.verdict(
+            gym_servers, task(expected_action={"type": "message", "content": "21 degrees"}), response
+        )
         got = (verdict["reward"], verdict["reason"], verdict["expected_type"], verdict["expected_calls"])
         assert got == (reward, reason, "message", [])
 
@@ -315,5 +349,7 @@ def test_every_config_is_valid(path: Path):
     from gym_core import get_plugin_manager
 
     overrides = ["policy_model.base_url=http://127.0.0.1:9/v1", "policy_model.model=m"] if "openai" in path.name else []
-    config = load_config([path], overrides, env_file=None, server_types=get_plugin_manager().servers(), allocate_ports=False)
+    config = load_config(
+        [path], overrides, env_file=None, server_types=get_plugin_manager().servers(), allocate_ports=False
+    )
     assert {"tool_call_match", "tool_simulation"} <= {i.plugin for i in config.instances.values()}

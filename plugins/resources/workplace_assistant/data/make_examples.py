@@ -73,8 +73,15 @@ def gt(name: str, arguments: dict[str, Any]) -> dict[str, str]:
     return {"name": name, "arguments": json.dumps(arguments)}
 
 
-def row(index: int, category: str, request: str, ground_truth: list[dict[str, str]] | str, response: dict[str, Any],
-        reward: float, live_calls: list[tuple[str, dict[str, Any]]] = ()) -> dict[str, Any]:
+def row(
+    index: int,
+    category: str,
+    request: str,
+    ground_truth: list[dict[str, str]] | str,
+    response: dict[str, Any],
+    reward: float,
+    live_calls: list[tuple[str, dict[str, Any]]] = (),
+) -> dict[str, Any]:
     conformance: dict[str, Any] = {"response": response, "reward": reward}
     if live_calls:
         conformance["tool_calls"] = [{"name": name, "arguments": arguments} for name, arguments in live_calls]
@@ -98,8 +105,12 @@ def rows() -> list[dict[str, Any]]:
     search = {"query": "Task Update on Document caching layer tomas"}
     reply = {"email_id": "00000333", "body": reply_body}
 
-    event = {"event_name": "Design review", "participant_email": "greta.lindqvist@lumenfield.com",
-             "event_start": "2023-12-05 11:00:00", "duration": "30"}
+    event = {
+        "event_name": "Design review",
+        "participant_email": "greta.lindqvist@lumenfield.com",
+        "event_start": "2023-12-05 11:00:00",
+        "duration": "30",
+    }
     # Case differs from the ground truth: the tool lowercases the address, verify lowercases the name.
     event_as_typed = {**event, "event_name": "design Review", "participant_email": "Greta.Lindqvist@Lumenfield.com"}
 
@@ -107,64 +118,121 @@ def rows() -> list[dict[str, Any]]:
     move_wrong = {**move_right, "task_id": "00000284"}  # Aiko's task of the same name
 
     drop = {"customer_id": "00000005"}
-    add = {"customer_name": "Farid Novak", "assigned_to_email": "ravi.kapoor@lumenfield.com", "status": "Lead",
-           "customer_email": "farid.novak@quillon.com"}
+    add = {
+        "customer_name": "Farid Novak",
+        "assigned_to_email": "ravi.kapoor@lumenfield.com",
+        "status": "Lead",
+        "customer_email": "farid.novak@quillon.com",
+    }
 
     forward = {"email_id": "00000474", "recipient": "ben.carter@lumenfield.com"}
     plot = {"time_min": "2023-11-01", "time_max": "2023-11-15", "value_to_plot": "total_visits", "plot_type": "line"}
     visits = {"time_min": "2023-11-20", "time_max": "2023-11-20"}
 
     return [
-        row(0, "email", "Reply to Tomas's latest email about 'Task Update on Document caching layer' with "
-            f"'{reply_body}'",
+        row(
+            0,
+            "email",
+            f"Reply to Tomas's latest email about 'Task Update on Document caching layer' with '{reply_body}'",
             [gt("email_reply_email", reply)],
-            trajectory([("email_search_emails", search), ("email_reply_email", reply)],
-                       "I replied to Tomas."),
-            1.0, [("email_search_emails", search), ("email_reply_email", reply)]),
-        row(1, "calendar", "Schedule a 30-minute 'Design review' with Greta on December 5 at 11am.",
+            trajectory([("email_search_emails", search), ("email_reply_email", reply)], "I replied to Tomas."),
+            1.0,
+            [("email_search_emails", search), ("email_reply_email", reply)],
+        ),
+        row(
+            1,
+            "calendar",
+            "Schedule a 30-minute 'Design review' with Greta on December 5 at 11am.",
             [gt("calendar_create_event", event)],
-            trajectory([("company_directory_find_email_address", {"name": "greta"}),
-                        ("calendar_create_event", event_as_typed)],
-                       "The design review with Greta is on your calendar."),
-            1.0, [("company_directory_find_email_address", {"name": "greta"}), ("calendar_create_event", event_as_typed)]),
-        row(2, "project_management", "Move Nadia's task 'Develop prototype for report generation' to In Review.",
+            trajectory(
+                [
+                    ("company_directory_find_email_address", {"name": "greta"}),
+                    ("calendar_create_event", event_as_typed),
+                ],
+                "The design review with Greta is on your calendar.",
+            ),
+            1.0,
+            [("company_directory_find_email_address", {"name": "greta"}), ("calendar_create_event", event_as_typed)],
+        ),
+        row(
+            2,
+            "project_management",
+            "Move Nadia's task 'Develop prototype for report generation' to In Review.",
             [gt("project_management_update_task", move_right)],
-            trajectory([("project_management_update_task", move_wrong)],
-                       "Moved it to In Review."),  # the wrong task: Aiko's of the same name
-            0.0),
-        row(3, "customer_relationship_manager",
+            trajectory(
+                [("project_management_update_task", move_wrong)], "Moved it to In Review."
+            ),  # the wrong task: Aiko's of the same name
+            0.0,
+        ),
+        row(
+            3,
+            "customer_relationship_manager",
             "Hugo Kowalski's account (customer 00000005) is closed: delete it, then add Farid Novak "
             "(farid.novak@quillon.com) as a new Lead owned by Ravi Kapoor.",
-            [gt("customer_relationship_manager_delete_customer", drop), gt("customer_relationship_manager_add_customer", add)],
+            [
+                gt("customer_relationship_manager_delete_customer", drop),
+                gt("customer_relationship_manager_add_customer", add),
+            ],
             # The same rows in the end, in the other order: the row labels differ, so the reward is 0.
-            trajectory([("customer_relationship_manager_add_customer", add),
-                        ("customer_relationship_manager_delete_customer", drop)],
-                       "Added Farid Novak and removed Hugo Kowalski."),
-            0.0),
-        row(4, "email", "Forward Mei's email about the hardware feedback from a customer to Ben Carter.",
+            trajectory(
+                [
+                    ("customer_relationship_manager_add_customer", add),
+                    ("customer_relationship_manager_delete_customer", drop),
+                ],
+                "Added Farid Novak and removed Hugo Kowalski.",
+            ),
+            0.0,
+        ),
+        row(
+            4,
+            "email",
+            "Forward Mei's email about the hardware feedback from a customer to Ben Carter.",
             [gt("email_forward_email", forward)],
             # Malformed: arguments that are not JSON, then a tool that does not exist; neither runs.
-            trajectory([("email_forward_email", '{"email_id": "00000474", "recipient": '),
-                        ("email_forward", forward)],
-                       "Forwarded."),
-            0.0),
-        row(5, "analytics", "Make a line plot of the total visits from November 1 to November 15.",
+            trajectory(
+                [("email_forward_email", '{"email_id": "00000474", "recipient": '), ("email_forward", forward)],
+                "Forwarded.",
+            ),
+            0.0,
+        ),
+        row(
+            5,
+            "analytics",
+            "Make a line plot of the total visits from November 1 to November 15.",
             [gt("analytics_create_plot", plot)],
-            trajectory([("analytics_create_plot", plot)],
-                       "Here it is: plots/2023-11-01_2023-11-15_total_visits_line.png"),
-            1.0, [("analytics_create_plot", plot)]),
-        row(6, "analytics", "How many visits did the website get on November 20?",
+            trajectory(
+                [("analytics_create_plot", plot)], "Here it is: plots/2023-11-01_2023-11-15_total_visits_line.png"
+            ),
+            1.0,
+            [("analytics_create_plot", plot)],
+        ),
+        row(
+            6,
+            "analytics",
+            "How many visits did the website get on November 20?",
             "No change is needed: the answer is the visit count of 2023-11-20.",  # a plain string: no action
             trajectory([("analytics_total_visits_count", visits)], "10 visits."),
-            1.0, [("analytics_total_visits_count", visits)]),
-        row(7, "analytics", "How many visits did the website get on November 20?",
+            1.0,
+            [("analytics_total_visits_count", visits)],
+        ),
+        row(
+            7,
+            "analytics",
+            "How many visits did the website get on November 20?",
             "No change is needed: the answer is the visit count of 2023-11-20.",
             # Nothing was asked to change, but the model sent an email: the emails differ.
-            trajectory([("analytics_total_visits_count", visits),
-                        ("email_send_email", {"recipient": "ben.carter@lumenfield.com", "subject": "Visits",
-                                              "body": "10 visits on Nov 20."})],
-                       "10 visits; I told Ben."),
-            0.0),
+            trajectory(
+                [
+                    ("analytics_total_visits_count", visits),
+                    (
+                        "email_send_email",
+                        {"recipient": "ben.carter@lumenfield.com", "subject": "Visits", "body": "10 visits on Nov 20."},
+                    ),
+                ],
+                "10 visits; I told Ben.",
+            ),
+            0.0,
+        ),
     ]
 
 

@@ -39,10 +39,19 @@ def reward(predicted, expected) -> float:
 
 
 SEND = {"recipient": "ben.carter@lumenfield.com", "subject": "Hi", "body": "Hello"}
-EVENT = {"event_name": "Design review", "participant_email": "greta.lindqvist@lumenfield.com",
-         "event_start": "2023-12-05 11:00:00", "duration": "30"}
-TASK = {"task_name": "Write tests", "assigned_to_email": "tomas.okafor@lumenfield.com", "list_name": "Backlog",
-        "due_date": "2023-12-15", "board": "Back end"}
+EVENT = {
+    "event_name": "Design review",
+    "participant_email": "greta.lindqvist@lumenfield.com",
+    "event_start": "2023-12-05 11:00:00",
+    "duration": "30",
+}
+TASK = {
+    "task_name": "Write tests",
+    "assigned_to_email": "tomas.okafor@lumenfield.com",
+    "list_name": "Backlog",
+    "due_date": "2023-12-15",
+    "board": "Back end",
+}
 CUSTOMER = {"customer_name": "Ada Byron", "assigned_to_email": "ravi.kapoor@lumenfield.com", "status": "Lead"}
 
 
@@ -53,8 +62,18 @@ def test_tables_are_deterministic_and_have_the_spec_sizes_and_columns():
     again = generate()
     for name in ("emails", "calendar_events", "project_tasks", "crm", "analytics"):
         assert getattr(TABLES, name).rows == getattr(again, name).rows, name
-    sizes = {name: len(getattr(TABLES, name)) for name in ("emails", "calendar_events", "project_tasks", "crm", "analytics", "plots")}
-    assert sizes == {"emails": 500, "calendar_events": 300, "project_tasks": 300, "crm": 200, "analytics": 1000, "plots": 0}
+    sizes = {
+        name: len(getattr(TABLES, name))
+        for name in ("emails", "calendar_events", "project_tasks", "crm", "analytics", "plots")
+    }
+    assert sizes == {
+        "emails": 500,
+        "calendar_events": 300,
+        "project_tasks": 300,
+        "crm": 200,
+        "analytics": 1000,
+        "plots": 0,
+    }
     assert len(DIRECTORY) == 20 and len(set(DIRECTORY)) == 20
     assert TABLES.emails.columns == ("email_id", "inbox/outbox", "sender/recipient", "subject", "sent_datetime", "body")
     assert generate(seed=1).emails.rows != TABLES.emails.rows
@@ -71,7 +90,9 @@ def test_the_example_file_is_what_its_script_writes():
     spec = importlib.util.spec_from_file_location("make_examples", PACKAGE / "data" / "make_examples.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    shipped = [json.loads(line) for line in (PACKAGE / "data" / "example.jsonl").read_text().splitlines() if line.strip()]
+    shipped = [
+        json.loads(line) for line in (PACKAGE / "data" / "example.jsonl").read_text().splitlines() if line.strip()
+    ]
     assert shipped == json.loads(json.dumps(module.rows()))
     assert {row["conformance"]["reward"] for row in shipped} == {0.0, 1.0}
 
@@ -86,14 +107,19 @@ def test_there_are_27_tools():
 def test_directory_search_is_a_case_insensitive_regex():
     w = fresh()
     assert w.company_directory_find_email_address("Priya") == ["priya.raman@lumenfield.com"]
-    assert w.company_directory_find_email_address("^(mei|ben)\\.") == ["ben.carter@lumenfield.com", "mei.chen@lumenfield.com"]
+    assert w.company_directory_find_email_address("^(mei|ben)\\.") == [
+        "ben.carter@lumenfield.com",
+        "mei.chen@lumenfield.com",
+    ]
     assert w.company_directory_find_email_address("") == "Name not provided."
     assert w.company_directory_find_email_address("zzz") == []
 
 
 def test_email_information_by_id():
     w = fresh()
-    assert w.email_get_email_information_by_id("00000333", "subject") == {"subject": "Task Update on Document caching layer"}
+    assert w.email_get_email_information_by_id("00000333", "subject") == {
+        "subject": "Task Update on Document caching layer"
+    }
     assert w.email_get_email_information_by_id("333", "subject") == "Email not found."
     assert w.email_get_email_information_by_id("00000333", "colour") == "Field not found."
     assert w.email_get_email_information_by_id(None, "subject") == "Email ID not provided."
@@ -103,12 +129,17 @@ def test_email_information_by_id():
 def test_email_search_matches_every_word_newest_first_with_dates_and_pages():
     w = fresh()
     found = w.email_search_emails("caching layer TOMAS", page_size=2)
-    assert found["pagination"]["page_size"] == 2 and found["pagination"]["total_pages"] == -(-found["pagination"]["total_emails"] // 2)
+    assert found["pagination"]["page_size"] == 2 and found["pagination"]["total_pages"] == -(
+        -found["pagination"]["total_emails"] // 2
+    )
     dates = [e["sent_datetime"] for e in found["emails"]]
     assert dates == sorted(dates, reverse=True)
     everything = w.email_search_emails("caching layer tomas", page_size=100)["emails"]
-    assert all("caching layer" in f"{e['subject']} {e['body']}".lower()
-               and "tomas" in f"{e['subject']} {e['body']} {e['sender/recipient']}" for e in everything)
+    assert all(
+        "caching layer" in f"{e['subject']} {e['body']}".lower()
+        and "tomas" in f"{e['subject']} {e['body']} {e['sender/recipient']}"
+        for e in everything
+    )
     day = w.email_search_emails("", date_min="2023-11-25", date_max="2023-11-25", page_size=100)["emails"]
     assert day and all(e["sent_datetime"].startswith("2023-11-25") for e in day)
     assert w.email_search_emails("no such words here") == "No emails found."
@@ -153,11 +184,19 @@ def test_calendar_create_validates_and_returns_a_padded_id():
     w = fresh()
     assert w.calendar_create_event(**{**EVENT, "event_name": ""}) == "Event name not provided."
     assert w.calendar_create_event(**{**EVENT, "duration": None}) == "Event duration not provided."
-    assert w.calendar_create_event(**{**EVENT, "event_start": "2023-12-05 11:00"}).startswith("Event start must be a timestamp")
+    assert w.calendar_create_event(**{**EVENT, "event_start": "2023-12-05 11:00"}).startswith(
+        "Event start must be a timestamp"
+    )
     assert w.calendar_create_event(**{**EVENT, "duration": "-30"}).startswith("Duration must be a positive")
     assert w.calendar_create_event(**{**EVENT, "duration": "half an hour"}).startswith("Duration must be a positive")
     assert w.calendar_create_event(**{**EVENT, "participant_email": "Greta.Lindqvist@LUMENFIELD.com"}) == "00000300"
-    assert w.calendar_events.rows[-1] == ("00000300", "Design review", "greta.lindqvist@lumenfield.com", "2023-12-05 11:00:00", "30")
+    assert w.calendar_events.rows[-1] == (
+        "00000300",
+        "Design review",
+        "greta.lindqvist@lumenfield.com",
+        "2023-12-05 11:00:00",
+        "30",
+    )
 
 
 def test_calendar_ids_must_have_8_digits():
@@ -177,8 +216,13 @@ def test_calendar_update_validates_the_field_and_value():
     assert w.calendar_update_event("00000100", "event_start", "tomorrow").startswith("Event start must be")
     assert w.calendar_update_event("00000100", "event_name", None) == "Event ID, field, or new value not provided."
     assert w.calendar_update_event("00000999", "event_name", "x") == "Event not found."
-    assert w.calendar_update_event("00000100", "participant_email", "MEI.CHEN@lumenfield.com") == "Event updated successfully."
-    assert w.calendar_get_event_information_by_id("00000100", "participant_email") == {"participant_email": "mei.chen@lumenfield.com"}
+    assert (
+        w.calendar_update_event("00000100", "participant_email", "MEI.CHEN@lumenfield.com")
+        == "Event updated successfully."
+    )
+    assert w.calendar_get_event_information_by_id("00000100", "participant_email") == {
+        "participant_email": "mei.chen@lumenfield.com"
+    }
 
 
 def test_calendar_search_by_text_and_time_newest_first():
@@ -205,7 +249,11 @@ def test_analytics_aggregates_per_day():
     assert w.analytics_traffic_source_count("2023-11-20", "2023-11-20", "direct") == {"2023-11-20": direct}
     average = sum(float(row[3]) for row in day) / len(day)
     assert w.analytics_get_average_session_duration("2023-11-20", "2023-11-20") == {"2023-11-20": average}
-    assert sorted(w.analytics_total_visits_count("2023-11-01", "2023-11-03")) == ["2023-11-01", "2023-11-02", "2023-11-03"]
+    assert sorted(w.analytics_total_visits_count("2023-11-01", "2023-11-03")) == [
+        "2023-11-01",
+        "2023-11-02",
+        "2023-11-03",
+    ]
     visitor = day[0][1]
     assert w.analytics_get_visitor_information_by_id(visitor)[0]["visitor_id"] == visitor
     assert w.analytics_get_visitor_information_by_id("nobody") == "Visitor not found."
@@ -213,8 +261,12 @@ def test_analytics_aggregates_per_day():
 
 def test_create_plot_validates_and_appends_the_path():
     w = fresh()
-    assert w.analytics_create_plot("2023-11-01", "2023-11-15", "visits", "line").startswith("Value to plot must be one of")
-    assert w.analytics_create_plot("2023-11-01", "2023-11-15", "total_visits", "pie").startswith("Plot type must be one of")
+    assert w.analytics_create_plot("2023-11-01", "2023-11-15", "visits", "line").startswith(
+        "Value to plot must be one of"
+    )
+    assert w.analytics_create_plot("2023-11-01", "2023-11-15", "total_visits", "pie").startswith(
+        "Plot type must be one of"
+    )
     assert w.analytics_create_plot(None, "2023-11-15", "total_visits", "line") == "Start date not provided."
     path = w.analytics_create_plot("2023-11-01", "2023-11-15", "total_visits", "line")
     assert path == "plots/2023-11-01_2023-11-15_total_visits_line.png"
@@ -229,7 +281,9 @@ def test_search_tasks_needs_a_filter_and_matches_email_exactly():
     assert w.project_management_search_tasks() == "No search parameters provided."
     assert w.project_management_search_tasks(assigned_to_email="tomas") == "Invalid email address."
     mine = w.project_management_search_tasks(assigned_to_email="TOMAS.OKAFOR@lumenfield.com", board="back END")
-    assert mine and all(t["assigned_to_email"] == "tomas.okafor@lumenfield.com" and t["board"] == "Back end" for t in mine)
+    assert mine and all(
+        t["assigned_to_email"] == "tomas.okafor@lumenfield.com" and t["board"] == "Back end" for t in mine
+    )
     named = w.project_management_search_tasks(task_name="report generation")
     assert {t["task_id"] for t in named} >= {"00000284", "00000296"}
 
@@ -241,8 +295,17 @@ def test_create_task_validates_assignee_list_and_board():
     assert answer.startswith("Assignee email not valid")
     assert w.project_management_create_task(**{**TASK, "list_name": "backlog"}).startswith("List not valid")
     assert w.project_management_create_task(**{**TASK, "board": "Backend"}).startswith("Board not valid")
-    assert w.project_management_create_task(**{**TASK, "assigned_to_email": "TOMAS.okafor@lumenfield.com"}) == "00000300"
-    assert w.project_tasks.rows[-1] == ("00000300", "Write tests", "tomas.okafor@lumenfield.com", "Backlog", "2023-12-15", "Back end")
+    assert (
+        w.project_management_create_task(**{**TASK, "assigned_to_email": "TOMAS.okafor@lumenfield.com"}) == "00000300"
+    )
+    assert w.project_tasks.rows[-1] == (
+        "00000300",
+        "Write tests",
+        "tomas.okafor@lumenfield.com",
+        "Backlog",
+        "2023-12-15",
+        "Back end",
+    )
 
 
 def test_update_and_delete_task():
@@ -250,7 +313,9 @@ def test_update_and_delete_task():
     assert w.project_management_update_task("00000296", "priority", "high").startswith("Field not valid")
     assert w.project_management_update_task("00000296", "list_name", "Done").startswith("List not valid")
     assert w.project_management_update_task("00000296", "board", "QA").startswith("Board not valid")
-    assert w.project_management_update_task("00000296", "assigned_to_email", "x@y.com").startswith("Assignee email not valid")
+    assert w.project_management_update_task("00000296", "assigned_to_email", "x@y.com").startswith(
+        "Assignee email not valid"
+    )
     assert w.project_management_update_task("00000999", "list_name", "Completed") == "Task not found."
     assert w.project_management_update_task("00000296", "list_name", "In Review") == "Task updated successfully."
     assert w.project_management_get_task_information_by_id("00000296", "list_name") == {"list_name": "In Review"}
@@ -264,8 +329,12 @@ def test_update_and_delete_task():
 def test_search_customers_filters_and_pages():
     w = fresh()
     assert w.customer_relationship_manager_search_customers() == "No search parameters provided."
-    found = w.customer_relationship_manager_search_customers(status="lead", last_contact_date_min="2023-09-01", page_size=100)
-    assert found["customers"] and all(c["status"] == "Lead" and c["last_contact_date"] >= "2023-09-01" for c in found["customers"])
+    found = w.customer_relationship_manager_search_customers(
+        status="lead", last_contact_date_min="2023-09-01", page_size=100
+    )
+    assert found["customers"] and all(
+        c["status"] == "Lead" and c["last_contact_date"] >= "2023-09-01" for c in found["customers"]
+    )
     assert found["pagination"]["total_customers"] == len(found["customers"])
     assert w.customer_relationship_manager_search_customers(customer_name="nobody at all") == "No customers found."
 
@@ -273,13 +342,31 @@ def test_search_customers_filters_and_pages():
 def test_update_add_and_delete_customer():
     w = fresh()
     assert w.customer_relationship_manager_update_customer("00000005", "status", "lead").startswith("Status not valid")
-    assert w.customer_relationship_manager_update_customer("00000005", "product_interest", "Food").startswith("Product interest not valid")
+    assert w.customer_relationship_manager_update_customer("00000005", "product_interest", "Food").startswith(
+        "Product interest not valid"
+    )
     assert w.customer_relationship_manager_update_customer("00000999", "status", "Won") == "Customer not found."
-    assert w.customer_relationship_manager_update_customer("00000005", "customer_email", "HUGO@X.COM") == "Customer updated successfully."
+    assert (
+        w.customer_relationship_manager_update_customer("00000005", "customer_email", "HUGO@X.COM")
+        == "Customer updated successfully."
+    )
     assert w.crm.where("customer_id", "00000005")[0][3] == "hugo@x.com"
-    assert w.customer_relationship_manager_add_customer("Ada", None, "Lead").startswith("Please provide all required fields")
+    assert w.customer_relationship_manager_add_customer("Ada", None, "Lead").startswith(
+        "Please provide all required fields"
+    )
     assert w.customer_relationship_manager_add_customer(**{**CUSTOMER, "customer_email": "ADA@B.IO"}) == "00000200"
-    assert w.crm.rows[-1] == ("00000200", "ravi.kapoor@lumenfield.com", "Ada Byron", "ada@b.io", None, None, None, "Lead", None, "")
+    assert w.crm.rows[-1] == (
+        "00000200",
+        "ravi.kapoor@lumenfield.com",
+        "Ada Byron",
+        "ada@b.io",
+        None,
+        None,
+        None,
+        "Lead",
+        None,
+        "",
+    )
     assert w.customer_relationship_manager_delete_customer("00000200") == "Customer deleted successfully."
     assert w.customer_relationship_manager_delete_customer("00000200") == "Customer not found."
 
@@ -317,8 +404,10 @@ def test_labels_after_each_kind_of_change():
 
 
 def test_same_rows_with_a_different_label_history_are_not_equal():
-    delete, add = act("customer_relationship_manager_delete_customer", customer_id="00000005"), act(
-        "customer_relationship_manager_add_customer", **CUSTOMER)
+    delete, add = (
+        act("customer_relationship_manager_delete_customer", customer_id="00000005"),
+        act("customer_relationship_manager_add_customer", **CUSTOMER),
+    )
     one, other = replay(TABLES, [delete, add]), replay(TABLES, [add, delete])
     assert one.crm.rows == other.crm.rows and one.crm.labels != other.crm.labels
     assert reward([add, delete], [delete, add]) == 0.0
@@ -334,7 +423,12 @@ def test_same_rows_with_a_different_label_history_are_not_equal():
 def test_every_column_but_status_list_and_board_is_compared_lowercased():
     columns = ("customer_name", "status", "notes")
     assert normalized_row(columns, ("Ada", "Lead", 5)) == ("ada", "Lead", None)
-    assert reward([act("email_send_email", **{**SEND, "subject": "HI", "body": "HELLO"})], [act("email_send_email", **SEND)]) == 1.0
+    assert (
+        reward(
+            [act("email_send_email", **{**SEND, "subject": "HI", "body": "HELLO"})], [act("email_send_email", **SEND)]
+        )
+        == 1.0
+    )
     update = {"customer_id": "00000005", "field": "notes"}
     upper = act("customer_relationship_manager_update_customer", **update, new_value="CALL BACK")
     lower = act("customer_relationship_manager_update_customer", **update, new_value="call back")
@@ -342,8 +436,13 @@ def test_every_column_but_status_list_and_board_is_compared_lowercased():
     # status keeps its case: "Won" is valid, so only its exact spelling passes validation anyway;
     # list_name and board values are compared as they are.
     rename = {"task_id": "00000296", "field": "task_name"}
-    assert reward([act("project_management_update_task", **rename, new_value="X")],
-                  [act("project_management_update_task", **rename, new_value="x")]) == 1.0
+    assert (
+        reward(
+            [act("project_management_update_task", **rename, new_value="X")],
+            [act("project_management_update_task", **rename, new_value="x")],
+        )
+        == 1.0
+    )
 
 
 def test_non_string_cells_compare_as_null():
@@ -373,8 +472,12 @@ def test_actions_that_cannot_run_are_skipped():
 
 
 def test_read_only_calls_change_nothing():
-    reads = [act("email_search_emails", query="caching"), act("calendar_search_events", query="design"),
-             act("project_management_search_tasks", board="Design"), act("analytics_total_visits_count")]
+    reads = [
+        act("email_search_emails", query="caching"),
+        act("calendar_search_events", query="design"),
+        act("project_management_search_tasks", board="Design"),
+        act("analytics_total_visits_count"),
+    ]
     assert reward(reads, []) == 1.0
 
 

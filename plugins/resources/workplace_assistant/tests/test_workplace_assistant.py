@@ -44,8 +44,12 @@ def plugins(*others: object) -> PluginManager:
 def calls(*steps: tuple[str, Any]) -> dict[str, Any]:
     """A response whose output is one function call per step (arguments: an object, or raw text)."""
     output = [
-        {"type": "function_call", "name": name, "call_id": f"c{i}",
-         "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}
+        {
+            "type": "function_call",
+            "name": name,
+            "call_id": f"c{i}",
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+        }
         for i, (name, arguments) in enumerate(steps)
     ]
     return {"output": [*output, *assistant_response("Done.")["output"]]}
@@ -114,11 +118,17 @@ class TestWorkplaceAssistant(ResourcesServerTests):
     def test_tools_answer_output_and_change_the_session_state(self, gym_servers: RunningServers):
         caller = self.seeded(gym_servers)
         assert caller.post("/tools/email_send_email", SEND).json() == {"output": "Email sent successfully."}
-        found = caller.post("/tools/email_search_emails", {"query": "hi ben", "date_min": "2023-11-30"}).json()["output"]
+        found = caller.post("/tools/email_search_emails", {"query": "hi ben", "date_min": "2023-11-30"}).json()[
+            "output"
+        ]
         assert found["pagination"] == {"total_emails": 1, "page": 1, "page_size": 5, "total_pages": 1}
         assert found["emails"][0] == {
-            "email_id": "500", "inbox/outbox": "outbox", "sender/recipient": "ben.carter@lumenfield.com",
-            "subject": "Hello", "sent_datetime": "2023-11-30 23:59:00", "body": "Hi Ben",
+            "email_id": "500",
+            "inbox/outbox": "outbox",
+            "sender/recipient": "ben.carter@lumenfield.com",
+            "subject": "Hello",
+            "sent_datetime": "2023-11-30 23:59:00",
+            "body": "Hi Ben",
         }
         # Another session does not see it.
         other = self.seeded(gym_servers)
@@ -128,7 +138,10 @@ class TestWorkplaceAssistant(ResourcesServerTests):
     def test_failures_are_outputs_not_errors(self, gym_servers: RunningServers):
         caller = self.seeded(gym_servers)
         cases = {
-            ("email_send_email", json.dumps({"recipient": "nobody", "subject": "s", "body": "b"})): "Invalid recipient email address.",
+            (
+                "email_send_email",
+                json.dumps({"recipient": "nobody", "subject": "s", "body": "b"}),
+            ): "Invalid recipient email address.",
             ("email_send_email", json.dumps({**SEND, "cc": "x@y.z"})): (
                 "Error executing tool 'email_send_email': "
                 "WorkplaceAssistantServer.email_send_email() got an unexpected keyword argument 'cc'"
@@ -136,7 +149,10 @@ class TestWorkplaceAssistant(ResourcesServerTests):
             ("email_search_emails", json.dumps({"date_min": "last week"})): (
                 "Error executing tool 'email_search_emails': Invalid isoformat string: 'last week'"
             ),
-            ("calendar_delete_event", json.dumps({"event_id": "12"})): "Event ID must be an 8-digit string, such as '00000123'.",
+            (
+                "calendar_delete_event",
+                json.dumps({"event_id": "12"}),
+            ): "Event ID must be an 8-digit string, such as '00000123'.",
         }
         for (name, body), expected in cases.items():
             reply = caller.post(f"/tools/{name}", body.encode())
@@ -150,15 +166,25 @@ class TestWorkplaceAssistant(ResourcesServerTests):
         caller = self.seeded(gym_servers)
         reply = caller.post("/tools/email_search_emails", {"query": "caching layer", "date_min": None, "page": None})
         assert reply.json()["output"]["pagination"]["page"] == 1
-        assert caller.post("/tools/email_delete_email", {"email_id": None}).json()["output"].startswith("Error executing tool")
+        assert (
+            caller.post("/tools/email_delete_email", {"email_id": None})
+            .json()["output"]
+            .startswith("Error executing tool")
+        )
 
     def test_a_pathological_directory_pattern_is_an_error_not_a_stall(self, gym_servers: RunningServers):
         caller = self.seeded(gym_servers)
         found = caller.post("/tools/company_directory_find_email_address", {"name": "PRIYA"}).json()
         assert found == {"output": ["priya.raman@lumenfield.com"]}
-        reply = caller.post("/tools/company_directory_find_email_address", {"name": r"(.?){13}(.?){13}\1\2\W\W"}).json()["output"]
+        reply = caller.post(
+            "/tools/company_directory_find_email_address", {"name": r"(.?){13}(.?){13}\1\2\W\W"}
+        ).json()["output"]
         assert reply.startswith("Error executing tool 'company_directory_find_email_address'"), reply
-        assert caller.post("/tools/company_directory_find_email_address", {"name": "("}).json()["output"].startswith("Error executing tool")
+        assert (
+            caller.post("/tools/company_directory_find_email_address", {"name": "("})
+            .json()["output"]
+            .startswith("Error executing tool")
+        )
 
     # --- verify ---------------------------------------------------------------------------------
 
@@ -177,12 +203,22 @@ class TestWorkplaceAssistant(ResourcesServerTests):
     def test_order_of_deletion_and_insertion_matters(self, gym_servers: RunningServers):
         delete = {"email_id": "00000007"}
         row = task([gt("email_delete_email", delete), gt("email_send_email", SEND)])
-        assert self.verdict(gym_servers, row, calls(("email_delete_email", delete), ("email_send_email", SEND)))["reward"] == 1.0
-        assert self.verdict(gym_servers, row, calls(("email_send_email", SEND), ("email_delete_email", delete)))["reward"] == 0.0
+        assert (
+            self.verdict(gym_servers, row, calls(("email_delete_email", delete), ("email_send_email", SEND)))["reward"]
+            == 1.0
+        )
+        assert (
+            self.verdict(gym_servers, row, calls(("email_send_email", SEND), ("email_delete_email", delete)))["reward"]
+            == 0.0
+        )
 
     def test_rows_with_nulls_and_a_string_id_are_accepted(self, gym_servers: RunningServers):
         row = task([gt("email_send_email", SEND)], id="0")
-        row["responses_create_params"] = {**row["responses_create_params"], "temperature": None, "max_output_tokens": None}
+        row["responses_create_params"] = {
+            **row["responses_create_params"],
+            "temperature": None,
+            "max_output_tokens": None,
+        }
         response = {**calls(("email_send_email", SEND)), "usage": None, "incomplete_details": None}
         assert self.verdict(gym_servers, row, response) == {"reward": 1.0}
 
@@ -196,7 +232,11 @@ class TestWorkplaceAssistant(ResourcesServerTests):
 
     @pytest.mark.parametrize(
         ("changes", "message"),
-        [({"id": "zero"}, "id must be an integer"), ({"ground_truth": [{"arguments": "{}"}]}, "name"), ({"category": 3}, "category")],
+        [
+            ({"id": "zero"}, "id must be an integer"),
+            ({"ground_truth": [{"arguments": "{}"}]}, "name"),
+            ({"category": 3}, "category"),
+        ],
     )
     def test_a_bad_row_field_is_a_422(self, gym_servers: RunningServers, changes, message):
         reply = gym_servers.caller().post("/verify", {**task([]), **changes, "response": assistant_response("")})
@@ -206,7 +246,9 @@ class TestWorkplaceAssistant(ResourcesServerTests):
 
 def test_replay_past_the_time_limit_gives_reward_0_with_a_reason():
     steps = [("email_send_email", SEND)] * 3000
-    with running_servers({"wa": {"plugin": "workplace_assistant", "verify_timeout_s": 0.001}}, plugins=plugins()) as config:
+    with running_servers(
+        {"wa": {"plugin": "workplace_assistant", "verify_timeout_s": 0.001}}, plugins=plugins()
+    ) as config:
         caller = HTTPCaller(config.instances["wa"].url)
         verdict = caller.post("/verify", {**task([]), "response": calls(*steps)}).json()
         assert verdict == {"reward": 0.0, "reason": "timeout"}
@@ -217,7 +259,10 @@ def test_options_change_the_tables():
     with running_servers({"wa": small}, plugins=plugins()) as config:
         caller = HTTPCaller(config.instances["wa"].url)
         caller.post("/seed_session", task([]))
-        assert caller.post("/tools/email_search_emails", {"page_size": 10}).json()["output"]["pagination"]["total_emails"] == 3
+        assert (
+            caller.post("/tools/email_search_emails", {"page_size": 10}).json()["output"]["pagination"]["total_emails"]
+            == 3
+        )
 
 
 async def test_rollouts_through_simple_agent():
@@ -228,8 +273,11 @@ async def test_rollouts_through_simple_agent():
         async with ServerClient(config) as client:
             for row in ROWS:
                 output = row["conformance"]["response"]["output"]
-                turns = [{"tool_calls": [{"name": item["name"], "arguments": json.loads(item["arguments"])}]}
-                         for item in output if item["type"] == "function_call" and item["arguments"].endswith("}")]
+                turns = [
+                    {"tool_calls": [{"name": item["name"], "arguments": json.loads(item["arguments"])}]}
+                    for item in output
+                    if item["type"] == "function_call" and item["arguments"].endswith("}")
+                ]
                 turns.append({"text": output[-1]["content"][0]["text"]})
                 params = {**row["responses_create_params"], "metadata": {"scripted_turns": json.dumps(turns)}}
                 result = await client.post("agent", "/run", {**row, "responses_create_params": params})

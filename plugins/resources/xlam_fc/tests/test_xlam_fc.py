@@ -67,7 +67,10 @@ TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object", "pro
 
 
 def task(expected: Any = None, **fields: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {"responses_create_params": {"input": [{"role": "user", "content": "q"}], "tools": TOOLS}, **fields}
+    row: dict[str, Any] = {
+        "responses_create_params": {"input": [{"role": "user", "content": "q"}], "tools": TOOLS},
+        **fields,
+    }
     if expected is not None:
         row["expected_answers"] = expected
     return row
@@ -90,7 +93,7 @@ class TestXlamFc(ResourcesServerTests):
         assert caller.post("/current_weather", {"city": "Oslo"}).status == 404
 
     def test_verify_reports_counts_and_predicted_calls(self, gym_servers: RunningServers):
-        expected = [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": "{\"b\": [1, 2]}"}]
+        expected = [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": '{"b": [1, 2]}'}]
         response = calls_response(("g", {"b": [1, 2], "c": True}), ("f", "{not json"))
         verdict = gym_servers.caller().post("/verify", {**task(expected), "response": response}).json()
         assert verdict == {
@@ -108,7 +111,11 @@ class TestXlamFc(ResourcesServerTests):
         # What simple_agent sends after two turns: a call, its 404 output, then a second call.
         first = calls_response(("f", {"a": 1}))["output"]
         second = calls_response(("f", {"a": 2}), text="done")["output"]
-        output = [*first, {"type": "function_call_output", "call_id": "call_0", "output": '{"detail":"Not Found"}'}, *second]
+        output = [
+            *first,
+            {"type": "function_call_output", "call_id": "call_0", "output": '{"detail":"Not Found"}'},
+            *second,
+        ]
         expected = [{"name": "f", "arguments": {"a": 1}}]
         verdict = gym_servers.caller().post("/verify", {**task(expected), "response": {"output": output}}).json()
         assert (verdict["reward"], verdict["num_predicted"], verdict["num_correct"]) == (0.0, 2, 1)
@@ -130,7 +137,11 @@ class TestXlamFc(ResourcesServerTests):
 
     def test_expected_call_without_arguments_matches_any_arguments(self, gym_servers: RunningServers):
         for expected in ([{"name": "f"}], [{"name": "f", "arguments": None}], [{"name": "f", "arguments": "{}"}]):
-            verdict = gym_servers.caller().post("/verify", {**task(expected), "response": calls_response(("f", "garbage"))}).json()
+            verdict = (
+                gym_servers.caller()
+                .post("/verify", {**task(expected), "response": calls_response(("f", "garbage"))})
+                .json()
+            )
             assert verdict["reward"] == 1.0, (expected, verdict)
 
     def test_rows_with_nulls_and_extra_fields_are_accepted(self, gym_servers: RunningServers):
@@ -180,7 +191,12 @@ def test_scoring_past_the_time_limit_gives_reward_0_with_a_reason():
         caller = HTTPCaller(config.instances["xlam_fc"].url)
         verdict = caller.post("/verify", {**task(expected), "response": calls_response(*calls)}).json()
         assert verdict == {
-            "reward": 0.0, "num_expected": 1000, "num_predicted": 1000, "num_correct": 0, "predicted_calls": [], "reason": "timeout",
+            "reward": 0.0,
+            "num_expected": 1000,
+            "num_predicted": 1000,
+            "num_correct": 0,
+            "predicted_calls": [],
+            "reason": "timeout",
         }
         # The server keeps answering small responses inline.
         small = caller.post("/verify", {**task(expected[:1]), "response": calls_response(calls[0])}).json()
@@ -206,8 +222,6 @@ def test_aggregate_metrics_pool_call_counts_over_xlam_rows_only():
     assert manager.aggregate_metrics(only_silence) == {"xlam_fc/no_call_rate": 1.0}
 
 
-
-
 async def test_a_rollout_through_simple_agent_scores_calls_of_every_turn():
     # The scripted model calls the first expected function, gets a 404 error back (xlam_fc serves
     # no tools), calls the rest in a second turn, then answers: every call of both turns counts.
@@ -229,5 +243,7 @@ async def test_a_rollout_through_simple_agent_scores_calls_of_every_turn():
                 outputs = [item for item in result["response"]["output"] if item["type"] == "function_call_output"]
                 # gym's 404 body names the unknown tool (the reference: {"detail": "Not Found"}).
                 assert len(outputs) == 2 + len(extra), outputs
-                assert all("unknown tool" in item["output"] and "current_weather" in item["output"] for item in outputs), outputs
+                assert all(
+                    "unknown tool" in item["output"] and "current_weather" in item["output"] for item in outputs
+                ), outputs
                 assert (result["reward"], result["num_predicted"]) == (reward, 2 + len(extra)), result

@@ -22,6 +22,19 @@ def gym_register_commands(register):
     from gym_cli.commands.test import test
     from gym_cli.commands.workspace import workspace
 
-    for command in (run, status, stop, collect, reverify, profile, report, export, config, plugin, test, workspace,
-                    examples):
+    for command in (
+        run,
+        status,
+        stop,
+        collect,
+        reverify,
+        profile,
+        report,
+        export,
+        config,
+        plugin,
+        test,
+        workspace,
+        examples,
+    ):
         register(command)

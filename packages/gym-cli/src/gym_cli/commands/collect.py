@@ -21,8 +21,14 @@ if TYPE_CHECKING:  # what running the command needs loads when it runs, not for 
 __all__ = ["collect"]
 
 
-async def _collect(head: str, tasks: TaskFile, pairs: Iterable[tuple[int, int]], options: CollectOptions,
-                   summary: CollectSummary, reporter: Reporter) -> None:
+async def _collect(
+    head: str,
+    tasks: TaskFile,
+    pairs: Iterable[tuple[int, int]],
+    options: CollectOptions,
+    summary: CollectSummary,
+    reporter: Reporter,
+) -> None:
     """Ask the head server what runs, choose the agent, then collect while ``reporter`` shows progress."""
     import asyncio
 
@@ -53,37 +59,100 @@ async def _collect(head: str, tasks: TaskFile, pairs: Iterable[tuple[int, int]],
 
 
 @click.command()
-@click.option("--input", "input_path", type=click.Path(path_type=Path), required=True, help="Tasks, one JSON object per line.")
-@click.option("--output", "output_path", type=click.Path(path_type=Path), required=True, help="Rollouts JSONL (appended; resumes).")
+@click.option(
+    "--input", "input_path", type=click.Path(path_type=Path), required=True, help="Tasks, one JSON object per line."
+)
+@click.option(
+    "--output",
+    "output_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Rollouts JSONL (appended; resumes).",
+)
 @click.option("--agent", help="Agent instance to run every task (default: the row's agent_ref, else the only agent).")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True, help="Rollouts per task.")
-@click.option("--parallel", type=click.IntRange(min=1), default=16, show_default=True, help="Rollouts in flight at once.")
+@click.option(
+    "--parallel", type=click.IntRange(min=1), default=16, show_default=True, help="Rollouts in flight at once."
+)
 @click.option("--limit", type=click.IntRange(min=1), help="Only the first N tasks.")
 @click.option("--temperature", type=float, help="Override the sampling temperature of every task.")
 @click.option("--top-p", type=float, help="Override top_p of every task.")
 @click.option("--max-output-tokens", type=click.IntRange(min=1), help="Override max_output_tokens of every task.")
-@click.option("--failures", "failures_path", type=click.Path(path_type=Path),
-              help="Failed rollouts (default: OUTPUT with .failures.jsonl).")
+@click.option(
+    "--failures",
+    "failures_path",
+    type=click.Path(path_type=Path),
+    help="Failed rollouts (default: OUTPUT with .failures.jsonl).",
+)
 @serve_options
-@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Retries of a rollout that failed for an infrastructure reason (server down or restarting, 5xx, timeout).")
-@click.option("--retry-backoff", type=click.FloatRange(min=0), default=3.0, show_default=True,
-              help="Seconds before the first retry, doubled for each next one (plus up to half of it, random).")
-@click.option("--rollout-timeout", type=click.FloatRange(min=0, min_open=True), default=1800.0, show_default=True,
-              help="Seconds one rollout may take, all its attempts together; passed down to the agent.")
-@click.option("--profile/--no-profile", default=True, show_default=True,
-              help="At the end, write the reward profile next to OUTPUT (.profile.json) and print it (on stderr with --progress json).")
-@click.option("--progress", "progress_mode", type=click.Choice(PROGRESS_MODES), default="auto", show_default=True,
-              help="rich: a progress bar and a live panel (rollouts/s, mean reward overall and per environment, failures "
-                   "by reason, p50/p99 rollout latency, in flight); plain: one line per --progress-interval and a final "
-                   "line; json: one JSON object per line on stdout (event \"progress\" at the start and per interval, "
-                   "\"done\" at the end) and nothing else there: the servers' output and the profile go to stderr; "
-                   "auto: rich when stderr is a terminal, else plain.")
-@click.option("--progress-interval", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
-              help="Seconds between progress lines of --progress plain and json.")
-def collect(input_path, output_path, agent, repeats, parallel, limit, temperature, top_p, max_output_tokens,
-            failures_path, head, serve_configs, overrides, isolation, retries, retry_backoff, rollout_timeout,
-            profile, progress_mode, progress_interval) -> None:
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Retries of a rollout that failed for an infrastructure reason (server down or restarting, 5xx, timeout).",
+)
+@click.option(
+    "--retry-backoff",
+    type=click.FloatRange(min=0),
+    default=3.0,
+    show_default=True,
+    help="Seconds before the first retry, doubled for each next one (plus up to half of it, random).",
+)
+@click.option(
+    "--rollout-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1800.0,
+    show_default=True,
+    help="Seconds one rollout may take, all its attempts together; passed down to the agent.",
+)
+@click.option(
+    "--profile/--no-profile",
+    default=True,
+    show_default=True,
+    help="At the end, write the reward profile next to OUTPUT (.profile.json) and print it (on stderr with --progress json).",
+)
+@click.option(
+    "--progress",
+    "progress_mode",
+    type=click.Choice(PROGRESS_MODES),
+    default="auto",
+    show_default=True,
+    help="rich: a progress bar and a live panel (rollouts/s, mean reward overall and per environment, failures "
+    "by reason, p50/p99 rollout latency, in flight); plain: one line per --progress-interval and a final "
+    'line; json: one JSON object per line on stdout (event "progress" at the start and per interval, '
+    '"done" at the end) and nothing else there: the servers\' output and the profile go to stderr; '
+    "auto: rich when stderr is a terminal, else plain.",
+)
+@click.option(
+    "--progress-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds between progress lines of --progress plain and json.",
+)
+def collect(
+    input_path,
+    output_path,
+    agent,
+    repeats,
+    parallel,
+    limit,
+    temperature,
+    top_p,
+    max_output_tokens,
+    failures_path,
+    head,
+    serve_configs,
+    overrides,
+    isolation,
+    retries,
+    retry_backoff,
+    rollout_timeout,
+    profile,
+    progress_mode,
+    progress_interval,
+) -> None:
     """Collect scored rollouts: each task of INPUT runs REPEATS times through an agent.
 
     Rows are written as they complete. Re-running the same command resumes: completed
@@ -132,18 +201,30 @@ def collect(input_path, output_path, agent, repeats, parallel, limit, temperatur
     with output_lock(output_path), quiet_stdout, tasks:  # until the command ends, however it ends
         done, duplicates = read_done(output_path, DonePairs(len(tasks), repeats))
         if duplicates:
-            console.print(f"[yellow]dropped {duplicates} duplicate rows[/] from {output_path} (a (task, rollout) written twice)")
+            console.print(
+                f"[yellow]dropped {duplicates} duplicate rows[/] from {output_path} (a (task, rollout) written twice)"
+            )
         summary = CollectSummary(total=len(tasks) * repeats, skipped=done.count, duplicates_dropped=duplicates)
         if summary.skipped:
             console.print(f"resuming: {summary.skipped} of {summary.total} rollouts already in {output_path}")
-        options = CollectOptions(output_path, failures_path, agent, repeats, parallel, sampling, retries=retries,
-                                 retry_backoff_s=retry_backoff, rollout_timeout_s=rollout_timeout)
+        options = CollectOptions(
+            output_path,
+            failures_path,
+            agent,
+            repeats,
+            parallel,
+            sampling,
+            retries=retries,
+            retry_backoff_s=retry_backoff,
+            rollout_timeout_s=rollout_timeout,
+        )
         interrupted = False
         if summary.skipped < summary.total:
             with head_or_served(head, serve_configs, overrides, isolation=isolation, console=console) as head_url:
                 try:
-                    run_async(_collect(head_url, tasks, pending_pairs(len(tasks), repeats, done), options, summary,
-                                       reporter))
+                    run_async(
+                        _collect(head_url, tasks, pending_pairs(len(tasks), repeats, done), options, summary, reporter)
+                    )
                 except KeyboardInterrupt:
                     interrupted = True
         reporter.finish(summary, interrupted)

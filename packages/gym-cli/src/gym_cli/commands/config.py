@@ -22,8 +22,12 @@ def config() -> None:
 
 @config.command()
 @click.argument("args", nargs=-1, required=True)
-@click.option("--defaults/--no-defaults", default=True, show_default=True,
-              help="Fill in every option a server type has, with its default, where the config leaves it out.")
+@click.option(
+    "--defaults/--no-defaults",
+    default=True,
+    show_default=True,
+    help="Fill in every option a server type has, with its default, where the config leaves it out.",
+)
 def show(args: tuple[str, ...], defaults: bool) -> None:
     """Print the merged, validated config of CONFIG files and overrides, secrets redacted.
 

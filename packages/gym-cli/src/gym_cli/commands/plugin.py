@@ -83,8 +83,12 @@ def options_table(options: list[dict[str, Any]], title: str | None = None, *, in
     rows = sorted((o for o in options if inherited or not o["inherited"]), key=lambda o: o["inherited"])
     for option in rows:
         style = "dim" if option["inherited"] else ""
-        table.add_row(Text(option["name"], style), Text(option["type"], style), Text(_default(option), style),
-                      Text(option["description"], style))
+        table.add_row(
+            Text(option["name"], style),
+            Text(option["type"], style),
+            Text(_default(option), style),
+            Text(option["description"], style),
+        )
     return table
 
 
@@ -115,8 +119,13 @@ def list_plugins(as_json: bool, verbose: bool) -> None:
 
     infos = collect_plugins(find_catalog(), options=verbose)
     if as_json:
-        click.echo(json.dumps([{k: v for k, v in asdict(info).items() if verbose or k != "options"} for info in infos],
-                              indent=2, default=str))
+        click.echo(
+            json.dumps(
+                [{k: v for k, v in asdict(info).items() if verbose or k != "options"} for info in infos],
+                indent=2,
+                default=str,
+            )
+        )
         return
     console = Console()
     rows = [(i.name, i.kind, i.version or "?", i.source, i.venv) for i in infos]
@@ -141,7 +150,9 @@ def list_plugins(as_json: bool, verbose: bool) -> None:
                 continue
             console.print()
             if any(not option["inherited"] for option in info.options):
-                console.print(options_table(info.options, f"{info.name} ({info.kind}): its own options", inherited=False))
+                console.print(
+                    options_table(info.options, f"{info.name} ({info.kind}): its own options", inherited=False)
+                )
             else:
                 console.print(f"{info.name} ({info.kind}): no options of its own")
         console.print("\nEvery server type also accepts the common options: see `gym plugin show NAME`.")
@@ -153,8 +164,9 @@ def list_plugins(as_json: bool, verbose: bool) -> None:
 @plugin.command()
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-@click.option("--markdown", is_flag=True,
-              help="Print its own options as a Markdown table: what its README's `## Options` holds.")
+@click.option(
+    "--markdown", is_flag=True, help="Print its own options as a Markdown table: what its README's `## Options` holds."
+)
 def show(name: str, as_json: bool, markdown: bool) -> None:
     """Show a server type: its kind, plugin and version, description, and every option with its
     type, default and description (the options a config may set under `plugin: NAME`).
@@ -185,9 +197,11 @@ def show(name: str, as_json: bool, markdown: bool) -> None:
     console = Console(highlight=False)
     console.print(f"[bold]{escape(info.name)}[/] ({info.kind} server type)")
     plugin_text = f"{info.distribution or '?'} {info.version or ''}".strip()
-    for label, value in (("plugin", f"{plugin_text} (entry point {info.entry_point})"),
-                         ("description", info.description or "-"),
-                         ("server", info.server + ("; needs Ray" if info.needs_ray else ""))):
+    for label, value in (
+        ("plugin", f"{plugin_text} (entry point {info.entry_point})"),
+        ("description", info.description or "-"),
+        ("server", info.server + ("; needs Ray" if info.needs_ray else "")),
+    ):
         console.print(f"  {label + ':':<13}{escape(value)}")
     console.print()
     console.print(options_table(info.options, "options (dim: common to every server)"))
@@ -211,19 +225,25 @@ def _package_directories(targets: tuple[str, ...], catalog: Catalog) -> list[Pat
         entry = catalog.entries.get(target)
         if entry is not None and not looks_like_path(target):
             if entry.path is None:
-                raise GymError(f"catalog entry {target!r} is installed from {entry.requirement}: its README is not here")
+                raise GymError(
+                    f"catalog entry {target!r} is installed from {entry.requirement}: its README is not here"
+                )
             directories.append(entry.path)
         elif looks_like_path(target):
             directories.append(source_of_directory(Path(target))[0].path)
         else:
-            raise GymError(f"{target!r} is neither a catalog name nor a package directory; catalog: "
-                           f"{', '.join(sorted(catalog.entries)) or 'empty'}")
+            raise GymError(
+                f"{target!r} is neither a catalog name nor a package directory; catalog: "
+                f"{', '.join(sorted(catalog.entries)) or 'empty'}"
+            )
     return list(dict.fromkeys(directories))
 
 
 @plugin.command()
 @click.argument("targets", nargs=-1, metavar="[NAME|PATH]...")
-@click.option("--check", is_flag=True, help="Change nothing: report what is out of date or missing (exit status 1 if any).")
+@click.option(
+    "--check", is_flag=True, help="Change nothing: report what is out of date or missing (exit status 1 if any)."
+)
 def docs(targets: tuple[str, ...], check: bool) -> None:
     """Regenerate the Options tables in plugin READMEs and check what a plugin README must have.
 
@@ -303,8 +323,10 @@ def _url(url: str, option: str) -> str:
     if parsed.scheme not in ("http", "https", "file"):
         raise GymError(f"{option} {url}: give an http(s):// or file:// URL")
     if parsed.username or parsed.password:
-        raise GymError(f"{option}: the URL holds credentials, which gym would record in the catalog and its logs; "
-                       "give them to uv instead (~/.netrc, or UV_INDEX_<NAME>_USERNAME/_PASSWORD)")
+        raise GymError(
+            f"{option}: the URL holds credentials, which gym would record in the catalog and its logs; "
+            "give them to uv instead (~/.netrc, or UV_INDEX_<NAME>_USERNAME/_PASSWORD)"
+        )
     return url
 
 
@@ -314,18 +336,27 @@ def _find_link(link: str) -> str:
         return _url(link, "--find-links")
     directory = Path(link).expanduser()
     if not directory.is_dir():
-        raise GymError(f"--find-links {link}: no such directory (give a directory of wheels and sdists, "
-                       "like the --out of `gym plugin build`, or a URL)")
+        raise GymError(
+            f"--find-links {link}: no such directory (give a directory of wheels and sdists, "
+            "like the --out of `gym plugin build`, or a URL)"
+        )
     return str(directory.resolve())
 
 
 @plugin.command()
 @click.argument("target", metavar="NAME|PATH|REQUIREMENT")
-@click.option("--kind", type=click.Choice(SERVER_KINDS), help="Record only the server types of this kind (an error if none).")
+@click.option(
+    "--kind", type=click.Choice(SERVER_KINDS), help="Record only the server types of this kind (an error if none)."
+)
 @click.option("--rebuild", is_flag=True, help="Delete the plugin's venv first and build it anew.")
-@click.option("--find-links", "find_links", multiple=True, metavar="DIR|URL",
-              help="Also look for the requirement and its dependencies here: a directory of wheels and sdists "
-                   "(`gym plugin build --out`) or a URL. Repeatable; recorded for later builds of its venv.")
+@click.option(
+    "--find-links",
+    "find_links",
+    multiple=True,
+    metavar="DIR|URL",
+    help="Also look for the requirement and its dependencies here: a directory of wheels and sdists "
+    "(`gym plugin build --out`) or a URL. Repeatable; recorded for later builds of its venv.",
+)
 @click.option("--index-url", metavar="URL", help="Look up the requirement on this package index instead of PyPI.")
 def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str, ...], index_url: str | None) -> None:
     """Install a plugin into its own venv and record its server types in the catalog (workspace.toml).
@@ -359,8 +390,11 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
     if find_links or index_url:
         if source.requirement is None or target in catalog.entries:
             raise GymError(f"--find-links and --index-url apply to a requirement (like gym-my-env), not to {target!r}")
-        source = dataclasses.replace(source, find_links=tuple(_find_link(link) for link in find_links),
-                                     index_url=_url(index_url, "--index-url") if index_url else None)
+        source = dataclasses.replace(
+            source,
+            find_links=tuple(_find_link(link) for link in find_links),
+            index_url=_url(index_url, "--index-url") if index_url else None,
+        )
     venvs = VenvManager(core_path=catalog.core_path, console=lambda line: console.print(f"[dim]{escape(line)}[/]"))
     if rebuild:
         venvs.remove(source.name)
@@ -387,8 +421,14 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
 
     for server in servers:
         previous = catalog.entries.get(server["name"])
-        recorded = catalog.add(server["name"], kind=server["kind"], path=source.path, requirement=source.requirement,
-                               find_links=source.find_links, index_url=source.index_url)
+        recorded = catalog.add(
+            server["name"],
+            kind=server["kind"],
+            path=source.path,
+            requirement=source.requirement,
+            find_links=source.find_links,
+            index_url=source.index_url,
+        )
         if previous is not None and previous.source != recorded.source:
             console.print(f"[yellow]replaced[/] the catalog entry {server['name']} (was {escape(previous.source)})")
         if server["name"] != source.name:
@@ -410,8 +450,14 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
 
 @plugin.command()
 @click.argument("target", metavar="NAME|PATH")
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("dist"), show_default=True,
-              help="Where the sdist and wheel are written (a directory `gym plugin install --find-links` can read).")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("dist"),
+    show_default=True,
+    help="Where the sdist and wheel are written (a directory `gym plugin install --find-links` can read).",
+)
 def build(target: str, out: Path) -> None:
     """Build a plugin's sdist and wheel, ready to publish, and check their metadata.
 
@@ -447,16 +493,20 @@ def build(target: str, out: Path) -> None:
     if target in catalog.entries and not looks_like_path(target):
         entry = catalog.entries[target]
         if entry.path is None:
-            raise GymError(f"catalog entry {target!r} is installed from {entry.requirement}, not from a package "
-                           "directory: build it where its sources are")
+            raise GymError(
+                f"catalog entry {target!r} is installed from {entry.requirement}, not from a package "
+                "directory: build it where its sources are"
+            )
         directory = entry.path
     elif looks_like_path(target):
         source, _ = source_of_directory(Path(target))
         assert source.path is not None  # a package directory's source is that directory
         directory = source.path
     else:
-        raise GymError(f"{target!r} is neither a catalog name nor a package directory; catalog: "
-                       f"{', '.join(sorted(catalog.entries)) or 'empty'}")
+        raise GymError(
+            f"{target!r} is neither a catalog name nor a package directory; catalog: "
+            f"{', '.join(sorted(catalog.entries)) or 'empty'}"
+        )
     uv = find_uv()
     if uv is None:
         raise GymError("uv is not installed; gym builds packages with it: pip install uv")
@@ -472,7 +522,9 @@ def build(target: str, out: Path) -> None:
     for note in report.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     if report.problems:
-        console.print(f"[bold red]{escape(report.wheel.name)} cannot be published[/] (nothing written to {escape(str(out))}):")
+        console.print(
+            f"[bold red]{escape(report.wheel.name)} cannot be published[/] (nothing written to {escape(str(out))}):"
+        )
         for problem in report.problems:
             console.print(f"  - {escape(problem)}")
         raise CommandFailed()
@@ -480,5 +532,7 @@ def build(target: str, out: Path) -> None:
     console.print(f"[bold green]built[/] {escape(report.name)} {escape(report.version)}: plugin {escape(plugins)}")
     for path in (report.sdist, report.wheel):
         console.print(f"  {path}", markup=False)
-    console.print(f"next: [bold]gym plugin install {escape(report.name)} --find-links {escape(str(out))}[/], "
-                  f"or publish with [bold]uv publish[/]")
+    console.print(
+        f"next: [bold]gym plugin install {escape(report.name)} --find-links {escape(str(out))}[/], "
+        f"or publish with [bold]uv publish[/]"
+    )

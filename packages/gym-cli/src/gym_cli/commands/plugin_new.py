@@ -41,7 +41,7 @@ def _plugin_name(name: str) -> str:
     cleaned = name.strip().lower()
     for prefix in ("gym-", "gym_"):
         if cleaned.startswith(prefix):
-            cleaned = cleaned[len(prefix):]
+            cleaned = cleaned[len(prefix) :]
     if not NAME_PATTERN.fullmatch(cleaned):
         raise GymError(
             f"{name!r} is not a valid plugin name: use lowercase letters and digits separated by '-' or '_',"
@@ -95,8 +95,12 @@ def _write_options_table(directory: Path) -> None:
 @click.command()
 @click.argument("kind", type=click.Choice(SERVER_KINDS))
 @click.argument("name")
-@click.option("--output-dir", type=click.Path(path_type=Path), metavar="DIR",
-              help="The new package's directory [default: plugins/<kind>s/<name> in a workspace, else ./<name>].")
+@click.option(
+    "--output-dir",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="The new package's directory [default: plugins/<kind>s/<name> in a workspace, else ./<name>].",
+)
 @click.option("--description", help="One line saying what the plugin does (pyproject, README, registration).")
 def new(kind: str, name: str, output_dir: Path | None, description: str | None) -> None:
     """Create a plugin package of KIND (model, resources or agent) called NAME from gym's template.
@@ -130,8 +134,10 @@ def new(kind: str, name: str, output_dir: Path | None, description: str | None) 
             raise GymError("--description must be one line without double quotes or backslashes")
         catalog = find_catalog()
         if plugin_name in catalog.entries:
-            raise GymError(f"the catalog already has a plugin named {plugin_name!r} "
-                           f"({catalog.entries[plugin_name].source}): choose another name")
+            raise GymError(
+                f"the catalog already has a plugin named {plugin_name!r} "
+                f"({catalog.entries[plugin_name].source}): choose another name"
+            )
         if any(ep.name == plugin_name for ep in entry_points(group=ENTRY_POINT_GROUP)):
             raise GymError(f"an installed package already provides the plugin {plugin_name!r}: choose another name")
         if output_dir is None:

@@ -15,8 +15,13 @@ __all__ = ["profile"]
 @click.option("--output", type=click.Path(path_type=Path), help="JSON file (default: ROLLOUTS with .profile.json).")
 @click.option("-k", "ks", type=click.IntRange(min=1), multiple=True, help="k of pass@k (repeatable; default 1, 4, 16).")
 @click.option("--answer-field", help="Field holding the extracted answer, for majority@k (default: auto).")
-@click.option("--by", type=click.Choice(["environment", "agent", "model"]), default="environment", show_default=True,
-              help="Group rollouts by the environment that verified them, the agent that ran them, or the model.")
+@click.option(
+    "--by",
+    type=click.Choice(["environment", "agent", "model"]),
+    default="environment",
+    show_default=True,
+    help="Group rollouts by the environment that verified them, the agent that ran them, or the model.",
+)
 def profile(rollouts: Path, output: Path | None, ks: tuple[int, ...], answer_field: str | None, by: str) -> None:
     """Reward statistics of a rollouts file: per task and overall, with pass@k and majority@k; per
     group (--by), rollouts, mean reward, pass@k, and turns and tokens per rollout where rows record them.

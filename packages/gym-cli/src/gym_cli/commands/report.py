@@ -12,19 +12,48 @@ __all__ = ["report"]
 
 @click.command()
 @click.argument("rollouts", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
-              help="HTML file to write (default: the first ROLLOUTS with .report.html).")
-@click.option("--png", "png_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Also write each plot as PNG into this folder (for papers and issues).")
-@click.option("-k", "ks", type=click.IntRange(min=1), multiple=True,
-              help="k of pass@k and majority@k (repeatable; default 1, 2, 4, ... up to the rollouts per task).")
-@click.option("--by", type=click.Choice(["environment", "agent", "model"]), default="environment", show_default=True,
-              help="Group rewards by the environment that verified them, the agent that ran them, or the model.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="HTML file to write (default: the first ROLLOUTS with .report.html).",
+)
+@click.option(
+    "--png",
+    "png_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Also write each plot as PNG into this folder (for papers and issues).",
+)
+@click.option(
+    "-k",
+    "ks",
+    type=click.IntRange(min=1),
+    multiple=True,
+    help="k of pass@k and majority@k (repeatable; default 1, 2, 4, ... up to the rollouts per task).",
+)
+@click.option(
+    "--by",
+    type=click.Choice(["environment", "agent", "model"]),
+    default="environment",
+    show_default=True,
+    help="Group rewards by the environment that verified them, the agent that ran them, or the model.",
+)
 @click.option("--title", help="The report's title (default: the runs' labels).")
-@click.option("--label", "labels", multiple=True,
-              help="A name for each ROLLOUTS file, in order (repeatable; default: the file names).")
-def report(rollouts: tuple[Path, ...], output: Path | None, png_dir: Path | None, ks: tuple[int, ...], by: str,
-           title: str | None, labels: tuple[str, ...]) -> None:
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    help="A name for each ROLLOUTS file, in order (repeatable; default: the file names).",
+)
+def report(
+    rollouts: tuple[Path, ...],
+    output: Path | None,
+    png_dir: Path | None,
+    ks: tuple[int, ...],
+    by: str,
+    title: str | None,
+    labels: tuple[str, ...],
+) -> None:
     """An HTML report of rollouts files: summary (failures by reason, mean reward with a confidence
     interval, pass@k, majority@k), plots (reward histogram, pass@k curve, reward by group, turns and
     tokens, latency when rows record latency_s) and a sortable, filterable per-task table whose rows

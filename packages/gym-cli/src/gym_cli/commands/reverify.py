@@ -19,8 +19,15 @@ if TYPE_CHECKING:  # what running the command needs loads when it runs, not for 
 __all__ = ["reverify"]
 
 
-async def _reverify(head: str, work: list[RolloutRow], copies: list[RolloutRow], resources_server: str | None,
-                    options: ReverifyOptions, summary: ReverifySummary, console: Console) -> None:
+async def _reverify(
+    head: str,
+    work: list[RolloutRow],
+    copies: list[RolloutRow],
+    resources_server: str | None,
+    options: ReverifyOptions,
+    summary: ReverifySummary,
+    console: Console,
+) -> None:
     """Ask the head server what runs, check that every row has its resources server, then copy the
     rows that need no re-verification and re-verify the others with a progress bar."""
     from rich.markup import escape
@@ -77,8 +84,16 @@ def _print_diff(diff: dict[str, Any], console: Console) -> None:
         table.add_column(column, justify="left" if column == "environment" else "right")
 
     def add(name: str, block: dict[str, Any], **style: Any) -> None:
-        table.add_row(escape(name), str(block["rows"]), str(block["changed"]), str(block["up"]), str(block["down"]),
-                      _mean(block["mean_before"]), _mean(block["mean_after"]), **style)
+        table.add_row(
+            escape(name),
+            str(block["rows"]),
+            str(block["changed"]),
+            str(block["up"]),
+            str(block["down"]),
+            _mean(block["mean_before"]),
+            _mean(block["mean_after"]),
+            **style,
+        )
 
     for name, block in diff["by_environment"].items():
         add(name, block)
@@ -88,24 +103,65 @@ def _print_diff(diff: dict[str, Any], console: Console) -> None:
 
 @click.command()
 @click.argument("rollouts_path", metavar="ROLLOUTS", type=click.Path(path_type=Path))
-@click.option("--output", "output_path", type=click.Path(path_type=Path), required=True,
-              help="Re-verified rollouts JSONL (appended; resumes). Must not be ROLLOUTS.")
-@click.option("--only-failed", is_flag=True,
-              help="Re-verify only the rows whose reward is below 1; copy the others unchanged.")
-@click.option("--resources-server", help="Re-verify every row on this resources server instance "
-              "(default: the row's resources_server, else the only instance of its environment).")
+@click.option(
+    "--output",
+    "output_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Re-verified rollouts JSONL (appended; resumes). Must not be ROLLOUTS.",
+)
+@click.option(
+    "--only-failed", is_flag=True, help="Re-verify only the rows whose reward is below 1; copy the others unchanged."
+)
+@click.option(
+    "--resources-server",
+    help="Re-verify every row on this resources server instance "
+    "(default: the row's resources_server, else the only instance of its environment).",
+)
 @click.option("--parallel", type=click.IntRange(min=1), default=16, show_default=True, help="Rows in flight at once.")
-@click.option("--failures", "failures_path", type=click.Path(path_type=Path),
-              help="Rows that could not be re-verified (default: OUTPUT with .failures.jsonl).")
+@click.option(
+    "--failures",
+    "failures_path",
+    type=click.Path(path_type=Path),
+    help="Rows that could not be re-verified (default: OUTPUT with .failures.jsonl).",
+)
 @serve_options
-@click.option("--retries", type=click.IntRange(min=0), default=3, show_default=True,
-              help="Retries of a row that failed for an infrastructure reason (server down or restarting, 5xx, timeout).")
-@click.option("--retry-backoff", type=click.FloatRange(min=0), default=3.0, show_default=True,
-              help="Seconds before the first retry, doubled for each next one (plus up to half of it, random).")
-@click.option("--row-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
-              help="Seconds one row may take (seed, replayed tool calls, verify), all its attempts together.")
-def reverify(rollouts_path, output_path, only_failed, resources_server, parallel, failures_path, head, serve_configs,
-             overrides, isolation, retries, retry_backoff, row_timeout) -> None:
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="Retries of a row that failed for an infrastructure reason (server down or restarting, 5xx, timeout).",
+)
+@click.option(
+    "--retry-backoff",
+    type=click.FloatRange(min=0),
+    default=3.0,
+    show_default=True,
+    help="Seconds before the first retry, doubled for each next one (plus up to half of it, random).",
+)
+@click.option(
+    "--row-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Seconds one row may take (seed, replayed tool calls, verify), all its attempts together.",
+)
+def reverify(
+    rollouts_path,
+    output_path,
+    only_failed,
+    resources_server,
+    parallel,
+    failures_path,
+    head,
+    serve_configs,
+    overrides,
+    isolation,
+    retries,
+    retry_backoff,
+    row_timeout,
+) -> None:
     """Recompute the rewards of ROLLOUTS (a `gym collect` output) without calling a model.
 
     Each row gets a new session on its resources server, seeded with the row's task; the tool calls
@@ -141,21 +197,30 @@ def reverify(rollouts_path, output_path, only_failed, resources_server, parallel
     with output_lock(output_path):  # until the command ends, however it ends
         done, duplicates = read_done(output_path)
         if duplicates:
-            console.print(f"[yellow]dropped {duplicates} duplicate rows[/] from {output_path} (a (task, rollout) written twice)")
+            console.print(
+                f"[yellow]dropped {duplicates} duplicate rows[/] from {output_path} (a (task, rollout) written twice)"
+            )
         pending = [row for row in rows if row.pair not in done]
         copies = [row for row in pending if only_failed and passed(row)]
         work = [row for row in pending if not (only_failed and passed(row))]
         summary = ReverifySummary(total=len(rows), skipped=len(rows) - len(pending))
         if summary.skipped:
             console.print(f"resuming: {summary.skipped} of {summary.total} rows already in {output_path}")
-        options = ReverifyOptions(output_path, failures_path, parallel, retries=retries, retry_backoff_s=retry_backoff,
-                                  row_timeout_s=row_timeout)
+        options = ReverifyOptions(
+            output_path,
+            failures_path,
+            parallel,
+            retries=retries,
+            retry_backoff_s=retry_backoff,
+            row_timeout_s=row_timeout,
+        )
         interrupted = False
         if work:
             # --serve: no policy model or agent is called here; only the environments and what they
             # refer to (a judge model) start.
-            with head_or_served(head, serve_configs, overrides, isolation=isolation,
-                                console=console, kinds={"resources"}) as head_url:
+            with head_or_served(
+                head, serve_configs, overrides, isolation=isolation, console=console, kinds={"resources"}
+            ) as head_url:
                 try:
                     run_async(_reverify(head_url, work, copies, resources_server, options, summary, console))
                 except KeyboardInterrupt:
@@ -172,9 +237,11 @@ def reverify(rollouts_path, output_path, only_failed, resources_server, parallel
             f"{summary.failed} failed, {summary.skipped} already done in {summary.elapsed_s:.1f} s → {output_path}"
         )
         if summary.tools_diverged:
-            console.print(f"[yellow]{summary.tools_diverged} rows got other tool outputs than they recorded[/]: the "
-                          "environment's tools changed, so the model might have acted otherwise; their new rewards "
-                          "score the recorded trajectory")
+            console.print(
+                f"[yellow]{summary.tools_diverged} rows got other tool outputs than they recorded[/]: the "
+                "environment's tools changed, so the model might have acted otherwise; their new rewards "
+                "score the recorded trajectory"
+            )
         if summary.retried:
             console.print(f"{summary.retried} attempts failed for an infrastructure reason and were retried")
         if summary.failed:

@@ -13,8 +13,13 @@ __all__ = ["run"]
 
 @click.command()
 @click.argument("args", nargs=-1, required=True)
-@click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="venv", show_default=True,
-              help="venv: each plugin in its own venv; none: every server with the Python running gym.")
+@click.option(
+    "--isolation",
+    type=click.Choice(ISOLATION_MODES),
+    default="venv",
+    show_default=True,
+    help="venv: each plugin in its own venv; none: every server with the Python running gym.",
+)
 @click.option("--ready-timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for all servers.")
 def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
     """Start the head server and every server instance of CONFIG files, then wait for Ctrl+C.
@@ -43,18 +48,27 @@ def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        with launch(paths, overrides, isolation=isolation, console=console, ready_timeout_s=ready_timeout,
-                    env_file=default_env_file()) as state:
+        with launch(
+            paths,
+            overrides,
+            isolation=isolation,
+            console=console,
+            ready_timeout_s=ready_timeout,
+            env_file=default_env_file(),
+        ) as state:
             console.print(state.table())
-            console.print(f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s "
-                          f"(head: {state.config.head_url}); Ctrl+C to stop")
+            console.print(
+                f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s "
+                f"(head: {state.config.head_url}); Ctrl+C to stop"
+            )
             assert state.supervisor is not None  # launch() yields once the servers run
             exited = state.supervisor.watch(interval_s=0.5)
             if exited:
                 first = exited[0]
                 console.print(f"[bold red]server {first.name} exited[/]; stopping the others…")
-                raise ChildExitedError(first.name, first.returncode, first.last_lines[-20:], while_starting=False,
-                                       restarts=first.restarts)
+                raise ChildExitedError(
+                    first.name, first.returncode, first.last_lines[-20:], while_starting=False, restarts=first.restarts
+                )
     except KeyboardInterrupt:
         console.print("stopping servers…")
     console.print("all servers stopped")

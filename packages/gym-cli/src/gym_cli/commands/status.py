@@ -34,15 +34,19 @@ async def _status(head: str) -> list[dict]:
 
     from gym_cli.head import head_token, server_instances
 
-    async with ServerClient(config=ClientConfig(timeout_s=5, max_attempts=1), auth_token=head_token(head),
-                            auth_urls=[head]) as client:
+    async with ServerClient(
+        config=ClientConfig(timeout_s=5, max_attempts=1), auth_token=head_token(head), auth_urls=[head]
+    ) as client:
         try:
             instances = await server_instances(client, head)
         except ServerCallError as exc:
             runs = _recorded_runs()
             others = "".join(f"\n  {run.summary()}" for run in runs)
-            hint = (f"; runs of this user (pick one with --head URL):{others}" if others
-                    else " (start them with `gym run CONFIG`)")
+            hint = (
+                f"; runs of this user (pick one with --head URL):{others}"
+                if others
+                else " (start them with `gym run CONFIG`)"
+            )
             raise CommandFailed(f"no gym servers are running at {head}: {exc.detail}{hint}") from None
 
         async def health(row: dict) -> dict:
@@ -71,9 +75,12 @@ def _each_replica(instances: list[dict]) -> list[dict]:
 
 
 @click.command()
-@click.option("--head", default=None, metavar="URL",
-              help="URL of the head server of `gym run`.  [default: the only running run's, else "
-                   f"{default_head()}]")
+@click.option(
+    "--head",
+    default=None,
+    metavar="URL",
+    help=f"URL of the head server of `gym run`.  [default: the only running run's, else {default_head()}]",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(head: str | None, as_json: bool) -> None:
     """Show the servers of the running `gym run`, whether each answers, and how many times each
@@ -102,14 +109,28 @@ def status(head: str | None, as_json: bool) -> None:
     else:
         table = Table(title=f"gym servers ({head})")
         on_ray = any(row.get("node") for row in rows)  # placed on a Ray cluster: say where each one runs
-        for column in ("instance", "kind", "server type", "url", *(("Ray node",) if on_ray else ()), "health",
-                       "restarts"):
+        for column in (
+            "instance",
+            "kind",
+            "server type",
+            "url",
+            *(("Ray node",) if on_ray else ()),
+            "health",
+            "restarts",
+        ):
             table.add_column(column)
         for row in rows:
             style = "green" if row["health"] == "ok" else "red"
             node = (node_label(row.get("node")),) if on_ray else ()
-            table.add_row(row["name"], row.get("kind", "?"), row.get("plugin", "?"), row["url"], *node,
-                          f"[{style}]{escape(row['health'])}[/]", str(row.get("restarts", "-")))
+            table.add_row(
+                row["name"],
+                row.get("kind", "?"),
+                row.get("plugin", "?"),
+                row["url"],
+                *node,
+                f"[{style}]{escape(row['health'])}[/]",
+                str(row.get("restarts", "-")),
+            )
         Console().print(table)
     down = [row["name"] for row in rows if row["health"] != "ok"]
     if down:

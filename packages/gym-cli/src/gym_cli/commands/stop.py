@@ -104,11 +104,21 @@ def _no_run_found(head: str | None, live: list[RecordedRun], directory: Path) ->
 
 
 @click.command()
-@click.option("--head", default=None, metavar="URL",
-              help="Stop the run whose head server is at URL (as `gym run` printed it).  [default: the only run]")
+@click.option(
+    "--head",
+    default=None,
+    metavar="URL",
+    help="Stop the run whose head server is at URL (as `gym run` printed it).  [default: the only run]",
+)
 @click.option("--all", "stop_all", is_flag=True, help="Stop every run of this user ($GYM_HOME).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="Seconds to wait for a graceful stop before killing the run and its servers.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for a graceful stop before killing the run and its servers.",
+)
 def stop(head: str | None, stop_all: bool, timeout_s: float) -> None:
     """Stop a running `gym run` or `gym collect --serve` and every server it started.
 
@@ -130,8 +140,10 @@ def stop(head: str | None, stop_all: bool, timeout_s: float) -> None:
     if head and stop_all:
         raise click.UsageError("give either --head or --all, not both")
     if process_identity(os.getpid()) is None:
-        raise CommandFailed("gym stop tells a run's processes from others through /proc, which this system "
-                            "lacks: stop the run with Ctrl+C in its terminal")
+        raise CommandFailed(
+            "gym stop tells a run's processes from others through /proc, which this system "
+            "lacks: stop the run with Ctrl+C in its terminal"
+        )
     directory = runs_dir()
     runs = RecordedRun.all_in(directory) if directory.is_dir() else []
     live = [run for run in runs if run.launcher_alive()]
@@ -143,8 +155,10 @@ def stop(head: str | None, stop_all: bool, timeout_s: float) -> None:
             continue
         leftovers = _stop_leftovers(run, min(timeout_s, SERVER_GRACE_S))
         if leftovers:
-            click.echo(f"stopped {', '.join(leftovers)}: left running by a gym run that was killed (pid {run.pid}, "
-                       f"head {run.head_url or '?'})")
+            click.echo(
+                f"stopped {', '.join(leftovers)}: left running by a gym run that was killed (pid {run.pid}, "
+                f"head {run.head_url or '?'})"
+            )
             if head is None or same_head(run.head_url, head):
                 matched_dead.append(run)
 

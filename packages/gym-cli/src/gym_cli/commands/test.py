@@ -14,8 +14,13 @@ __all__ = ["test"]
 
 @click.command()
 @click.argument("plugins", nargs=-1, metavar="[PLUGIN|DIR]...")
-@click.option("--isolation", type=click.Choice(ISOLATION_MODES), default="venv", show_default=True,
-              help="venv: in each plugin's own venv (pytest added once); none: with the Python running gym.")
+@click.option(
+    "--isolation",
+    type=click.Choice(ISOLATION_MODES),
+    default="venv",
+    show_default=True,
+    help="venv: in each plugin's own venv (pytest added once); none: with the Python running gym.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Show only the output of failing plugins (their last lines).")
 @click.option("--skip-docs", is_flag=True, help="Do not check the plugins' READMEs and example data.")
 def test(plugins: tuple[str, ...], isolation: str, quiet: bool, skip_docs: bool) -> None:
@@ -57,6 +62,8 @@ def test(plugins: tuple[str, ...], isolation: str, quiet: bool, skip_docs: bool)
     if failed or undocumented:
         parts = [f"the tests of {len(failed)} of {len(outcomes)} plugins failed: {', '.join(failed)}"] if failed else []
         if undocumented:
-            parts.append(f"the README or example data of {', '.join(undocumented)} need fixing "
-                         "(`gym plugin docs` regenerates the Options tables; `--skip-docs` skips the check)")
+            parts.append(
+                f"the README or example data of {', '.join(undocumented)} need fixing "
+                "(`gym plugin docs` regenerates the Options tables; `--skip-docs` skips the check)"
+            )
         raise CommandFailed("; ".join(parts))

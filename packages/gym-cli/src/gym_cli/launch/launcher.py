@@ -57,9 +57,20 @@ if TYPE_CHECKING:  # the server stack loads when something is launched, not when
 
     from gym_cli.launch.ray_placement import Placement, RayCluster
 
-__all__ = ["Launch", "launch", "ISOLATION_MODES", "default_env_file", "resolve_config", "split_config_args",
-           "restart_policy", "RESTARTS_KEY", "head_or_served", "serve_options", "instance_references",
-           "needed_instances"]
+__all__ = [
+    "Launch",
+    "launch",
+    "ISOLATION_MODES",
+    "default_env_file",
+    "resolve_config",
+    "split_config_args",
+    "restart_policy",
+    "RESTARTS_KEY",
+    "head_or_served",
+    "serve_options",
+    "instance_references",
+    "needed_instances",
+]
 
 RESTARTS_KEY = "server_restarts"
 """The config key of the restart policy: ``server_restarts: {attempts: 3, window_s: 60, backoff_s: 1}``."""
@@ -99,11 +110,17 @@ class Launch:
                 continue
             replicas = [{**replica, **live(replica["name"])} for replica in row["replicas"]]
             worst = min((r["state"] for r in replicas), key=_STATE_ORDER.index)
-            described.append({
-                **row, "replicas": replicas, "pid": replicas[0]["pid"], "alive": all(r["alive"] for r in replicas),
-                "exit_code": next((r["exit_code"] for r in replicas if r["exit_code"] is not None), None),
-                "state": worst, "restarts": sum(r["restarts"] for r in replicas),
-            })
+            described.append(
+                {
+                    **row,
+                    "replicas": replicas,
+                    "pid": replicas[0]["pid"],
+                    "alive": all(r["alive"] for r in replicas),
+                    "exit_code": next((r["exit_code"] for r in replicas if r["exit_code"] is not None), None),
+                    "state": worst,
+                    "restarts": sum(r["restarts"] for r in replicas),
+                }
+            )
         return described
 
     def table(self) -> Table:
@@ -201,8 +218,9 @@ def launch(
     plugins = plugins or get_plugin_manager()
     catalog = catalog or find_catalog()
     known = plugins.servers()
-    config = resolve_config(config_paths, overrides, env_file=env_file, plugins=plugins, catalog=catalog,
-                            allocate_ports=False)
+    config = resolve_config(
+        config_paths, overrides, env_file=env_file, plugins=plugins, catalog=catalog, allocate_ports=False
+    )
     ray_settings = config.ray  # validated: with it, servers are placed on the cluster and get ports there
     if ray_settings is None:
         from gym_core.config import assign_ports
@@ -234,13 +252,17 @@ def launch(
     try:
         run_state.record({})  # no servers yet: `gym stop` can already find (and stop) this run
         _check_port_free(
-            config.head_host, config.head_port, "head server; another `gym run`?",
-            "stop it or set head_server.port=<free port>"
+            config.head_host,
+            config.head_port,
+            "head server; another `gym run`?",
+            "stop it or set head_server.port=<free port>",
         )
         for inst in config.instances.values() if ray_settings is None else ():  # placed: checked on their nodes
             ports = inst.replica_ports if inst.replicas > 1 else [inst.port]
             for name, port in zip(inst.replica_names, ports):
-                fix = f"set {inst.name}.port=<free port>" if port == inst.port else f"leave {inst.name}.replica_ports out"
+                fix = (
+                    f"set {inst.name}.port=<free port>" if port == inst.port else f"leave {inst.name}.replica_ports out"
+                )
                 _check_port_free(inst.host, port, f"instance {name}", f"stop what uses it or {fix}")
 
         used = {i.plugin for i in config.instances.values()}
@@ -249,8 +271,10 @@ def launch(
         if ray_settings is not None:
             from gym_cli.launch import ray_placement
 
-            placement = ray_placement.Placement(timeout_s=ray_settings.placement_timeout_s,
-                                  notice=lambda message: console.print(message, markup=False, highlight=False))
+            placement = ray_placement.Placement(
+                timeout_s=ray_settings.placement_timeout_s,
+                notice=lambda message: console.print(message, markup=False, highlight=False),
+            )
             placement.place(config, avoid_ports={config.head_port})
             from gym_core.config import assign_ports
 
@@ -258,8 +282,12 @@ def launch(
         else:
             unused = [f"{name}.resources" for name, inst in config.instances.items() if inst.resources]
             if unused:
-                console.print(f"{', '.join(unused)}: not used, the config asks for no Ray cluster (ray: {{}} for a "
-                              "local one, ray: {address: HOST:PORT} to join one)", highlight=False, markup=False)
+                console.print(
+                    f"{', '.join(unused)}: not used, the config asks for no Ray cluster (ray: {{}} for a "
+                    "local one, ray: {address: HOST:PORT} to join one)",
+                    highlight=False,
+                    markup=False,
+                )
 
         pythons = _pythons(config, isolation, catalog, console)
         # Every server of the run requires its token; clients find it in a file only this user reads.
@@ -276,10 +304,18 @@ def launch(
         for inst in config.instances.values():
             python, where = pythons[inst.plugin]
             kind = kind_of(inst)
-            row: dict[str, Any] = {"name": inst.name, "kind": kind, "plugin": inst.plugin, "url": inst.url, "venv": where}
+            row: dict[str, Any] = {
+                "name": inst.name,
+                "kind": kind,
+                "plugin": inst.plugin,
+                "url": inst.url,
+                "venv": where,
+            }
             if inst.replicas > 1:
-                row["replicas"] = [{"name": name, "index": index, "url": url}
-                                   for index, (name, url) in enumerate(zip(inst.replica_names, inst.replica_urls))]
+                row["replicas"] = [
+                    {"name": name, "index": index, "url": url}
+                    for index, (name, url) in enumerate(zip(inst.replica_names, inst.replica_urls))
+                ]
             if placement is not None:  # where Ray placed each process, published by the head
                 for replica in row.get("replicas") or [row]:
                     replica["node"] = placement.servers[replica["name"]].node()
@@ -290,8 +326,12 @@ def launch(
                         name=name,  # a replica's (counter#1): its process, log prefix and restarts are its own
                         argv=[python, "-m", "gym_core.serve"],
                         # Its own options whole, its own port; other instances' secrets redacted.
-                        env={CONFIG_ENV: config.for_replica(inst.name, index).to_json(), "PYTHONUNBUFFERED": "1",
-                             INSTANCE_ENV: inst.name, **ray_env},
+                        env={
+                            CONFIG_ENV: config.for_replica(inst.name, index).to_json(),
+                            "PYTHONUNBUFFERED": "1",
+                            INSTANCE_ENV: inst.name,
+                            **ray_env,
+                        },
                         ready_url=f"{url}/ready",
                         ready_headers={"Authorization": f"Bearer {token}"},
                         cwd=None,
@@ -324,7 +364,9 @@ def launch(
             restore()
 
 
-def instance_references(config: GlobalConfig, name: str, known_types: Mapping[str, ServerType]) -> list[tuple[str, str]]:
+def instance_references(
+    config: GlobalConfig, name: str, known_types: Mapping[str, ServerType]
+) -> list[tuple[str, str]]:
     """The ``(option, instance)`` pairs instance ``name`` refers to through its reference options (fields
     typed :data:`~gym_core.options.ModelRef`, ``ResourcesRef``, ``AgentRef``, ``ServerRef``; defaults
     included). A server type not loaded here (another venv's) cannot say which options are references:
@@ -350,8 +392,9 @@ def instance_references(config: GlobalConfig, name: str, known_types: Mapping[st
     return found
 
 
-def needed_instances(config: GlobalConfig, roots: Sequence[str],
-                     known_types: Mapping[str, ServerType]) -> dict[str, str | None]:
+def needed_instances(
+    config: GlobalConfig, roots: Sequence[str], known_types: Mapping[str, ServerType]
+) -> dict[str, str | None]:
     """The instances ``roots`` need, themselves included: each root, and transitively every instance a
     needed one refers to (:func:`instance_references`); each mapped to why it is needed (None for a root,
     else ``"<instance>.<option>"``, the first reference found), in the order they were found."""
@@ -366,16 +409,22 @@ def needed_instances(config: GlobalConfig, roots: Sequence[str],
     return needed
 
 
-def _keep_needed(config: GlobalConfig, kinds: Collection[str], known_types: Mapping[str, ServerType],
-                 kind_of: Callable[[InstanceConfig], str], console: Console) -> None:
+def _keep_needed(
+    config: GlobalConfig,
+    kinds: Collection[str],
+    known_types: Mapping[str, ServerType],
+    kind_of: Callable[[InstanceConfig], str],
+    console: Console,
+) -> None:
     """Drop from ``config`` every instance that is neither of ``kinds`` nor needed by one that is (the
     head then publishes only what runs), saying which were left out and which were kept for a reference."""
     roots = [name for name, inst in config.instances.items() if kind_of(inst) in kinds]
     wanted = " or ".join(sorted(kinds))
     if not roots:
         listing = ", ".join(f"{name} ({kind_of(inst)})" for name, inst in config.instances.items())
-        raise GymError(f"the config defines no {wanted} server instance, and only those are started here; "
-                       f"its instances: {listing}")
+        raise GymError(
+            f"the config defines no {wanted} server instance, and only those are started here; its instances: {listing}"
+        )
     needed = needed_instances(config, roots, known_types)
     for name, why in needed.items():
         if why is not None:
@@ -383,8 +432,10 @@ def _keep_needed(config: GlobalConfig, kinds: Collection[str], known_types: Mapp
     left_out = [name for name in config.instances if name not in needed]
     if left_out:
         listing = ", ".join(f"{name} ({kind_of(config.instances[name])})" for name in left_out)
-        console.print(f"left out {listing}: only {wanted} servers and the instances they refer to are started here",
-                      highlight=False)
+        console.print(
+            f"left out {listing}: only {wanted} servers and the instances they refer to are started here",
+            highlight=False,
+        )
     for name in left_out:
         del config.instances[name]
         del config.data[name]
@@ -399,8 +450,9 @@ def restart_policy(config: GlobalConfig, ready_timeout_s: float = 600.0) -> Rest
 
     raw = config.data.get(RESTARTS_KEY) or {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{RESTARTS_KEY}: expected a mapping like {{attempts: 3, window_s: 60, backoff_s: 1}}, "
-                          f"got {raw!r}")
+        raise ConfigError(
+            f"{RESTARTS_KEY}: expected a mapping like {{attempts: 3, window_s: 60, backoff_s: 1}}, got {raw!r}"
+        )
     try:
         return msgspec.convert({"ready_timeout_s": ready_timeout_s, **raw}, RestartPolicy)
     except msgspec.ValidationError as exc:
@@ -456,8 +508,13 @@ def split_config_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 def resolve_config(
-    config_paths: Sequence[str], overrides: Sequence[str] = (), *, env_file: str | None = "env.yaml",
-    plugins: PluginManager | None = None, catalog: Catalog | None = None, allocate_ports: bool = True,
+    config_paths: Sequence[str],
+    overrides: Sequence[str] = (),
+    *,
+    env_file: str | None = "env.yaml",
+    plugins: PluginManager | None = None,
+    catalog: Catalog | None = None,
+    allocate_ports: bool = True,
 ) -> GlobalConfig:
     """The config as ``gym run`` resolves and validates it (files merged, overrides, ``env.yaml``,
     every instance's options checked against its server type); ConfigError lists every problem.
@@ -468,8 +525,13 @@ def resolve_config(
     plugins = plugins or get_plugin_manager()
     catalog = catalog or find_catalog()
     return load_config(
-        config_paths, overrides, env_file=env_file, server_types=plugins.servers(), load_errors=plugins.load_errors,
-        external_types=catalog.entries.keys(), allocate_ports=allocate_ports,
+        config_paths,
+        overrides,
+        env_file=env_file,
+        server_types=plugins.servers(),
+        load_errors=plugins.load_errors,
+        external_types=catalog.entries.keys(),
+        allocate_ports=allocate_ports,
     )
 
 
@@ -479,8 +541,15 @@ def default_env_file() -> str | None:
 
 
 @contextlib.contextmanager
-def head_or_served(head: str, config_paths: Sequence[str], overrides: Sequence[str] = (), *, isolation: str = "venv",
-                   console: Console | None = None, kinds: Collection[str] | None = None) -> Iterator[str]:
+def head_or_served(
+    head: str,
+    config_paths: Sequence[str],
+    overrides: Sequence[str] = (),
+    *,
+    isolation: str = "venv",
+    console: Console | None = None,
+    kinds: Collection[str] | None = None,
+) -> Iterator[str]:
     """The head server a data command (``gym collect``, ``gym reverify``) talks to: ``head`` (``--head``,
     a running ``gym run``), or, with ``config_paths`` (``--serve``), the head of the servers started
     from them with ``overrides`` (``--set``), reported ready on ``console`` and stopped on exit.
@@ -489,8 +558,9 @@ def head_or_served(head: str, config_paths: Sequence[str], overrides: Sequence[s
         yield head
         return
     console = console or Console(stderr=True)
-    with launch(list(config_paths), overrides, isolation=isolation, console=console, env_file=default_env_file(),
-                kinds=kinds) as state:
+    with launch(
+        list(config_paths), overrides, isolation=isolation, console=console, env_file=default_env_file(), kinds=kinds
+    ) as state:
         console.print(state.table())
         console.print(f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s")
         yield state.config.head_url

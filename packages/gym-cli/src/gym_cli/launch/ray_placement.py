@@ -107,8 +107,10 @@ def connect(settings: RayConfig, why: str, notice: Callable[[str], None]) -> Ray
     try:
         ray.init(**kwargs)
     except Exception as exc:  # noqa: BLE001 - Ray raises many kinds (ConnectionError, timeouts...): one clear line
-        raise GymError(f"could not {'start a local Ray cluster' if settings.local else 'join the Ray cluster at ' + address}: "
-                       f"{exc}") from None
+        raise GymError(
+            f"could not {'start a local Ray cluster' if settings.local else 'join the Ray cluster at ' + address}: "
+            f"{exc}"
+        ) from None
     finally:
         if main_thread and previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -130,8 +132,9 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
             pass
     except OSError as exc:
-        raise GymError(f"no Ray cluster answers at {address} ({exc}); is it running (`ray status --address "
-                       f"{address}`)?") from None
+        raise GymError(
+            f"no Ray cluster answers at {address} ({exc}); is it running (`ray status --address {address}`)?"
+        ) from None
 
 
 # --- the actor -------------------------------------------------------------------------------------
@@ -187,8 +190,12 @@ class ServerHost:
         """The node this actor runs on: ``node_id``, ``node_ip``, ``hostname``, and the actor's ``pid``."""
         import ray  # type: ignore[import-not-found]
 
-        return {"node_id": ray.get_runtime_context().get_node_id(), "node_ip": ray.util.get_node_ip_address(),
-                "hostname": socket.gethostname(), "pid": os.getpid()}
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_ip": ray.util.get_node_ip_address(),
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+        }
 
     def free_port(self, host: str, avoid: list[int]) -> int:
         """A port free on ``host`` of this node now, not in ``avoid``."""
@@ -207,12 +214,21 @@ class ServerHost:
         from gym_cli.launch.supervisor import die_with
 
         if not Path(argv[0]).exists():
-            raise GymError(f"{argv[0]} does not exist on node {socket.gethostname()} ({self.where()['node_ip']}): "
-                           "the server's venv must be at the same path on every node (share $GYM_HOME, or build "
-                           "the venvs there)")
+            raise GymError(
+                f"{argv[0]} does not exist on node {socket.gethostname()} ({self.where()['node_ip']}): "
+                "the server's venv must be at the same path on every node (share $GYM_HOME, or build "
+                "the venvs there)"
+            )
         proc = self._spawner.submit(
-            subprocess.Popen, list(argv), cwd=cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+            subprocess.Popen,
+            list(argv),
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
             preexec_fn=die_with(os.getpid()),
         ).result()
         hosted = self._hosted[proc.pid] = _Hosted(proc)
@@ -274,12 +290,16 @@ class RayProcess:
         try:
             while code is None:
                 try:
-                    lines, cursor, code = ray.get(self.actor.read.remote(self.pid, cursor, 1.0), timeout=_CALL_TIMEOUT_S)
+                    lines, cursor, code = ray.get(
+                        self.actor.read.remote(self.pid, cursor, 1.0), timeout=_CALL_TIMEOUT_S
+                    )
                 except GetTimeoutError:
                     continue  # a slow node: ask again; a dead actor raises below
                 except Exception as exc:  # noqa: BLE001 - the actor is gone (RayActorError), or Ray is shut down
-                    lines = [f"gym: the Ray actor hosting this server on {self.where} is gone: "
-                             f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"]
+                    lines = [
+                        f"gym: the Ray actor hosting this server on {self.where} is gone: "
+                        f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                    ]
                     code = -int(signal.SIGKILL)
                 with contextlib.suppress(OSError, ValueError):
                     for line in lines:
@@ -377,8 +397,10 @@ class Placement:
         ready, pending = ray.wait(list(calls), num_returns=len(calls), timeout=self.timeout_s)
         if pending:
             waiting = ", ".join(f"{calls[ref].name} ({_describe(calls[ref].options)})" for ref in pending)
-            raise GymError(f"Ray could not place within ray.placement_timeout_s ({self.timeout_s:g} s): {waiting}; "
-                           f"free on the cluster now: {_resources_text(ray.available_resources())}")
+            raise GymError(
+                f"Ray could not place within ray.placement_timeout_s ({self.timeout_s:g} s): {waiting}; "
+                f"free on the cluster now: {_resources_text(ray.available_resources())}"
+            )
         for ref in ready:
             server = calls[ref]
             try:
@@ -400,12 +422,15 @@ class Placement:
                 if given:
                     if not ray.get(server.actor.port_free.remote(server.node_ip, given), timeout=_CALL_TIMEOUT_S):
                         key = "port" if index == 0 else f"replica_ports[{index}]"
-                        raise GymError(f"{inst.name}.{key}: port {given} is in use on node {server.node_ip} "
-                                       f"({server.node_id[:12]}), where Ray placed {name}")
+                        raise GymError(
+                            f"{inst.name}.{key}: port {given} is in use on node {server.node_ip} "
+                            f"({server.node_id[:12]}), where Ray placed {name}"
+                        )
                     server.port = given
                 else:
-                    server.port = ray.get(server.actor.free_port.remote(server.node_ip, sorted(used)),
-                                          timeout=_CALL_TIMEOUT_S)
+                    server.port = ray.get(
+                        server.actor.free_port.remote(server.node_ip, sorted(used)), timeout=_CALL_TIMEOUT_S
+                    )
                 used.add(server.port)
                 hosts.append(server.node_ip)
                 ports.append(server.port)
@@ -471,10 +496,18 @@ class Placement:
 def _actor_options(instance: str, resources: ServerResources, nodes: list[Mapping[str, Any]]) -> dict[str, Any]:
     """Ray options of the actor hosting a process of ``instance``; a ConfigError when no alive node
     could hold it (naming the nodes and what they have)."""
-    demand: dict[str, float] = {"CPU": resources.num_cpus, "GPU": resources.num_gpus,
-                                "memory": float(resources.memory), **resources.custom}
-    options: dict[str, Any] = {"num_cpus": resources.num_cpus, "num_gpus": resources.num_gpus,
-                               "max_concurrency": 8, "max_restarts": 0}
+    demand: dict[str, float] = {
+        "CPU": resources.num_cpus,
+        "GPU": resources.num_gpus,
+        "memory": float(resources.memory),
+        **resources.custom,
+    }
+    options: dict[str, Any] = {
+        "num_cpus": resources.num_cpus,
+        "num_gpus": resources.num_gpus,
+        "max_concurrency": 8,
+        "max_restarts": 0,
+    }
     if resources.memory:
         options["memory"] = resources.memory
     custom = dict(resources.custom)
@@ -482,8 +515,10 @@ def _actor_options(instance: str, resources: ServerResources, nodes: list[Mappin
     if resources.node is not None:
         candidates = _nodes_named(resources.node, nodes)
         if not candidates:
-            raise ConfigError(f"{instance}.resources.node: no alive node of the Ray cluster is {resources.node!r}; "
-                              f"its nodes: {_nodes_text(nodes)}")
+            raise ConfigError(
+                f"{instance}.resources.node: no alive node of the Ray cluster is {resources.node!r}; "
+                f"its nodes: {_nodes_text(nodes)}"
+            )
         if len(candidates) == 1 and candidates[0]["NodeID"].startswith(resources.node):
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # type: ignore[import-not-found]
 
@@ -496,8 +531,10 @@ def _actor_options(instance: str, resources: ServerResources, nodes: list[Mappin
     if not fits:
         wanted = _resources_text({k: v for k, v in demand.items() if v}) or "nothing"
         where = f" on {resources.node!r}" if resources.node is not None else ""
-        raise ConfigError(f"{instance}.resources: no node of the Ray cluster{where} has {wanted}; "
-                          f"its nodes: {_nodes_text(candidates or nodes)}")
+        raise ConfigError(
+            f"{instance}.resources: no node of the Ray cluster{where} has {wanted}; "
+            f"its nodes: {_nodes_text(candidates or nodes)}"
+        )
     return options
 
 
@@ -514,14 +551,22 @@ def _nodes_named(name: str, nodes: list[Mapping[str, Any]]) -> list[Mapping[str,
 
 
 def _nodes_text(nodes: list[Mapping[str, Any]]) -> str:
-    return "; ".join(f"{n['NodeID'][:12]} ({n.get('NodeManagerAddress', '?')}): "
-                     f"{_resources_text(n.get('Resources', {}))}" for n in nodes) or "none"
+    return (
+        "; ".join(
+            f"{n['NodeID'][:12]} ({n.get('NodeManagerAddress', '?')}): {_resources_text(n.get('Resources', {}))}"
+            for n in nodes
+        )
+        or "none"
+    )
 
 
 def _resources_text(resources: Mapping[str, float]) -> str:
     """``CPU 2, env_node 4`` (Ray's bookkeeping resources left out)."""
-    shown = {k: v for k, v in resources.items()
-             if not k.startswith("node:") and k not in ("object_store_memory",) and not k.startswith("accelerator_type")}
+    shown = {
+        k: v
+        for k, v in resources.items()
+        if not k.startswith("node:") and k not in ("object_store_memory",) and not k.startswith("accelerator_type")
+    }
     return ", ".join(f"{k} {v:g}" for k, v in sorted(shown.items()))
 
 

@@ -30,8 +30,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["RunStateFile", "RecordedRun", "clean_stale_runs", "process_identity", "runs_dir", "group_alive",
-           "signal_group", "stop_groups", "same_head"]
+__all__ = [
+    "RunStateFile",
+    "RecordedRun",
+    "clean_stale_runs",
+    "process_identity",
+    "runs_dir",
+    "group_alive",
+    "signal_group",
+    "stop_groups",
+    "same_head",
+]
 
 
 def runs_dir(home: Path | None = None) -> Path:
@@ -50,7 +59,7 @@ def process_identity(pid: int) -> tuple[int, list[str]] | None:
     except OSError:
         return None
     # The command name (field 2) is in parentheses and may hold spaces or ')': split after the last one.
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     if fields[0] == "Z":
         return None
     return int(fields[19]), [part.decode("utf-8", "replace") for part in cmdline.split(b"\0")[:-1]]
@@ -62,17 +71,24 @@ class RunStateFile:
     def __init__(self, directory: Path, head_url: str):
         self.path = directory / f"{os.getpid()}.json"
         identity = process_identity(os.getpid())
-        self._data: dict[str, Any] = {"pid": os.getpid(), "started": identity[0] if identity else None,
-                                      "cmdline": identity[1] if identity else None,
-                                      "head_url": head_url, "servers": {}}
+        self._data: dict[str, Any] = {
+            "pid": os.getpid(),
+            "started": identity[0] if identity else None,
+            "cmdline": identity[1] if identity else None,
+            "head_url": head_url,
+            "servers": {},
+        }
 
     def record(self, pids: Mapping[str, int]) -> None:
         """Record the server processes now running (called after each start or restart)."""
         servers = {}
         for name, pid in pids.items():
             identity = process_identity(pid)
-            servers[name] = {"pid": pid, "started": identity[0] if identity else None,
-                             "cmdline": identity[1] if identity else None}
+            servers[name] = {
+                "pid": pid,
+                "started": identity[0] if identity else None,
+                "cmdline": identity[1] if identity else None,
+            }
         self._data["servers"] = servers
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
@@ -100,11 +116,22 @@ class RecordedRun:
         """The run recorded in ``path``; None when the file is gone or unreadable."""
         try:
             data = json.loads(path.read_text())
-            servers = {str(name): {"pid": int(server["pid"]), "started": server.get("started"),
-                                   "cmdline": server.get("cmdline")}
-                       for name, server in dict(data.get("servers") or {}).items()}
-            return cls(path=path, pid=int(data["pid"]), started=data.get("started"), cmdline=data.get("cmdline"),
-                       head_url=str(data.get("head_url") or ""), servers=servers)
+            servers = {
+                str(name): {
+                    "pid": int(server["pid"]),
+                    "started": server.get("started"),
+                    "cmdline": server.get("cmdline"),
+                }
+                for name, server in dict(data.get("servers") or {}).items()
+            }
+            return cls(
+                path=path,
+                pid=int(data["pid"]),
+                started=data.get("started"),
+                cmdline=data.get("cmdline"),
+                head_url=str(data.get("head_url") or ""),
+                servers=servers,
+            )
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -144,7 +171,7 @@ class RecordedRun:
         argv = list(self.cmdline or [])
         for index, part in enumerate(argv):
             if part == "gym_cli" or Path(part).name == "gym":
-                argv = ["gym", *argv[index + 1:]]
+                argv = ["gym", *argv[index + 1 :]]
                 break
         text = " ".join(argv) or "gym"
         return text if len(text) <= width else text[: width - 1] + "…"
@@ -210,8 +237,10 @@ def clean_stale_runs(directory: Path, log: Callable[[str], None], grace_s: float
             continue
         groups = run.server_groups()
         if groups:
-            log(f"stopping {len(groups)} server(s) left running by a gym process that was killed (pid "
-                f"{run.pid}): {', '.join(f'{name} (pid {pid})' for name, pid in groups)}")
+            log(
+                f"stopping {len(groups)} server(s) left running by a gym process that was killed (pid "
+                f"{run.pid}): {', '.join(f'{name} (pid {pid})' for name, pid in groups)}"
+            )
             stop_groups([pid for _, pid in groups], grace_s)
             stopped += [name for name, _ in groups]
         run.remove()
@@ -264,7 +293,7 @@ def group_alive(pgid: int) -> bool:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False

@@ -110,8 +110,9 @@ class ChildExitedError(CommandFailed):
     """A child exited: while the others were starting (``while_starting``), or later (after
     ``restarts`` restarts within the restart window: the budget was spent)."""
 
-    def __init__(self, name: str, returncode: int, last_lines: list[str], *, while_starting: bool = True,
-                 restarts: int = 0):
+    def __init__(
+        self, name: str, returncode: int, last_lines: list[str], *, while_starting: bool = True, restarts: int = 0
+    ):
         self.name = name
         self.returncode = returncode
         self.last_lines = list(last_lines)
@@ -120,8 +121,10 @@ class ChildExitedError(CommandFailed):
         when = "while starting" if while_starting else "after start-up"
         text = f"server {name!r} exited with {_describe_returncode(returncode)} {when}"
         if restarts:
-            text += (f", and stays down: it had been restarted {restarts} time(s) within server_restarts.window_s,"
-                     " the most server_restarts.attempts allows")
+            text += (
+                f", and stays down: it had been restarted {restarts} time(s) within server_restarts.window_s,"
+                " the most server_restarts.attempts allows"
+            )
         if self.last_lines:
             text += "; its last output:\n" + "\n".join(f"  [{name}] {line}" for line in self.last_lines)
         else:
@@ -229,9 +232,15 @@ class Supervisor:
     started or restarted. Usable as a context manager; :meth:`shutdown` also runs at interpreter exit.
     """
 
-    def __init__(self, output: Output | None = None, ring_lines: int = RING_LINES, *,
-                 restart: RestartPolicy | None = None, notice: Output | None = None,
-                 on_spawn: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        output: Output | None = None,
+        ring_lines: int = RING_LINES,
+        *,
+        restart: RestartPolicy | None = None,
+        notice: Output | None = None,
+        on_spawn: Callable[[], None] | None = None,
+    ):
         self._output = output or _print_line
         self._notice = notice or _print_notice
         self._restart = restart or RestartPolicy(attempts=0)
@@ -265,8 +274,9 @@ class Supervisor:
             if replacing is None and spec.name in self._children:
                 raise ValueError(f"a child named {spec.name!r} is already started")
             if spec.start is not None:  # elsewhere: that place's environment, plus what the run adds
-                proc = spec.start(list(spec.argv), {**spec.env, "PYTHONUNBUFFERED": "1"},
-                                  None if spec.cwd is None else str(spec.cwd))
+                proc = spec.start(
+                    list(spec.argv), {**spec.env, "PYTHONUNBUFFERED": "1"}, None if spec.cwd is None else str(spec.cwd)
+                )
             else:
                 proc = self._popen(spec)
             child = _Child(spec, proc, self._ring_lines)
@@ -375,8 +385,9 @@ class Supervisor:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
-                child.ready = _answers_200(str(child.spec.ready_url), timeout=min(1.0, max(0.05, remaining)),
-                                           headers=child.spec.ready_headers)
+                child.ready = _answers_200(
+                    str(child.spec.ready_url), timeout=min(1.0, max(0.05, remaining)), headers=child.spec.ready_headers
+                )
             pending = [c for c in waiting if not c.ready]
             if not pending:
                 for child in waiting:
@@ -385,8 +396,9 @@ class Supervisor:
                 return
             now = time.monotonic()
             if now >= deadline:
-                raise ReadyTimeoutError([c.spec.name for c in pending],
-                                        {c.spec.name: c.last_lines() for c in pending}, now - started)
+                raise ReadyTimeoutError(
+                    [c.spec.name for c in pending], {c.spec.name: c.last_lines() for c in pending}, now - started
+                )
             time.sleep(min(interval, max(0.0, deadline - now)))
             # Short polls: a /ready that fails costs a refused connection, and start-up is ~2 s, so
             # longer sleeps would only add their length to the time until "All servers ready".
@@ -439,8 +451,9 @@ class Supervisor:
             for child in list(self._children.values()):
                 if child.supervised and child.state == "running" and self._poll(child) is not None:
                     child.state = "restarting"
-                    thread = threading.Thread(target=self._bring_back, args=(child,),
-                                              name=f"gym-restart-{child.spec.name}", daemon=True)
+                    thread = threading.Thread(
+                        target=self._bring_back, args=(child,), name=f"gym-restart-{child.spec.name}", daemon=True
+                    )
                     self._restarters.append(thread)
                     thread.start()
 
@@ -454,16 +467,22 @@ class Supervisor:
             now = time.monotonic()
             dead.restart_times = [t for t in dead.restart_times if now - t < policy.window_s]
             recent = len(dead.restart_times)
-            what = "exited with " + _describe_returncode(returncode) if returncode is not None else "was not ready in time"
+            what = (
+                "exited with " + _describe_returncode(returncode) if returncode is not None else "was not ready in time"
+            )
             if recent >= policy.attempts:
-                self._notice(f"gym: server {name!r} {what}; restarted {recent} time(s) within {policy.window_s:g} s "
-                             "already, so it stays down")
+                self._notice(
+                    f"gym: server {name!r} {what}; restarted {recent} time(s) within {policy.window_s:g} s "
+                    "already, so it stays down"
+                )
                 dead.state, dead.gave_up = "exited", True
                 return
-            delay = policy.backoff_s * 2 ** recent
-            self._notice(f"gym: server {name!r} {what} after start-up; restarting it in {delay:g} s, on the same "
-                         f"port (restart {recent + 1} of at most {policy.attempts} within {policy.window_s:g} s); "
-                         "its sessions are lost: rollouts in flight through it fail")
+            delay = policy.backoff_s * 2**recent
+            self._notice(
+                f"gym: server {name!r} {what} after start-up; restarting it in {delay:g} s, on the same "
+                f"port (restart {recent + 1} of at most {policy.attempts} within {policy.window_s:g} s); "
+                "its sessions are lost: rollouts in flight through it fail"
+            )
             if self._stop.wait(delay):
                 return
             dead.restart_times.append(time.monotonic())
@@ -490,15 +509,17 @@ class Supervisor:
         """Whether ``child`` answers ready before it exits, shutdown begins or the policy's timeout passes."""
         deadline = time.monotonic() + self._restart.ready_timeout_s
         while time.monotonic() < deadline and not self._stop.is_set() and self._poll(child) is None:
-            if child.spec.ready_url is None or _answers_200(child.spec.ready_url, timeout=1.0,
-                                                            headers=child.spec.ready_headers):
+            if child.spec.ready_url is None or _answers_200(
+                child.spec.ready_url, timeout=1.0, headers=child.spec.ready_headers
+            ):
                 child.ready = True
                 return True
             self._stop.wait(0.1)
         return False
 
-    def watch(self, timeout_s: float | None = None, interval_s: float = 0.2,
-              stop: threading.Event | None = None) -> list[ChildExit]:
+    def watch(
+        self, timeout_s: float | None = None, interval_s: float = 0.2, stop: threading.Event | None = None
+    ) -> list[ChildExit]:
         """Block until some child has exited (then :meth:`exited`), ``stop`` is set, shutdown begins, or
         ``timeout_s`` passes (then an empty list)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

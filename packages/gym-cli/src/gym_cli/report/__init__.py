@@ -25,8 +25,16 @@ class ReportResult:
     runs: int
 
 
-def write_report(rollouts: list[Path], output: Path, *, png_dir: Path | None = None, ks: tuple[int, ...] = (),
-                 by: str = "environment", title: str | None = None, labels: tuple[str, ...] = ()) -> ReportResult:
+def write_report(
+    rollouts: list[Path],
+    output: Path,
+    *,
+    png_dir: Path | None = None,
+    ks: tuple[int, ...] = (),
+    by: str = "environment",
+    title: str | None = None,
+    labels: tuple[str, ...] = (),
+) -> ReportResult:
     """Read the rollouts files (one run each, labelled by ``labels`` or their names), write the HTML
     report to ``output`` and, with ``png_dir``, each plot as PNG there. Raises
     :class:`gym_cli.rollouts.InputError` on bad input (naming file and line; nothing written) or an

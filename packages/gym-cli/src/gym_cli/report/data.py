@@ -101,8 +101,11 @@ def final_answer(response: Any) -> str | None:
                 return _clip(content)
             if isinstance(content, list):
                 return _clip("".join(str(part.get("text", "")) for part in content if isinstance(part, dict)))
-    calls = [f"{item.get('name')}({item.get('arguments', '')})" for item in output
-             if isinstance(item, dict) and item.get("type") == "function_call"]
+    calls = [
+        f"{item.get('name')}({item.get('arguments', '')})"
+        for item in output
+        if isinstance(item, dict) and item.get("type") == "function_call"
+    ]
     return _clip("\n".join(calls)) if calls else None
 
 
@@ -163,8 +166,11 @@ def _first_failing(path: Path, rows: list[dict[str, Any]]) -> dict[int, dict[str
                 "reward": float(row["reward"]),
                 "answer": final_answer(row.get("response")),
                 # What verifiers commonly record beside the reward, when present.
-                **{k: _clip(str(row[k])) for k in ("extracted_answer", "expected_answer", "reason")
-                   if row.get(k) is not None},
+                **{
+                    k: _clip(str(row[k]))
+                    for k in ("extracted_answer", "expected_answer", "reason")
+                    if row.get(k) is not None
+                },
             }
     return found
 
@@ -179,8 +185,9 @@ def _labels(paths: list[Path], labels: tuple[str, ...]) -> list[str]:
     return [f"{p.parent.name}/{p.stem}" if names.count(p.stem) > 1 else p.stem for p in paths]
 
 
-def load_runs(paths: list[Path], labels: tuple[str, ...] = (), ks: tuple[int, ...] = (),
-              by: str = "environment") -> tuple[list[Run], list[int]]:
+def load_runs(
+    paths: list[Path], labels: tuple[str, ...] = (), ks: tuple[int, ...] = (), by: str = "environment"
+) -> tuple[list[Run], list[int]]:
     """Read each rollouts file (and the failures file beside it) into a :class:`Run`, and the k of
     pass@k used for all of them (``ks``, else :func:`default_ks` of the most rollouts of a task).
     Raises :class:`InputError` naming the file and line of bad input."""
@@ -197,7 +204,15 @@ def load_runs(paths: list[Path], labels: tuple[str, ...] = (), ks: tuple[int, ..
             profile = build_profile(rows, ks, by=by)
         except (ValueError, TypeError) as exc:  # e.g. a task_index that is not comparable with the others
             raise InputError(f"{path}: cannot profile its rows ({exc})") from None
-        runs.append(Run(label, path, rows, profile, read_failures(failures_path(path)), reward_ci(rows),
-                        _first_failing(path, rows)))
+        runs.append(
+            Run(
+                label,
+                path,
+                rows,
+                profile,
+                read_failures(failures_path(path)),
+                reward_ci(rows),
+                _first_failing(path, rows),
+            )
+        )
     return runs, sorted(set(ks))
-

@@ -85,15 +85,27 @@ def _distribution(ax, runs: list[Run], values: list[list[float]], xlabel: str) -
         for i, (run, run_values) in enumerate(zip(runs, values)):
             if run_values:
                 counts = Counter(run_values)
-                ax.bar(x + (i - (len(runs) - 1) / 2) * width, [counts[v] / len(run_values) for v in distinct], width,
-                       label=_short(run.label), color=f"C{i}")
+                ax.bar(
+                    x + (i - (len(runs) - 1) / 2) * width,
+                    [counts[v] / len(run_values) for v in distinct],
+                    width,
+                    label=_short(run.label),
+                    color=f"C{i}",
+                )
         ax.set_xticks(x, [f"{v:g}" for v in distinct])
     else:
         edges = np.histogram_bin_edges(np.concatenate([v for v in values if v]), bins=20)
         for i, (run, run_values) in enumerate(zip(runs, values)):
             if run_values:
-                ax.hist(run_values, bins=edges, weights=np.full(len(run_values), 1 / len(run_values)), histtype="step",
-                        linewidth=1.8, label=_short(run.label), color=f"C{i}")
+                ax.hist(
+                    run_values,
+                    bins=edges,
+                    weights=np.full(len(run_values), 1 / len(run_values)),
+                    histtype="step",
+                    linewidth=1.8,
+                    label=_short(run.label),
+                    color=f"C{i}",
+                )
     ax.set_xlabel(xlabel)
     ax.set_ylabel("share of rollouts")
     if len(runs) > 1:
@@ -116,8 +128,14 @@ def _pass_at_k(runs: list[Run], ks: list[int]) -> Plot:
         for metric, marker, style in (("pass", "o", "-"), ("majority", "s", "--")):
             xs = [k for k in ks if f"{metric}@{k}" in overall]
             if xs:
-                ax.plot(xs, [overall[f"{metric}@{k}"] for k in xs], marker=marker, linestyle=style, color=f"C{i}",
-                        label=f"{_short(run.label)} {metric}@k" if len(runs) > 1 else f"{metric}@k")
+                ax.plot(
+                    xs,
+                    [overall[f"{metric}@{k}"] for k in xs],
+                    marker=marker,
+                    linestyle=style,
+                    color=f"C{i}",
+                    label=f"{_short(run.label)} {metric}@k" if len(runs) > 1 else f"{metric}@k",
+                )
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.minorticks_off()
@@ -127,11 +145,15 @@ def _pass_at_k(runs: list[Run], ks: list[int]) -> Plot:
     ax.set_xlabel("k")
     ax.set_ylabel("mean over tasks")
     _legend(ax, 2 if len(runs) > 1 else 1)
-    return Plot("pass_at_k", "pass@k and majority@k",
-                "pass@k: the chance that at least one of k rollouts of a task passes (unbiased estimator; the "
-                "expected best reward of k for non-binary rewards), averaged over tasks with at least k rollouts. "
-                "majority@k (dashed, when rows record an extracted answer): the score of the majority-vote answer "
-                "of k rollouts.", figure)
+    return Plot(
+        "pass_at_k",
+        "pass@k and majority@k",
+        "pass@k: the chance that at least one of k rollouts of a task passes (unbiased estimator; the "
+        "expected best reward of k for non-binary rewards), averaged over tasks with at least k rollouts. "
+        "majority@k (dashed, when rows record an extracted answer): the score of the majority-vote answer "
+        "of k rollouts.",
+        figure,
+    )
 
 
 def _reward_by_group(runs: list[Run], by: str) -> Plot:
@@ -168,19 +190,36 @@ def _per_rollout(runs: list[Run], name: str, title: str, xlabel: str, note: str,
 
 
 def _turns(runs: list[Run]) -> Plot | None:
-    return _per_rollout(runs, "turns", "Turns per rollout", "model calls per rollout",
-                        "Model calls of each rollout (num_model_calls).", lambda row: row.get("num_model_calls"))
+    return _per_rollout(
+        runs,
+        "turns",
+        "Turns per rollout",
+        "model calls per rollout",
+        "Model calls of each rollout (num_model_calls).",
+        lambda row: row.get("num_model_calls"),
+    )
 
 
 def _tokens(runs: list[Run]) -> Plot | None:
-    return _per_rollout(runs, "tokens", "Tokens per rollout", "total tokens per rollout",
-                        "Tokens of each rollout, input and output (usage.total_tokens).",
-                        lambda row: row["usage"].get("total_tokens") if isinstance(row.get("usage"), dict) else None)
+    return _per_rollout(
+        runs,
+        "tokens",
+        "Tokens per rollout",
+        "total tokens per rollout",
+        "Tokens of each rollout, input and output (usage.total_tokens).",
+        lambda row: row["usage"].get("total_tokens") if isinstance(row.get("usage"), dict) else None,
+    )
 
 
 def _latency(runs: list[Run]) -> Plot | None:
-    return _per_rollout(runs, "latency", "Rollout latency", f"rollout latency, s ({LATENCY_FIELD})",
-                        f"Wall time of each rollout, from the rows' {LATENCY_FIELD}.", lambda row: row.get(LATENCY_FIELD))
+    return _per_rollout(
+        runs,
+        "latency",
+        "Rollout latency",
+        f"rollout latency, s ({LATENCY_FIELD})",
+        f"Wall time of each rollout, from the rows' {LATENCY_FIELD}.",
+        lambda row: row.get(LATENCY_FIELD),
+    )
 
 
 def make_plots(runs: list[Run], ks: list[int], by: str) -> tuple[list[Plot], list[str]]:
@@ -188,9 +227,11 @@ def make_plots(runs: list[Run], ks: list[int], by: str) -> tuple[list[Plot], lis
     with matplotlib.rc_context(_STYLE):
         plots = [_reward_histogram(runs), _pass_at_k(runs, ks), _reward_by_group(runs, by)]
         missing = []
-        for make, why in ((_turns, "no turns plot: the rows do not record num_model_calls"),
-                          (_tokens, "no tokens plot: the rows do not record usage.total_tokens"),
-                          (_latency, f"no latency plot: the rows do not record {LATENCY_FIELD}")):
+        for make, why in (
+            (_turns, "no turns plot: the rows do not record num_model_calls"),
+            (_tokens, "no tokens plot: the rows do not record usage.total_tokens"),
+            (_latency, f"no latency plot: the rows do not record {LATENCY_FIELD}"),
+        ):
             plot = make(runs)
             if plot is None:
                 missing.append(why)
@@ -209,7 +250,7 @@ def to_svg(plot: Plot) -> str:
     with matplotlib.rc_context({**_STYLE, "svg.hashsalt": f"gym-report-{plot.name}"}):
         plot.figure.savefig(buffer, format="svg", metadata={"Date": None})
     svg = buffer.getvalue()
-    return _SVG_IDS.sub(rf"\g<1>{plot.name}-", svg[svg.index("<svg"):]).strip()
+    return _SVG_IDS.sub(rf"\g<1>{plot.name}-", svg[svg.index("<svg") :]).strip()
 
 
 def write_png(plot: Plot, folder: Path, dpi: int = 150) -> Path:

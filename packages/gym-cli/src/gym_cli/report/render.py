@@ -51,10 +51,17 @@ def _summary(runs: list[Run], ks: list[int]) -> str:
         ("file", [escape(str(run.path)) for run in runs]),
         ("rollouts", [str(run.profile["overall"]["num_rollouts"]) for run in runs]),
         ("tasks", [str(run.profile["overall"]["num_tasks"]) for run in runs]),
-        ("failed rollouts", [
-            str(len(run.failures)) + "".join(f'<br><span class="reason">{escape(reason)}: {count}</span>'
-                                             for reason, count in run.failure_reasons.items())
-            for run in runs]),
+        (
+            "failed rollouts",
+            [
+                str(len(run.failures))
+                + "".join(
+                    f'<br><span class="reason">{escape(reason)}: {count}</span>'
+                    for reason, count in run.failure_reasons.items()
+                )
+                for run in runs
+            ],
+        ),
         ("mean reward", [_fmt(run.profile["overall"]["fields"]["reward"]["mean"]) for run in runs]),
         (f"{CI_LEVEL:.0%} CI of the mean", [f"[{run.ci[0]:.3f}, {run.ci[1]:.3f}]" for run in runs]),
     ]
@@ -62,23 +69,35 @@ def _summary(runs: list[Run], ks: list[int]) -> str:
         for k in ks:
             if any(f"{metric}@{k}" in run.profile["overall"] for run in runs):
                 lines.append((f"{metric}@{k}", [_fmt(run.profile["overall"].get(f"{metric}@{k}")) for run in runs]))
-    costs = (("turns per rollout", lambda o: o.get("turns_per_rollout")),
-             ("tool calls per rollout", lambda o: o.get("tool_calls_per_rollout")),
-             ("tokens per rollout", lambda o: (o.get("tokens_per_rollout") or {}).get("total")))
+    costs = (
+        ("turns per rollout", lambda o: o.get("turns_per_rollout")),
+        ("tool calls per rollout", lambda o: o.get("tool_calls_per_rollout")),
+        ("tokens per rollout", lambda o: (o.get("tokens_per_rollout") or {}).get("total")),
+    )
     for name, get in costs:
         values = [get(run.profile["overall"]) for run in runs]
         if any(v is not None for v in values):
             lines.append((name, [_fmt(v, 1) for v in values]))
-    latencies = [[float(r[LATENCY_FIELD]) for r in run.rows if isinstance(r.get(LATENCY_FIELD), (int, float))] for run in runs]
+    latencies = [
+        [float(r[LATENCY_FIELD]) for r in run.rows if isinstance(r.get(LATENCY_FIELD), (int, float))] for run in runs
+    ]
     if any(latencies):
-        lines.append(("latency p50 / p99, s", [f"{_quantile(v, 0.5):.2f} / {_quantile(v, 0.99):.2f}" if v else "–"
-                                              for v in latencies]))
-    body = "".join(f"<tr><th>{escape(name)}</th>{''.join(f'<td>{c}</td>' for c in cells)}</tr>" for name, cells in lines)
-    return (f'<table class="summary"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
-            f'<p class="note">Mean reward over all rollouts; its {CI_LEVEL:.0%} confidence interval is a {CI_METHOD}. '
-            "pass@k and majority@k are means over tasks with at least k rollouts. Failed rollouts are the rows of the "
-            "<code>.failures.jsonl</code> beside each rollouts file: rollouts that got no reward (an infrastructure "
-            "failure, say); they are not in the other numbers.</p>")
+        lines.append(
+            (
+                "latency p50 / p99, s",
+                [f"{_quantile(v, 0.5):.2f} / {_quantile(v, 0.99):.2f}" if v else "–" for v in latencies],
+            )
+        )
+    body = "".join(
+        f"<tr><th>{escape(name)}</th>{''.join(f'<td>{c}</td>' for c in cells)}</tr>" for name, cells in lines
+    )
+    return (
+        f'<table class="summary"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
+        f'<p class="note">Mean reward over all rollouts; its {CI_LEVEL:.0%} confidence interval is a {CI_METHOD}. '
+        "pass@k and majority@k are means over tasks with at least k rollouts. Failed rollouts are the rows of the "
+        "<code>.failures.jsonl</code> beside each rollouts file: rollouts that got no reward (an infrastructure "
+        "failure, say); they are not in the other numbers.</p>"
+    )
 
 
 def _groups(runs: list[Run], by: str) -> str:
@@ -89,11 +108,16 @@ def _groups(runs: list[Run], by: str) -> str:
         cells = []
         for run in runs:
             block = run.profile["groups"].get(name)
-            cells.append("<td>–</td>" if block is None else
-                         f'<td>{block["num_rollouts"]} · {_fmt(block["fields"]["reward"]["mean"])}</td>')
+            cells.append(
+                "<td>–</td>"
+                if block is None
+                else f"<td>{block['num_rollouts']} · {_fmt(block['fields']['reward']['mean'])}</td>"
+            )
         rows.append(f"<tr><th>{escape(name)}</th>{''.join(cells)}</tr>")
-    return (f'<table class="summary groups"><thead><tr><th>{escape(by)}</th>{head}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    return (
+        f'<table class="summary groups"><thead><tr><th>{escape(by)}</th>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def task_table_columns(runs: list[Run], ks: list[int]) -> list[tuple[int | None, str]]:
@@ -112,18 +136,28 @@ def task_table_columns(runs: list[Run], ks: list[int]) -> list[tuple[int | None,
 def _tasks(runs: list[Run], ks: list[int]) -> tuple[str, dict[str, Any]]:
     """The per-task table and the details its rows open (JSON)."""
     columns = task_table_columns(runs, ks)
-    task_ids = sorted({t for run in runs for t in run.profile["tasks"]}, key=lambda t: (0, t, "") if isinstance(t, int) else (1, 0, str(t)))
+    task_ids = sorted(
+        {t for run in runs for t in run.profile["tasks"]},
+        key=lambda t: (0, t, "") if isinstance(t, int) else (1, 0, str(t)),
+    )
     prompts: dict[Any, str] = {}
     for run in runs:
         for row in run.rows:
             if row["task_index"] not in prompts:
                 prompts[row["task_index"]] = prompt_text(row)
-    group_head = '<th colspan="2"></th>' + "".join(
-        f'<th colspan="{sum(1 for c in columns if c[0] == i)}" class="run">{escape(run.label)}</th>'
-        for i, run in enumerate(runs)) + ("<th></th>" if len(runs) > 1 else "")
+    group_head = (
+        '<th colspan="2"></th>'
+        + "".join(
+            f'<th colspan="{sum(1 for c in columns if c[0] == i)}" class="run">{escape(run.label)}</th>'
+            for i, run in enumerate(runs)
+        )
+        + ("<th></th>" if len(runs) > 1 else "")
+    )
     headers = [("task", "task"), ("prompt", "prompt")] + [(name, name) for _, name in columns]
-    sort_head = "".join(f'<th data-col="{n}" aria-sort="none" title="sort by {escape(title)}">{escape(title)}</th>'
-                        for n, (title, _) in enumerate(headers))
+    sort_head = "".join(
+        f'<th data-col="{n}" aria-sort="none" title="sort by {escape(title)}">{escape(title)}</th>'
+        for n, (title, _) in enumerate(headers)
+    )
     body, details = [], {}
     for task in task_ids:
         blocks = [run.profile["tasks"].get(task) for run in runs]
@@ -132,23 +166,41 @@ def _tasks(runs: list[Run], ks: list[int]) -> tuple[str, dict[str, Any]]:
         for i, metric in columns:
             if i is None:
                 first, last = blocks[0], blocks[-1]
-                delta = None if first is None or last is None else \
-                    last["fields"]["reward"]["mean"] - first["fields"]["reward"]["mean"]
+                delta = (
+                    None
+                    if first is None or last is None
+                    else last["fields"]["reward"]["mean"] - first["fields"]["reward"]["mean"]
+                )
                 cells.append(_cell(delta))
                 continue
             block = blocks[i]
-            value = None if block is None else block["num_rollouts"] if metric == "n" else \
-                block["fields"]["reward"]["mean"] if metric == "mean" else block.get(metric)
+            value = (
+                None
+                if block is None
+                else block["num_rollouts"]
+                if metric == "n"
+                else block["fields"]["reward"]["mean"]
+                if metric == "mean"
+                else block.get(metric)
+            )
             cells.append(_cell(value))
         is_failing = any(f is not None for f in failing)
-        body.append(f'<tr data-task="{escape(str(task))}" data-failing="{int(is_failing)}" tabindex="0">{"".join(cells)}</tr>')
+        body.append(
+            f'<tr data-task="{escape(str(task))}" data-failing="{int(is_failing)}" tabindex="0">{"".join(cells)}</tr>'
+        )
         details[str(task)] = {
             "prompt": prompts.get(task, ""),
-            "runs": [None if block is None else {"n": block["num_rollouts"], "mean": block["fields"]["reward"]["mean"],
-                                                 "first_failing": f} for block, f in zip(blocks, failing)],
+            "runs": [
+                None
+                if block is None
+                else {"n": block["num_rollouts"], "mean": block["fields"]["reward"]["mean"], "first_failing": f}
+                for block, f in zip(blocks, failing)
+            ],
         }
-    table = (f'<table id="task-table"><thead><tr class="runs">{group_head}</tr><tr class="sort">{sort_head}</tr></thead>'
-             f"<tbody>{''.join(body)}</tbody></table>")
+    table = (
+        f'<table id="task-table"><thead><tr class="runs">{group_head}</tr><tr class="sort">{sort_head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
     return table, details
 
 
@@ -170,19 +222,26 @@ def _gym_version() -> str:
         return "unknown"
 
 
-def render_html(runs: list[Run], ks: list[int], by: str, title: str, plots: list[tuple[str, str, str, str]],
-                missing_plots: list[str]) -> str:
+def render_html(
+    runs: list[Run],
+    ks: list[int],
+    by: str,
+    title: str,
+    plots: list[tuple[str, str, str, str]],
+    missing_plots: list[str],
+) -> str:
     """The whole report. ``plots`` are ``(name, title, note, svg)``; ``missing_plots`` the sentences
     saying which plots were left out and why."""
     figures = "".join(
         f'<figure class="plot" id="plot-{escape(name)}"><figcaption>{escape(plot_title)}</figcaption>{svg}'
         f'<p class="note">{escape(note)}</p></figure>'
-        for name, plot_title, note, svg in plots)
+        for name, plot_title, note, svg in plots
+    )
     missing = "".join(f'<p class="note">{escape(line)}.</p>' for line in missing_plots)
     table, details = _tasks(runs, ks)
     inputs = ", ".join(f"{escape(run.label)} ({run.profile['overall']['num_rollouts']} rollouts)" for run in runs)
     body = (
-        f"<header><h1>{escape(title)}</h1><p class=\"meta\">{inputs} · made by gym-cli {escape(_gym_version())}</p></header>"
+        f'<header><h1>{escape(title)}</h1><p class="meta">{inputs} · made by gym-cli {escape(_gym_version())}</p></header>'
         f'<section id="summary"><h2>Summary</h2>{_summary(runs, ks)}</section>'
         f'<section id="plots"><h2>Plots</h2><div class="plots">{figures}</div>{missing}</section>'
         f'<section id="groups"><h2>By {escape(by)}</h2>{_groups(runs, by)}</section>'
@@ -199,6 +258,10 @@ def render_html(runs: list[Run], ks: list[int], by: str, title: str, plots: list
     script_hash = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     csp = f"default-src 'none'; style-src 'unsafe-inline'; img-src data:; script-src 'sha256-{script_hash}'"
     return Template(_asset("template.html")).substitute(
-        title=escape(title), csp=csp, style=_asset("report.css"), body=body,
-        data=_json_for_script({"runs": [run.label for run in runs], "tasks": details}), script=script,
+        title=escape(title),
+        csp=csp,
+        style=_asset("report.css"),
+        body=body,
+        data=_json_for_script({"runs": [run.label for run in runs], "tasks": details}),
+        script=script,
     )

@@ -57,8 +57,17 @@ def package_fingerprint(directory: Path) -> dict[str, Any]:
     editable install bakes them into its metadata."""
     data = read_pyproject(directory)
     project = data.get("project", {})
-    fields = ("name", "version", "requires-python", "dependencies", "optional-dependencies", "entry-points",
-              "scripts", "gui-scripts", "dynamic")
+    fields = (
+        "name",
+        "version",
+        "requires-python",
+        "dependencies",
+        "optional-dependencies",
+        "entry-points",
+        "scripts",
+        "gui-scripts",
+        "dynamic",
+    )
     return {
         "project": {field: project.get(field) for field in fields},
         "build-system": data.get("build-system"),

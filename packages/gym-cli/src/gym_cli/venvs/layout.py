@@ -33,4 +33,6 @@ def venv_python(venv: Path) -> Path:
 
 def site_packages(venv: Path) -> list[Path]:
     """The site-packages directories of the venv at ``venv`` (none if it does not exist)."""
-    return sorted(venv.glob("lib/python*/site-packages")) + ([venv / "Lib" / "site-packages"] if os.name == "nt" else [])
+    return sorted(venv.glob("lib/python*/site-packages")) + (
+        [venv / "Lib" / "site-packages"] if os.name == "nt" else []
+    )

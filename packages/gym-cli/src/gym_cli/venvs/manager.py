@@ -153,8 +153,15 @@ class VenvManager:
         plugin_dir = self._plugin_dir(source)
         try:
             variables, _ = build_variables(source, self._workspace_root(source))
-            return key_material(source, plugin_dir, core_path=self.core_path, core_requirement=self.core_requirement,
-                                python=self.python, variables=variables, core_record=self.core_record)
+            return key_material(
+                source,
+                plugin_dir,
+                core_path=self.core_path,
+                core_requirement=self.core_requirement,
+                python=self.python,
+                variables=variables,
+                core_record=self.core_record,
+            )
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise VenvBuildError(source.name, f"cannot read a pyproject.toml: {exc}") from exc
 
@@ -237,8 +244,16 @@ class VenvManager:
                     meta = json.loads(marker.read_text())
                 except (OSError, ValueError):
                     meta = {}
-                infos.append(VenvInfo(meta.get("name", name), meta.get("key", key), path, True,
-                                      meta.get("source"), meta.get("created")))
+                infos.append(
+                    VenvInfo(
+                        meta.get("name", name),
+                        meta.get("key", key),
+                        path,
+                        True,
+                        meta.get("source"),
+                        meta.get("created"),
+                    )
+                )
             else:
                 infos.append(VenvInfo(name, key, path, False))
         return infos
@@ -280,8 +295,10 @@ class VenvManager:
         uv = self._uv or find_uv()
         if not uv:
             raise UvNotFoundError(
-                plugin, "uv is not installed; gym builds plugins' venvs with it. Install it with "
-                "`pip install uv` (or see https://docs.astral.sh/uv/getting-started/installation/)")
+                plugin,
+                "uv is not installed; gym builds plugins' venvs with it. Install it with "
+                "`pip install uv` (or see https://docs.astral.sh/uv/getting-started/installation/)",
+            )
         return uv
 
     def _build(self, source: PluginSource, path: Path, key: str) -> None:
@@ -302,7 +319,9 @@ class VenvManager:
         try:
             with open(log_path, "w", encoding="utf-8") as log:
                 log.write(f"# gym venv build of {source.name} ({plugin_dir or source.describe()}) key {key}\n")
-                run_uv(source.name, [uv, "venv", "--no-project", "--python", python_request, str(path)], cwd, log, log_path)
+                run_uv(
+                    source.name, [uv, "venv", "--no-project", "--python", python_request, str(path)], cwd, log, log_path
+                )
                 # Bytecode compiled once here: servers start without compiling their imports, even
                 # where bytecode is never written at import time (PYTHONDONTWRITEBYTECODE, read-only
                 # venvs); without it that was about a second of every warm `gym run`.

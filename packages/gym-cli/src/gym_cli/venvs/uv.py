@@ -13,8 +13,16 @@ from typing import TextIO
 
 from gym_core.errors import GymError
 
-__all__ = ["VenvBuildError", "UvNotFoundError", "find_uv", "run_uv", "stop_builds", "allow_builds", "uv_cache_dir",
-           "TAIL_LINES"]
+__all__ = [
+    "VenvBuildError",
+    "UvNotFoundError",
+    "find_uv",
+    "run_uv",
+    "stop_builds",
+    "allow_builds",
+    "uv_cache_dir",
+    "TAIL_LINES",
+]
 
 TAIL_LINES = 30
 """How many of uv's last output lines a :class:`VenvBuildError` carries."""
@@ -96,8 +104,16 @@ def run_uv(plugin: str, args: list[str], cwd: Path, log: TextIO, log_path: Path)
     if _STOPPED.is_set():
         raise VenvBuildError(plugin, "stopped: gym is shutting down")
     try:
-        proc = subprocess.Popen(args, cwd=cwd, env=_environ(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        proc = subprocess.Popen(
+            args,
+            cwd=cwd,
+            env=_environ(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
     except OSError as exc:
         raise UvNotFoundError(plugin, f"cannot run uv ({args[0]}): {exc}. Install uv with `pip install uv`") from exc
     with _RUNNING_LOCK:

@@ -52,8 +52,11 @@ class Wheelhouse:
         if root is not None:
             for site in site_packages(root / ".venv"):
                 self.harvest(site, variables, uv)
-        return [d for package, values in sorted(variables.items())
-                if (d := self.path_for(package, values)).is_dir() and any(d.glob("*.whl"))]
+        return [
+            d
+            for package, values in sorted(variables.items())
+            if (d := self.path_for(package, values)).is_dir() and any(d.glob("*.whl"))
+        ]
 
     def _cache_dir(self, uv: str | None) -> Path | None:
         if self._uv_cache is False:
@@ -88,8 +91,10 @@ class Wheelhouse:
                 cache = self._cache_dir(uv)
                 if cache is None or not installed:
                     continue
-                candidates = [*cache.glob(f"sdists-v*/pypi/{package}/{version}/*/*/{prefix}*.whl"),
-                              *cache.glob(f"sdists-v*/index/*/{package}/{version}/*/*/{prefix}*.whl")]
+                candidates = [
+                    *cache.glob(f"sdists-v*/pypi/{package}/{version}/*/*/{prefix}*.whl"),
+                    *cache.glob(f"sdists-v*/index/*/{package}/{version}/*/*/{prefix}*.whl"),
+                ]
                 for wheel in sorted(candidates, key=lambda p: p.stat().st_mtime, reverse=True):
                     if _wheel_matches(wheel, installed):
                         target.mkdir(parents=True, exist_ok=True)
@@ -114,8 +119,11 @@ def _wheel_matches(wheel: Path, installed: dict[str, str]) -> bool:
         with zipfile.ZipFile(wheel) as zf:
             record_name = next(n for n in zf.namelist() if n.endswith(".dist-info/RECORD"))
             rows = csv.reader(io.StringIO(zf.read(record_name).decode("utf-8")))
-            files = {row[0]: row[1] for row in rows
-                     if len(row) >= 2 and row[1] and ".dist-info/" not in row[0] and ".data/" not in row[0]}
+            files = {
+                row[0]: row[1]
+                for row in rows
+                if len(row) >= 2 and row[1] and ".dist-info/" not in row[0] and ".data/" not in row[0]
+            }
     except (OSError, StopIteration, zipfile.BadZipFile, UnicodeDecodeError, KeyError):
         return False
     return bool(files) and all(installed.get(path) == sha for path, sha in files.items())
@@ -148,7 +156,9 @@ def installed_wheel(distribution: str, directory: Path) -> Path:
         raise FileNotFoundError(f"the installed {distribution} has no RECORD: reinstall it with pip or uv")
     direct_url = json.loads(dist.read_text("direct_url.json") or "{}")
     if direct_url.get("dir_info", {}).get("editable"):
-        raise ValueError(f"{distribution} is installed editable from {direct_url.get('url')}: install its source directory")
+        raise ValueError(
+            f"{distribution} is installed editable from {direct_url.get('url')}: install its source directory"
+        )
     name = dist.metadata["Name"].replace("-", "_")
     version = dist.version
     dist_info = f"{name}-{version}.dist-info"

@@ -72,4 +72,3 @@ __all__ = [
     "plugin_manager",
     "wait_until",
 ]
-

@@ -83,7 +83,9 @@ class AgentServerTests(ServerTests):
         if named in servers.servers:
             return reward_range_of(servers.servers[named])
         environments = [server for server in servers.servers.values() if server.kind == "resources"]
-        assert len(environments) == 1, "override environment_reward_range(): which resources server does the agent play?"
+        assert len(environments) == 1, (
+            "override environment_reward_range(): which resources server does the agent play?"
+        )
         return reward_range_of(environments[0])
 
     def test_run_on_the_example_data(self, gym_servers: RunningServers) -> None:
@@ -103,14 +105,20 @@ class AgentServerTests(ServerTests):
             what = f"example row {index}"
             result = assert_ok(gym_servers.caller().post("/run", self.run_body(row)), f"{what}: POST /run")
             reward = result.get("reward") if isinstance(result, dict) else None
-            assert isinstance(reward, (int, float)) and not isinstance(reward, bool), f"{what}: no numeric reward in {result}"
+            assert isinstance(reward, (int, float)) and not isinstance(reward, bool), (
+                f"{what}: no numeric reward in {result}"
+            )
             assert low <= reward <= high, f"{what}: reward {reward} is outside the environment's range ({low}, {high})"
             response = result.get("response")
-            assert isinstance(response, dict) and isinstance(response.get("output"), list), f"{what}: no response in {result}"
+            assert isinstance(response, dict) and isinstance(response.get("output"), list), (
+                f"{what}: no response in {result}"
+            )
             expected = self.expected_reward(row)
             if expected is not None:
                 assert reward == expected, f"{what}: reward {reward}, expected {expected}: {result}"
-        left = {env.name: len(env.sessions) - held[env.name] for env in environments if len(env.sessions) > held[env.name]}
+        left = {
+            env.name: len(env.sessions) - held[env.name] for env in environments if len(env.sessions) > held[env.name]
+        }
         assert not left, f"sessions left open on the environment after the example rows: {left}. {_CONTRACT_HINT}"
 
     # --- the rollout contract, on probe servers ---
@@ -130,8 +138,11 @@ class AgentServerTests(ServerTests):
         if cls.instances is None and cls.server_type is not None and cls.server_type in config:
             return cls.server_type
         types = manager.servers()
-        agents = [name for name, options in config.items()
-                  if isinstance(options, Mapping) and getattr(types.get(options.get("plugin", "")), "kind", None) == "agent"]
+        agents = [
+            name
+            for name, options in config.items()
+            if isinstance(options, Mapping) and getattr(types.get(options.get("plugin", "")), "kind", None) == "agent"
+        ]
         if len(agents) != 1:
             raise TypeError(f"{cls.__name__}: set instance to the name of the agent under test (found {agents})")
         return agents[0]
@@ -157,7 +168,9 @@ class AgentServerTests(ServerTests):
             "probe_model": {"plugin": probe.PROBE_MODEL, "port": free_port()},
             agent: options,
         }
-        named = [value for value in options.values() if isinstance(value, str) and value in config and value not in probed]
+        named = [
+            value for value in options.values() if isinstance(value, str) and value in config and value not in probed
+        ]
         while named:
             name = named.pop()
             probed[name] = dict(config[name])
@@ -203,12 +216,16 @@ class AgentServerTests(ServerTests):
         environment, _ = self._probes(agent_probe)
         environment.take_requests()
         held = len(environment.sessions)
-        result = assert_ok(agent_probe.caller().post("/run", self.probe_body()), "POST /run against the probe environment")
+        result = assert_ok(
+            agent_probe.caller().post("/run", self.probe_body()), "POST /run against the probe environment"
+        )
         reward = result.get("reward") if isinstance(result, dict) else None
         assert isinstance(reward, (int, float)) and not isinstance(reward, bool), f"no numeric reward in {result}"
         paths = [r.path for r in environment.take_requests()]
         left = len(environment.sessions) - held
-        assert left <= 0, f"the rollout left {left} session(s) open on the environment (its requests: {paths}). " + _CONTRACT_HINT
+        assert left <= 0, (
+            f"the rollout left {left} session(s) open on the environment (its requests: {paths}). " + _CONTRACT_HINT
+        )
 
     def test_the_model_reaches_only_the_tools_offered(self, agent_probe: RunningServers) -> None:
         """A model calling ``seed_session``, ``verify``, ``close_session`` or a tool nobody offered
@@ -224,8 +241,10 @@ class AgentServerTests(ServerTests):
         held = len(environment.sessions)
         assert_ok(agent_probe.caller().post("/run", self.probe_body()), "POST /run against the probe model")
         requests = environment.take_requests()
-        assert model.requests, ("the agent never asked the probe model: override probe_config() so that the agent's "
-                                "model is the probe_model instance")
+        assert model.requests, (
+            "the agent never asked the probe model: override probe_config() so that the agent's "
+            "model is the probe_model instance"
+        )
         forwarded = [f"POST {r.path}" for r in requests if r.marked_arguments() or probe.UNOFFERED_TOOL in r.path]
         assert not forwarded, f"the model's calls reached the environment: {forwarded}"
         seeds = [r.path for r in requests if r.path in ("/seed_session", "/reset")]
@@ -251,7 +270,9 @@ class AgentServerTests(ServerTests):
         held = len(environment.sessions)
         reply = agent_probe.caller().post("/run", self.probe_body(probe_fail=True))
         body = reply.json() if reply.body else None
-        assert reply.status >= 500, f"POST /run answered {reply.status} while the environment failed: {reply.text[:300]}"
+        assert reply.status >= 500, (
+            f"POST /run answered {reply.status} while the environment failed: {reply.text[:300]}"
+        )
         assert isinstance(body, dict) and "reward" not in body, f"a failed rollout carries a reward: {body}"
         error = body.get("error")
         assert isinstance(error, dict) and isinstance(error.get("type"), str), f"no typed error in {body}"

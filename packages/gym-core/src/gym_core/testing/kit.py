@@ -59,8 +59,9 @@ class RunningServers:
 
     def caller(self, instance: str | None = None) -> HTTPCaller:
         """A new HTTP caller (a new session) of ``instance``, by default the one under test."""
-        return HTTPCaller(self.config.instances[instance or self.instance].url, self.timeout_s,
-                          auth_token=self.config.auth_token)
+        return HTTPCaller(
+            self.config.instances[instance or self.instance].url, self.timeout_s, auth_token=self.config.auth_token
+        )
 
     def post_routes(self) -> list[str]:
         """Every fixed ``POST`` path the server under test serves (tools included)."""
@@ -133,7 +134,9 @@ class ServerTests:
             return cls.server_type
         of_kind = [name for name, server in servers.items() if server.kind == cls.kind]
         if len(of_kind) != 1:
-            raise TypeError(f"{cls.__name__}: set instance to the name of the {cls.kind} server under test (found {of_kind})")
+            raise TypeError(
+                f"{cls.__name__}: set instance to the name of the {cls.kind} server under test (found {of_kind})"
+            )
         return of_kind[0]
 
     @pytest.fixture(scope="class")
@@ -150,11 +153,14 @@ class ServerTests:
         for token in (None, "not-the-token"):
             caller = HTTPCaller(gym_servers.url, gym_servers.timeout_s, auth_token=token)
             assert caller.get("/health").status == 200
-            for reply, what in ((caller.get("/ready"), "GET /ready"), *(
-                (caller.post(path, {}), f"POST {path}") for path in gym_servers.post_routes()
-            )):
+            for reply, what in (
+                (caller.get("/ready"), "GET /ready"),
+                *((caller.post(path, {}), f"POST {path}") for path in gym_servers.post_routes()),
+            ):
                 assert_json_error(reply, f"{what} without the token")
-                assert (reply.status, reply.json()["error"]["type"]) == (401, "unauthorized"), f"{what}: {reply.text[:300]}"
+                assert (reply.status, reply.json()["error"]["type"]) == (401, "unauthorized"), (
+                    f"{what}: {reply.text[:300]}"
+                )
 
     def test_health_answers(self, gym_servers: RunningServers) -> None:
         """``GET /health`` answers 200 with ``{"status": "ok", "name": <instance>, "kind": <kind>}``.
@@ -195,7 +201,9 @@ class ServerTests:
                 continue
             # A route of the plugin's own that may ignore its body: no 5xx, and a JSON error if any.
             reply = gym_servers.caller().post(path, b"{not json")
-            assert reply.status < 500, f"POST {path} with a body that is not JSON: status {reply.status}: {reply.text[:500]}"
+            assert reply.status < 500, (
+                f"POST {path} with a body that is not JSON: status {reply.status}: {reply.text[:500]}"
+            )
             if reply.status >= 400:
                 assert_json_error(reply, f"POST {path} with a body that is not JSON")
 
@@ -331,9 +339,13 @@ class ResourcesServerTests(ServerTests):
             assert_ok(caller.post("/seed_session", row), f"{what}: POST /seed_session")
             for name, arguments in self.tool_calls_for(row):
                 assert_ok(caller.post(f"/tools/{name}", arguments), f"{what}: POST /tools/{name} with {arguments}")
-            verdict = assert_ok(caller.post("/verify", {**row, "response": self.response_for(row)}), f"{what}: POST /verify")
+            verdict = assert_ok(
+                caller.post("/verify", {**row, "response": self.response_for(row)}), f"{what}: POST /verify"
+            )
             reward = verdict.get("reward") if isinstance(verdict, dict) else None
-            assert isinstance(reward, (int, float)) and not isinstance(reward, bool), f"{what}: no numeric reward in {verdict}"
+            assert isinstance(reward, (int, float)) and not isinstance(reward, bool), (
+                f"{what}: no numeric reward in {verdict}"
+            )
             assert low <= reward <= high, f"{what}: reward {reward} is outside reward_range ({low}, {high}): {verdict}"
             expected = self.expected_reward(row)
             if expected is not None:
@@ -351,8 +363,11 @@ class ResourcesServerTests(ServerTests):
         caller.cookies = {cookie_name_for(gym_servers.instance): "0" * 32 + "." + "0" * 32}
         paths = ["/verify"] + [f"/tools/{tool['name']}" for tool in self.tools(gym_servers)]
         for path in paths:
-            body = {**row, "response": self.response_for(row)} if path == "/verify" else self.tool_arguments(
-                next(t for t in self.tools(gym_servers) if f"/tools/{t['name']}" == path))
+            body = (
+                {**row, "response": self.response_for(row)}
+                if path == "/verify"
+                else self.tool_arguments(next(t for t in self.tools(gym_servers) if f"/tools/{t['name']}" == path))
+            )
             reply = caller.post(path, body)
             assert_json_error(reply, f"POST {path} with a forged session cookie")
             assert (reply.status, reply.json()["error"]["type"]) == (403, "invalid_session"), reply.text[:500]
@@ -412,7 +427,11 @@ class ModelServerTests(ServerTests):
 
     def responses_request(self) -> dict[str, Any]:
         """The ``POST /v1/responses`` body of the kit's requests."""
-        return {"input": [{"role": "user", "content": self.prompt}], "max_output_tokens": self.max_tokens, "temperature": 0}
+        return {
+            "input": [{"role": "user", "content": self.prompt}],
+            "max_output_tokens": self.max_tokens,
+            "temperature": 0,
+        }
 
     def chat_request(self) -> dict[str, Any]:
         """The ``POST /v1/chat/completions`` body of the kit's requests (the same conversation)."""
@@ -427,11 +446,16 @@ class ModelServerTests(ServerTests):
         calls = [item for item in output if item.get("type") == "function_call"]
         assert messages or calls, f"the response holds neither an assistant message nor a function call: {output}"
         return "".join(
-            part.get("text", "") for item in messages for part in item.get("content") or [] if part.get("type") == "output_text"
+            part.get("text", "")
+            for item in messages
+            for part in item.get("content") or []
+            if part.get("type") == "output_text"
         )
 
     def _chat_text(self, servers: RunningServers) -> str:
-        body = assert_ok(servers.caller().post("/v1/chat/completions", self.chat_request()), "POST /v1/chat/completions")
+        body = assert_ok(
+            servers.caller().post("/v1/chat/completions", self.chat_request()), "POST /v1/chat/completions"
+        )
         assert body.get("object") == "chat.completion", f"not a chat completion: {body}"
         choices = body.get("choices")
         assert isinstance(choices, list) and choices, f"the completion has no choices: {body}"
@@ -466,7 +490,9 @@ class ModelServerTests(ServerTests):
         responses_text = self._responses_text(gym_servers)
         chat_text = self._chat_text(gym_servers)
         if self.deterministic:
-            assert responses_text == chat_text, f"/v1/responses said {responses_text!r}, /v1/chat/completions {chat_text!r}"
+            assert responses_text == chat_text, (
+                f"/v1/responses said {responses_text!r}, /v1/chat/completions {chat_text!r}"
+            )
 
     def test_models_lists_a_model(self, gym_servers: RunningServers) -> None:
         """``GET /v1/models`` answers an OpenAI model list with at least one model.
@@ -490,12 +516,21 @@ class ModelServerTests(ServerTests):
         except ImportError:
             pytest.fail("the openai package is missing: add openai>=1.60 to the plugin's `test` dependency group")
         # The openai SDK sends api_key as `Authorization: Bearer`: the run's token goes there.
-        client = openai.OpenAI(base_url=f"{gym_servers.url}/v1", api_key=gym_servers.config.auth_token,
-                               max_retries=0, timeout=self.request_timeout_s)
+        client = openai.OpenAI(
+            base_url=f"{gym_servers.url}/v1",
+            api_key=gym_servers.config.auth_token,
+            max_retries=0,
+            timeout=self.request_timeout_s,
+        )
         try:
-            response = client.responses.create(model="gym-test", input=self.prompt, max_output_tokens=self.max_tokens, temperature=0)
+            response = client.responses.create(
+                model="gym-test", input=self.prompt, max_output_tokens=self.max_tokens, temperature=0
+            )
             completion = client.chat.completions.create(
-                model="gym-test", messages=[{"role": "user", "content": self.prompt}], max_tokens=self.max_tokens, temperature=0
+                model="gym-test",
+                messages=[{"role": "user", "content": self.prompt}],
+                max_tokens=self.max_tokens,
+                temperature=0,
             )
         finally:
             client.close()
@@ -509,5 +544,3 @@ class ModelServerTests(ServerTests):
             "/v1/responses": [NOT_JSON, NOT_AN_OBJECT, b'{"input": 5}', b'{"input": "hi", "temperature": "hot"}'],
             "/v1/chat/completions": [NOT_JSON, NOT_AN_OBJECT, b"{}", b'{"messages": "hello"}'],
         }
-
-

@@ -167,8 +167,12 @@ class ProbeEnvironment(ResourcesServer):
             session = self.session(request)
             return {"closed": session.exists and self.sessions.close(session.id)}
 
-        return [*super().routes(), self.post_json("/reset", reset), self.post_json("/step", step),
-                self.post_json("/close", close)]
+        return [
+            *super().routes(),
+            self.post_json("/reset", reset),
+            self.post_json("/step", step),
+            self.post_json("/close", close),
+        ]
 
 
 class ProbeModel(ModelServer):
@@ -184,8 +188,11 @@ class ProbeModel(ModelServer):
     async def responses(self, params: ResponseCreateParams) -> Response:
         self.requests.append(params)
         items = [] if isinstance(params.input, str) else params.input
-        answered = any(isinstance(i, (FunctionCall, FunctionCallOutput, Reasoning))
-                       or (isinstance(i, Message) and i.role == "assistant") for i in items)
+        answered = any(
+            isinstance(i, (FunctionCall, FunctionCallOutput, Reasoning))
+            or (isinstance(i, Message) and i.role == "assistant")
+            for i in items
+        )
         usage = Usage(input_tokens=1, output_tokens=1, total_tokens=2)
         if answered:
             message = Message(role="assistant", status="completed", content=[OutputText(text="done")])
@@ -195,18 +202,31 @@ class ProbeModel(ModelServer):
             for name in (*CONTROL_ROUTES, UNOFFERED_TOOL)
         ]
         offered = [t.name for t in params.tools or () if isinstance(t, FunctionTool)]
-        calls += [FunctionCall(call_id=f"probe_offered_{name}", name=name, arguments=json.dumps({"text": MARKER}))
-                  for name in offered if name not in CONTROL_ROUTES]
+        calls += [
+            FunctionCall(call_id=f"probe_offered_{name}", name=name, arguments=json.dumps({"text": MARKER}))
+            for name in offered
+            if name not in CONTROL_ROUTES
+        ]
         return Response(model=self.model_name, output=calls, usage=usage)
 
 
 class _ProbePlugin:
     @hookimpl
     def gym_register_servers(self, register: Any) -> None:
-        register(name=PROBE_ENVIRONMENT, kind="resources", server=ProbeEnvironment, config=ServerConfig,
-                 description="the agent kit's probe environment: records every request")
-        register(name=PROBE_MODEL, kind="model", server=ProbeModel, config=ServerConfig,
-                 description="the agent kit's probe model: calls control routes and unoffered tools")
+        register(
+            name=PROBE_ENVIRONMENT,
+            kind="resources",
+            server=ProbeEnvironment,
+            config=ServerConfig,
+            description="the agent kit's probe environment: records every request",
+        )
+        register(
+            name=PROBE_MODEL,
+            kind="model",
+            server=ProbeModel,
+            config=ServerConfig,
+            description="the agent kit's probe model: calls control routes and unoffered tools",
+        )
 
 
 plugin = _ProbePlugin()

@@ -24,12 +24,16 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def start_servers(config: Mapping[str, Any], plugins: PluginManager | None) -> Iterator[tuple[GlobalConfig, dict[str, GymServer]]]:
+def start_servers(
+    config: Mapping[str, Any], plugins: PluginManager | None
+) -> Iterator[tuple[GlobalConfig, dict[str, GymServer]]]:
     """Start a head server and every instance (each replica too) of ``config``; yields the resolved
     config and the server objects by instance (and replica) name; stops them on exit."""
     plugins = plugins or get_plugin_manager()
     config = {"head_server": {"port": 0}, **config}
-    global_config = load_config(base=config, env_file=None, server_types=plugins.servers(), load_errors=plugins.load_errors)
+    global_config = load_config(
+        base=config, env_file=None, server_types=plugins.servers(), load_errors=plugins.load_errors
+    )
     threads = [ServerThread(build_head_app(global_config), port=global_config.head_port).start()]
     servers: dict[str, GymServer] = {}
     try:

@@ -100,7 +100,9 @@ class GymnasiumAgent(AgentServer):
                 reset = _reset_decoder.decode(raw)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 raise ServerCallError(cfg.resources_server, "/reset", f"unexpected answer: {exc}") from exc
-            params, response, last, steps, total_reward = await self._episode(body.responses_create_params, task, reset, rollout)
+            params, response, last, steps, total_reward = await self._episode(
+                body.responses_create_params, task, reset, rollout
+            )
         info = dict(last.info)
         if rollout.cleanup_error is not None and rollout.close_path == "/close":
             error = rollout.cleanup_error
@@ -119,13 +121,16 @@ class GymnasiumAgent(AgentServer):
             model_calls=rollout.record.num_model_calls,  # the earlier name, still read by environments' tests
         )
 
-    async def _episode(self, params: ResponseCreateParams, task: dict[str, Any], reset: ResetAnswer,
-                       rollout: Rollout) -> tuple[ResponseCreateParams, Response, StepAnswer, int, float]:
+    async def _episode(
+        self, params: ResponseCreateParams, task: dict[str, Any], reset: ResetAnswer, rollout: Rollout
+    ) -> tuple[ResponseCreateParams, Response, StepAnswer, int, float]:
         """Model ⇄ ``/step`` until the episode ends or ``max_steps``: the params (with the reset
         observation), the last response (its output the whole transcript), the last step's answer,
         the steps played and the sum of the step rewards."""
         cfg = self.config
-        base: list[Any] = [Message(role="user", content=params.input)] if isinstance(params.input, str) else list(params.input)
+        base: list[Any] = (
+            [Message(role="user", content=params.input)] if isinstance(params.input, str) else list(params.input)
+        )
         if reset.observation:
             base.append(Message(role="user", content=reset.observation))
         params = msgspec.structs.replace(params, input=base)  # the caller's params stay as they were

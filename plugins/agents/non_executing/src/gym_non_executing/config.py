@@ -16,12 +16,20 @@ __all__ = ["NonExecutingConfig"]
 
 
 class NonExecutingConfig(ServerConfig, kw_only=True):
-    model_server: Annotated[ModelRef, Meta(description="the model server instance that plays the policy (called once per rollout)")]
+    model_server: Annotated[
+        ModelRef, Meta(description="the model server instance that plays the policy (called once per rollout)")
+    ]
     resources_server: Annotated[
-        ResourcesRef, Meta(description="the environment: seeded, then /verify scores the model's response (its tool calls unexecuted)")
+        ResourcesRef,
+        Meta(
+            description="the environment: seeded, then /verify scores the model's response (its tool calls unexecuted)"
+        ),
     ]
     # Kept so that configs written for the reference load; like the reference, this agent always verifies.
     skip_verification: Annotated[
-        bool, Meta(description="accepted and ignored, as in the reference: this agent always calls /verify (a warning is logged when true)")
+        bool,
+        Meta(
+            description="accepted and ignored, as in the reference: this agent always calls /verify (a warning is logged when true)"
+        ),
     ] = False
     skip_verification_reward: Annotated[float, Meta(description="accepted and ignored (see skip_verification)")] = 0.0

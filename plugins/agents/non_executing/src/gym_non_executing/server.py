@@ -34,7 +34,9 @@ class NonExecutingAgent(AgentServer):
     async def startup(self) -> None:
         await super().startup()
         if self.config.skip_verification:
-            self.log.warning("%s: skip_verification is ignored (as in the reference): every rollout is verified", self.name)
+            self.log.warning(
+                "%s: skip_verification is ignored (as in the reference): every rollout is verified", self.name
+            )
 
     async def ask_model(self, params: ResponseCreateParams, cookies: dict[str, str]) -> Response:
         """The model's one response to ``params`` (a string ``input`` sent as one user message)."""

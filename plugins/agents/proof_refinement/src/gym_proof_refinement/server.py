@@ -79,7 +79,9 @@ class ProofRefinementAgent(AgentServer):
     async def startup(self) -> None:
         await super().startup()
         if self.config.skip_verification:
-            self.log.warning("%s: skip_verification is ignored (as in the reference): verification drives the loop", self.name)
+            self.log.warning(
+                "%s: skip_verification is ignored (as in the reference): verification drives the loop", self.name
+            )
 
     async def ask_model(self, params: ResponseCreateParams, cookies: dict[str, str]) -> Response:
         """The model's one response to ``params`` (a string ``input`` sent as one user message)."""
@@ -104,22 +106,26 @@ class ProofRefinementAgent(AgentServer):
                 responses.append(response)
                 verdict = await rollout.verify(original, response, turn_index=turn_index)
                 prompt = verdict.get("correction_prompt")
-                attempts.append({
-                    "turn_index": turn_index,
-                    "input": params,
-                    "response": response,
-                    "generation": generation_text(response),
-                    "proof_status": verdict.get("proof_status") or "unknown",
-                    "reward": verdict.get("reward") or 0.0,
-                    "error_feedback": verdict.get("error_feedback"),
-                    "correction_prompt": prompt,
-                })
+                attempts.append(
+                    {
+                        "turn_index": turn_index,
+                        "input": params,
+                        "response": response,
+                        "generation": generation_text(response),
+                        "proof_status": verdict.get("proof_status") or "unknown",
+                        "reward": verdict.get("reward") or 0.0,
+                        "error_feedback": verdict.get("error_feedback"),
+                        "correction_prompt": prompt,
+                    }
+                )
                 if not verdict.get("needs_correction"):
                     break  # right, or wrong with no retry offered
                 if turn_index == cfg.max_correction_turns:
                     break  # out of corrections
                 if not prompt:
-                    self.log.warning("%s: the verifier asked for a correction without a correction_prompt; stopping", self.name)
+                    self.log.warning(
+                        "%s: the verifier asked for a correction without a correction_prompt; stopping", self.name
+                    )
                     break
                 if cfg.correction_input == "fresh":
                     params = correction_params(original, prompt)

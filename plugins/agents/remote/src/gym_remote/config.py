@@ -54,42 +54,58 @@ def check_service_url(url: str) -> str:
 class RemoteConfig(ServerConfig, kw_only=True):
     agent_base_url: Annotated[
         str,
-        Meta(description="the external service (any framework speaking the Responses API): an absolute http(s) URL; "
-                         "gym POSTs {agent_base_url}/v1/responses; no query, fragment, ;params or user:pass@"),
+        Meta(
+            description="the external service (any framework speaking the Responses API): an absolute http(s) URL; "
+            "gym POSTs {agent_base_url}/v1/responses; no query, fragment, ;params or user:pass@"
+        ),
     ]
     resources_server: Annotated[
-        ResourcesRef, Meta(description="the environment: seeded, its tools executed by gym, then /verify scores the answer")
+        ResourcesRef,
+        Meta(description="the environment: seeded, its tools executed by gym, then /verify scores the answer"),
     ]
     api_key: Annotated[
         str | None,
-        Meta(description="the service's own key, sent as Authorization: Bearer (never gym's run token); redacted "
-                         "from the published config and from logs"),
+        Meta(
+            description="the service's own key, sent as Authorization: Bearer (never gym's run token); redacted "
+            "from the published config and from logs"
+        ),
     ] = None
     model: Annotated[
         str | None, Meta(description="the `model` sent to the service when the task's params name none")
     ] = None
-    concurrency: Annotated[int, Meta(ge=1, description="rollouts (/run) executed at once; the others wait their turn")] = 32
+    concurrency: Annotated[
+        int, Meta(ge=1, description="rollouts (/run) executed at once; the others wait their turn")
+    ] = 32
     remote_responses_timeout_secs: Annotated[
         float, Meta(gt=0, le=_MAX_WAIT_S, description="total time one POST to the service may take, seconds")
     ] = 1800.0
     run_timeout_secs: Annotated[
         float,
-        Meta(gt=0, le=_MAX_WAIT_S, description="time one whole rollout (seed, loop, verify) may take once it has its "
-                                              "turn (queueing excluded), seconds"),
+        Meta(
+            gt=0,
+            le=_MAX_WAIT_S,
+            description="time one whole rollout (seed, loop, verify) may take once it has its "
+            "turn (queueing excluded), seconds",
+        ),
     ] = 2100.0
     connect_timeout_secs: Annotated[
         float, Meta(gt=0, le=_MAX_WAIT_S, description="time to open a connection to the service, seconds")
     ] = 10.0
     max_steps: Annotated[
         Annotated[int, Meta(ge=0)] | None,
-        Meta(description="most calls to the service per rollout; null or 0: unbounded (run_timeout_secs still bounds it)"),
+        Meta(
+            description="most calls to the service per rollout; null or 0: unbounded (run_timeout_secs still bounds it)"
+        ),
     ] = None
     offer_resources_tools: Annotated[
         bool, Meta(description="offer the resources server's tools when the task's params name none")
     ] = True
     # Kept so that configs written for the reference load; like the reference, this agent always verifies.
     skip_verification: Annotated[
-        bool, Meta(description="accepted and ignored, as in the reference: every rollout is verified (a warning is logged when true)")
+        bool,
+        Meta(
+            description="accepted and ignored, as in the reference: every rollout is verified (a warning is logged when true)"
+        ),
     ] = False
 
     def __post_init__(self) -> None:

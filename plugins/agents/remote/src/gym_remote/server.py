@@ -144,7 +144,9 @@ class RemoteAgent(AgentServer):
     async def startup(self) -> None:
         await super().startup()
         if self.config.skip_verification:
-            self.log.warning("%s: skip_verification is ignored (as in the reference): every rollout is verified", self.name)
+            self.log.warning(
+                "%s: skip_verification is ignored (as in the reference): every rollout is verified", self.name
+            )
         self._slots = asyncio.Semaphore(self.config.concurrency)
         # A client of its own, not gym's ServerClient: no cookie jar, no retries on statuses, no
         # redirects, and none of the run's credentials.
@@ -202,12 +204,15 @@ class RemoteAgent(AgentServer):
         url = cfg.agent_base_url + PATH
         for attempt in range(1, CONNECT_TRIES + 1):
             try:
-                async with self._http.post(url, data=body, headers=headers, timeout=timeout, allow_redirects=False) as resp:
+                async with self._http.post(
+                    url, data=body, headers=headers, timeout=timeout, allow_redirects=False
+                ) as resp:
                     try:
                         payload = await resp.read()
                     except (aiohttp.ClientError, asyncio.IncompleteReadError) as exc:
-                        raise RemoteUnreachableError(SERVICE, PATH, f"the answer broke off: {type(exc).__name__}",
-                                                     attempts=attempt) from None
+                        raise RemoteUnreachableError(
+                            SERVICE, PATH, f"the answer broke off: {type(exc).__name__}", attempts=attempt
+                        ) from None
                     for header in resp.headers.getall("set-cookie", ()):
                         name, sep, value = header.partition(";")[0].partition("=")
                         if sep and name.strip():
@@ -218,42 +223,61 @@ class RemoteAgent(AgentServer):
                 # No connection within connect_timeout_secs: unreachable, like a refusal (retried).
                 if attempt == CONNECT_TRIES:
                     raise RemoteUnreachableError(
-                        SERVICE, PATH, f"could not reach the remote service after {CONNECT_TRIES} tries (no connection "
-                        f"within connect_timeout_secs, {cfg.connect_timeout_secs:g} s)", attempts=attempt) from None
+                        SERVICE,
+                        PATH,
+                        f"could not reach the remote service after {CONNECT_TRIES} tries (no connection "
+                        f"within connect_timeout_secs, {cfg.connect_timeout_secs:g} s)",
+                        attempts=attempt,
+                    ) from None
                 await asyncio.sleep(CONNECT_RETRY_DELAY_S)
             except TimeoutError:
-                raise RemoteTimeoutError(SERVICE, PATH, f"no answer within {limit:g} s ({why})", attempts=attempt) from None
+                raise RemoteTimeoutError(
+                    SERVICE, PATH, f"no answer within {limit:g} s ({why})", attempts=attempt
+                ) from None
             except (aiohttp.ClientConnectionError, ConnectionError) as exc:
                 # Refused, reset, disconnected: the service may be restarting. Nothing else is retried.
                 if attempt == CONNECT_TRIES:
                     raise RemoteUnreachableError(
-                        SERVICE, PATH, f"could not reach the remote service after {CONNECT_TRIES} tries ({type(exc).__name__})",
+                        SERVICE,
+                        PATH,
+                        f"could not reach the remote service after {CONNECT_TRIES} tries ({type(exc).__name__})",
                         attempts=attempt,
                     ) from None
                 await asyncio.sleep(CONNECT_RETRY_DELAY_S)
             except aiohttp.ClientError as exc:
-                raise RemoteServiceError(f"request failed: {type(exc).__name__}", status=None,
-                                         error_type="remote_request_failed", attempts=attempt) from None
+                raise RemoteServiceError(
+                    f"request failed: {type(exc).__name__}",
+                    status=None,
+                    error_type="remote_request_failed",
+                    attempts=attempt,
+                ) from None
         snippet = self._redact(payload[:500].decode(errors="replace"))
         if status >= 300:
             if status < 400:
                 raise RemoteServiceError(
                     f"HTTP {status}: the service redirects, which gym never follows; point agent_base_url at the "
-                    f"address that answers: {snippet}", status=status, error_type="remote_redirect")
+                    f"address that answers: {snippet}",
+                    status=status,
+                    error_type="remote_redirect",
+                )
             kind = "remote_server_error" if status >= 500 or status == 429 else "remote_refused"
             raise RemoteServiceError(f"HTTP {status}: {snippet}", status=status, error_type=kind)
         try:
             data = msgspec.json.decode(payload)
         except msgspec.DecodeError:
-            raise RemoteServiceError(f"the answer is not JSON: {snippet}", status=status, error_type="remote_invalid_json") from None
+            raise RemoteServiceError(
+                f"the answer is not JSON: {snippet}", status=status, error_type="remote_invalid_json"
+            ) from None
         if not isinstance(data, dict):
-            raise RemoteServiceError(f"the answer is JSON but not an object: {snippet}", status=status,
-                                     error_type="remote_invalid_json")
+            raise RemoteServiceError(
+                f"the answer is JSON but not an object: {snippet}", status=status, error_type="remote_invalid_json"
+            )
         try:
             return decode_response(data)
         except (msgspec.ValidationError, TypeError, ValueError) as exc:
-            raise RemoteAgentTerminalError(f"the answer is not a Responses API object: {self._redact(str(exc))}",
-                                           status=status) from None
+            raise RemoteAgentTerminalError(
+                f"the answer is not a Responses API object: {self._redact(str(exc))}", status=status
+            ) from None
 
     # --- the loop ---
 
@@ -320,8 +344,12 @@ class RemoteAgent(AgentServer):
             except TimeoutError:
                 if not limit.expired():
                     raise
-                raise RemoteTimeoutError(self.name, "/run", f"the rollout took longer than run_timeout_secs "
-                                         f"({self.config.run_timeout_secs:g} s)", reason="run_timeout") from None
+                raise RemoteTimeoutError(
+                    self.name,
+                    "/run",
+                    f"the rollout took longer than run_timeout_secs ({self.config.run_timeout_secs:g} s)",
+                    reason="run_timeout",
+                ) from None
 
     async def _rollout(self, body: RunRequest, row: dict[str, Any]) -> dict[str, Any]:
         if row.get("skills_ref") and self._skills():
@@ -330,6 +358,8 @@ class RemoteAgent(AgentServer):
             params = body.responses_create_params
             response = await self._loop(params, rollout)
             if response.usage is None and self._no_usage():
-                self.log.warning("%s: the remote service reports no usage: tokens per rollout will be unknown", self.name)
+                self.log.warning(
+                    "%s: the remote service reports no usage: tokens per rollout will be unknown", self.name
+                )
             verdict = await rollout.verify(params, response)
         return rollout.result(verdict, response)

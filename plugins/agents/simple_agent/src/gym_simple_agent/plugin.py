@@ -15,5 +15,5 @@ def gym_register_servers(register):
         kind="agent",
         server="gym_simple_agent.server:SimpleAgent",
         config=SimpleAgentConfig,
-        description='seed_session, then model -> tools until no call or max_steps, then verify',
+        description="seed_session, then model -> tools until no call or max_steps, then verify",
     )

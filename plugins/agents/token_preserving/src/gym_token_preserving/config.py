@@ -26,6 +26,8 @@ class TokenPreservingConfig(ServerConfig, kw_only=True):
     ] = True
     require_token_ids: Annotated[
         bool,
-        Meta(description="fail the rollout when a model call returns no token ids, or a prompt that does not "
-                         "begin with the previous turn's prompt + generated ids (false: record and go on)"),
+        Meta(
+            description="fail the rollout when a model call returns no token ids, or a prompt that does not "
+            "begin with the previous turn's prompt + generated ids (false: record and go on)"
+        ),
     ] = True

@@ -18,5 +18,5 @@ def gym_register_servers(register):
         server="gym_token_preserving.server:TokenPreservingAgent",
         config=TokenPreservingConfig,
         description="seed_session, then model -> tools with token ids sent back "
-                    "(prompt = previous prompt + generated + new tokens), then verify",
+        "(prompt = previous prompt + generated + new tokens), then verify",
     )

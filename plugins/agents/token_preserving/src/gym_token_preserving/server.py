@@ -43,7 +43,6 @@ from gym_token_preserving.config import TokenPreservingConfig
 __all__ = ["TokenPreservingAgent", "drifted_tokens", "token_fields"]
 
 
-
 def token_fields(response: Response) -> tuple[list[int], list[int], list[float]] | None:
     """The token ids and log-probs of one model call (on its last output item), or None if absent or partial."""
     if not response.output:
@@ -95,17 +94,21 @@ class TokenPreservingAgent(AgentServer):
             turn: dict[str, Any] = {"prompt_tokens": None, "generation_tokens": None, "drifted_tokens": 0}
             if tokens is None:
                 if cfg.require_token_ids:
-                    self._fail(f"model call {step + 1} returned no token ids (prompt_token_ids, generation_token_ids "
-                               "and generation_log_probs on its last output item): the model server must support "
-                               "return_token_ids, or set require_token_ids: false")
+                    self._fail(
+                        f"model call {step + 1} returned no token ids (prompt_token_ids, generation_token_ids "
+                        "and generation_log_probs on its last output item): the model server must support "
+                        "return_token_ids, or set require_token_ids: false"
+                    )
                 history = None  # nothing to compare the next prompt with
             else:
                 prompt, generated, _ = tokens
                 drift = drifted_tokens(history, prompt) if history is not None else 0
                 if drift and cfg.require_token_ids:
-                    self._fail(f"model call {step + 1}: its prompt does not begin with the previous call's prompt + "
-                               f"generated ids ({drift} of {len(history or [])} differ or are missing): the model "
-                               "server re-tokenised the conversation")
+                    self._fail(
+                        f"model call {step + 1}: its prompt does not begin with the previous call's prompt + "
+                        f"generated ids ({drift} of {len(history or [])} differ or are missing): the model "
+                        "server re-tokenised the conversation"
+                    )
                 turn.update(prompt_tokens=len(prompt), generation_tokens=len(generated), drifted_tokens=drift)
                 history = prompt + generated
             turns.append(turn)

@@ -16,11 +16,19 @@ __all__ = ["ToolSimulationConfig"]
 
 
 class ToolSimulationConfig(ServerConfig, kw_only=True):
-    model_server: Annotated[ModelRef, Meta(description="the model server instance that plays the policy (called once per rollout)")]
+    model_server: Annotated[
+        ModelRef, Meta(description="the model server instance that plays the policy (called once per rollout)")
+    ]
     resources_server: Annotated[
-        ResourcesRef, Meta(description="the environment whose /verify judges the model's next step (tool_call_match); never seeded")
+        ResourcesRef,
+        Meta(description="the environment whose /verify judges the model's next step (tool_call_match); never seeded"),
     ]
     skip_verification: Annotated[
-        bool, Meta(description="do not call /verify: every rollout gets skip_verification_reward and verification_skipped: true")
+        bool,
+        Meta(
+            description="do not call /verify: every rollout gets skip_verification_reward and verification_skipped: true"
+        ),
     ] = False
-    skip_verification_reward: Annotated[float, Meta(description="the reward of a rollout when skip_verification is true")] = 0.0
+    skip_verification_reward: Annotated[
+        float, Meta(description="the reward of a rollout when skip_verification is true")
+    ] = 0.0

@@ -23,7 +23,8 @@ class AzureOpenAIModelConfig(UpstreamOptions, kw_only=True):
     ]  # fmt: skip
     # Named like a secret: `gym config show` and the head server publish it as <redacted>.
     api_key: Annotated[
-        str, Meta(min_length=1, description="sent as the 'api-key' header; keep it in env.yaml, not in a committed config")
+        str,
+        Meta(min_length=1, description="sent as the 'api-key' header; keep it in env.yaml, not in a committed config"),
     ]
     # Azure's deployment names are letters, digits, '-', '_' and '.': nothing that could change the URL's path.
     deployment: Annotated[

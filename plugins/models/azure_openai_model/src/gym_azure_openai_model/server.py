@@ -71,7 +71,9 @@ class AzureOpenAIModel(ModelServer):
     async def _responses_route(self, request: Request, params: ResponseCreateParams, fields: dict[str, Any]) -> Any:
         return await self.responses(params, fields)
 
-    async def chat_completions(self, request: ChatCompletionRequest, unmodelled: dict[str, Any] | None = None) -> ChatCompletion:
+    async def chat_completions(
+        self, request: ChatCompletionRequest, unmodelled: dict[str, Any] | None = None
+    ) -> ChatCompletion:
         """Forward to the deployment's chat completions, with the request's ``unmodelled`` fields."""
         # Token ids are gym's extension, which Azure refuses as an unknown argument.
         request = msgspec.structs.replace(request, model=self.config.deployment, return_token_ids=None)

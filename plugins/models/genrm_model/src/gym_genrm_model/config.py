@@ -43,54 +43,73 @@ DEFAULT_PRINCIPLE_TEMPLATE = "\n[Principle]\nJudge the responses by this princip
 class GenrmModelConfig(ServerConfig, kw_only=True):
     upstream_model_server: Annotated[
         ModelRef | None,
-        Meta(description="the gym model server instance that runs the reward model (local_llama, scripted, "
-             "openai_model...); set this or base_url"),
+        Meta(
+            description="the gym model server instance that runs the reward model (local_llama, scripted, "
+            "openai_model...); set this or base_url"
+        ),
     ] = None
     base_url: Annotated[
         Annotated[str, Meta(pattern=r"^https?://")] | None,
-        Meta(description="an OpenAI-compatible endpoint's API root, before /chat/completions (a vLLM serving the "
-             "GenRM: http://127.0.0.1:8000/v1); set this or upstream_model_server"),
+        Meta(
+            description="an OpenAI-compatible endpoint's API root, before /chat/completions (a vLLM serving the "
+            "GenRM: http://127.0.0.1:8000/v1); set this or upstream_model_server"
+        ),
     ] = None
     api_key: Annotated[
         str | None,
-        Meta(description="sent to base_url as 'Authorization: Bearer <api_key>'; keep it in env.yaml (or use "
-             "api_key_env), never in a committed config; never shown in an answer or a log line"),
+        Meta(
+            description="sent to base_url as 'Authorization: Bearer <api_key>'; keep it in env.yaml (or use "
+            "api_key_env), never in a committed config; never shown in an answer or a log line"
+        ),
     ] = None
     api_key_env: Annotated[
         str | None,
-        Meta(description="the environment variable holding the key for base_url, read at start-up (when api_key "
-             "is not set)"),
+        Meta(
+            description="the environment variable holding the key for base_url, read at start-up (when api_key "
+            "is not set)"
+        ),
     ] = None
     model: Annotated[
         str | None,
-        Meta(description="the model name sent upstream (required with base_url; with upstream_model_server: "
-             "left to that server unless set)"),
+        Meta(
+            description="the model name sent upstream (required with base_url; with upstream_model_server: "
+            "left to that server unless set)"
+        ),
     ] = None
     model_name: Annotated[str, Meta(description="this server's model name in answers and GET /v1/models")] = "genrm"
     rendering: Annotated[
         Rendering,
-        Meta(description="native: principle/response_1/response_2 appended as chat messages with those roles "
-             "(for GenRM chat templates that know them, e.g. behind vLLM); text: the conversation and both "
-             "responses rendered into one user message with text_template (any chat model)"),
+        Meta(
+            description="native: principle/response_1/response_2 appended as chat messages with those roles "
+            "(for GenRM chat templates that know them, e.g. behind vLLM); text: the conversation and both "
+            "responses rendered into one user message with text_template (any chat model)"
+        ),
     ] = "text"
     supports_principle_role: Annotated[
         bool,
-        Meta(description="pass metadata.principle to the model (native: a 'principle' message; text: the "
-             "principle_template block); false: the principle is ignored"),
+        Meta(
+            description="pass metadata.principle to the model (native: a 'principle' message; text: the "
+            "principle_template block); false: the principle is ignored"
+        ),
     ] = True
     text_template: Annotated[
         str,
-        Meta(description="text rendering's user message; placeholders {conversation}, {response_1}, {response_2}, "
-             "{principle}; other braces are literal"),
+        Meta(
+            description="text rendering's user message; placeholders {conversation}, {response_1}, {response_2}, "
+            "{principle}; other braces are literal"
+        ),
     ] = DEFAULT_TEXT_TEMPLATE
     principle_template: Annotated[
         str,
-        Meta(description="what {principle} becomes in text_template when a principle is given (placeholder "
-             "{principle}); nothing otherwise"),
+        Meta(
+            description="what {principle} becomes in text_template when a principle is given (placeholder "
+            "{principle}); nothing otherwise"
+        ),
     ] = DEFAULT_PRINCIPLE_TEMPLATE
     max_concurrency: Annotated[int, Meta(ge=1, description="upstream calls in flight at once; later ones wait")] = 64
     timeout_s: Annotated[
-        float, Meta(gt=0, description="limit of one upstream call, retries and their backoff included, seconds; then 504")
+        float,
+        Meta(gt=0, description="limit of one upstream call, retries and their backoff included, seconds; then 504"),
     ] = 600.0
     max_attempts: Annotated[
         int, Meta(ge=1, description="tries of one upstream call on connection errors and 429/502/503/504 answers")
@@ -101,8 +120,10 @@ class GenrmModelConfig(ServerConfig, kw_only=True):
 
     def __post_init__(self) -> None:
         if (self.upstream_model_server is None) == (self.base_url is None):
-            raise ValueError("set exactly one of upstream_model_server (a gym model server instance) and base_url "
-                             "(an OpenAI-compatible endpoint)")
+            raise ValueError(
+                "set exactly one of upstream_model_server (a gym model server instance) and base_url "
+                "(an OpenAI-compatible endpoint)"
+            )
         if self.base_url is not None and not self.model:
             raise ValueError("model: the model name to send to base_url is required with base_url")
         if self.upstream_model_server is not None and (self.api_key or self.api_key_env):

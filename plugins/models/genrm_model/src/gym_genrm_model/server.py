@@ -101,8 +101,12 @@ def render_text_prompt(
 ) -> str:
     """``template`` with its placeholders filled in one pass (a response that contains
     ``{response_2}`` stays as it is written)."""
-    values = {"conversation": conversation, "response_1": response_1, "response_2": response_2,
-              "principle": principle_block}
+    values = {
+        "conversation": conversation,
+        "response_1": response_1,
+        "response_2": response_2,
+        "principle": principle_block,
+    }
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
 
 
@@ -131,7 +135,9 @@ def rendered_request(config: GenrmModelConfig, params: ResponseCreateParams) -> 
         return create_params_to_chat(params)
     missing = [key for key in PAIR_KEYS if key not in metadata]
     if missing:
-        raise msgspec.ValidationError(f"metadata has no {' or '.join(missing)}: a pairwise comparison needs both responses")
+        raise msgspec.ValidationError(
+            f"metadata has no {' or '.join(missing)}: a pairwise comparison needs both responses"
+        )
     principle = metadata.get("principle") if config.supports_principle_role else None
     block = render_text_prompt(config.principle_template, "", "", "", principle) if principle else ""
     prompt = render_text_prompt(
@@ -197,8 +203,10 @@ class GenrmModel(ModelServer):
             async with asyncio.timeout(self.config.timeout_s):
                 await self._slots.acquire()
         except TimeoutError:
-            raise ModelOverloaded(f"{self.name}: no upstream slot free within {self.config.timeout_s:g} s "
-                                  f"(max_concurrency {self.config.max_concurrency})") from None
+            raise ModelOverloaded(
+                f"{self.name}: no upstream slot free within {self.config.timeout_s:g} s "
+                f"(max_concurrency {self.config.max_concurrency})"
+            ) from None
         try:
             return await self.upstream.request(
                 "POST", self._target, self._path, body=body, headers=self._headers, server_name=self._target_name
@@ -211,7 +219,9 @@ class GenrmModel(ModelServer):
     def _bad_answer(self, what: str, payload: bytes) -> ServerHTTPError:
         start = self._redact(payload[:200].decode(errors="replace"))
         # A 502 "upstream_error": the upstream answered, but not with a completion.
-        return ServerHTTPError(self._target_name, self._path, f"{what}: {start}", status=502, error_type="upstream_error")
+        return ServerHTTPError(
+            self._target_name, self._path, f"{what}: {start}", status=502, error_type="upstream_error"
+        )
 
     def _redacted(self, exc: ServerCallError) -> ServerCallError:
         if not self._api_key or self._api_key not in str(exc):

@@ -119,9 +119,7 @@ class BatchScheduler:
         params.kv_unified = False
         self._ctx = llama_cpp.llama_init_from_model(llm.model, params)
         if not self._ctx:
-            raise RuntimeError(
-                f"llama.cpp could not create a context for {batch_size} sequences of {slot_ctx} tokens"
-            )
+            raise RuntimeError(f"llama.cpp could not create a context for {batch_size} sequences of {slot_ctx} tokens")
         if llama_cpp.llama_n_ctx_seq(self._ctx) < slot_ctx:  # pragma: no cover - llama.cpp rounding
             llama_cpp.llama_free(self._ctx)
             raise RuntimeError(f"llama.cpp gave each of {batch_size} sequences fewer than {slot_ctx} tokens")
@@ -230,7 +228,9 @@ class BatchScheduler:
             if job is not None and job.cancel is not None and job.cancel.is_set():
                 self._finish(slot, GenerationCancelled("generation cancelled"))
 
-    def _fill(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[int], outputs: Sequence[bool]) -> None:
+    def _fill(
+        self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[int], outputs: Sequence[bool]
+    ) -> None:
         batch = self._batch
         batch.n_tokens = len(tokens)
         for i, (token, pos, seq_id, output) in enumerate(zip(tokens, positions, seq_ids, outputs)):
@@ -259,8 +259,12 @@ class BatchScheduler:
             self._share_prefix(slot)
         chunk = job.chunks.pop(0)
         last = not job.chunks
-        self._fill(chunk, range(job.pos, job.pos + len(chunk)), [slot.seq_id] * len(chunk),
-                   [last and i == len(chunk) - 1 for i in range(len(chunk))])
+        self._fill(
+            chunk,
+            range(job.pos, job.pos + len(chunk)),
+            [slot.seq_id] * len(chunk),
+            [last and i == len(chunk) - 1 for i in range(len(chunk))],
+        )
         status = llama_cpp.llama_decode(self._ctx, self._batch)
         if status != 0:
             self._finish(slot, RuntimeError(f"llama_decode failed with status {status} on a prompt chunk"))
@@ -303,8 +307,9 @@ class BatchScheduler:
         if not ready:
             return
         jobs = [slot.job for slot in ready]
-        self._fill([job.token for job in jobs], [job.pos for job in jobs], [slot.seq_id for slot in ready],
-                   [True] * len(ready))
+        self._fill(
+            [job.token for job in jobs], [job.pos for job in jobs], [slot.seq_id for slot in ready], [True] * len(ready)
+        )
         status = llama_cpp.llama_decode(self._ctx, self._batch)
         if status != 0:
             for slot in ready:

@@ -23,8 +23,12 @@ class LocalLlamaConfig(ServerConfig, kw_only=True):
     max_tokens: Annotated[int, Meta(ge=1, description="most generated tokens, when a request does not say")] = 512
     batch_size: Annotated[
         int,
-        Meta(ge=1, le=64, description="requests decoded together, each in a KV cache of batch_n_ctx tokens "
-             "(23 KB a token and slot for SmolLM2-135M); 1: one at a time"),
+        Meta(
+            ge=1,
+            le=64,
+            description="requests decoded together, each in a KV cache of batch_n_ctx tokens "
+            "(23 KB a token and slot for SmolLM2-135M); 1: one at a time",
+        ),
     ] = 8
     batch_n_ctx: Annotated[
         int,

@@ -309,9 +309,18 @@ class LlamaEngine:
         # seed=None: the engine's own generator, used only by the thread that decodes.
         rng = np.random.default_rng(seed) if seed is not None else self._rng
         return Decoding(
-            prompt_ids, n_ctx=self.n_ctx, eog_token_ids=self.eog_token_ids, detokenize=self.llm.detokenize, tools=tools,
-            temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-            stop_bytes=stop_bytes, rng=rng, return_token_ids=return_token_ids, return_logprobs=return_logprobs,
+            prompt_ids,
+            n_ctx=self.n_ctx,
+            eog_token_ids=self.eog_token_ids,
+            detokenize=self.llm.detokenize,
+            tools=tools,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            stop_bytes=stop_bytes,
+            rng=rng,
+            return_token_ids=return_token_ids,
+            return_logprobs=return_logprobs,
         )
 
     def generate(
@@ -344,8 +353,16 @@ class LlamaEngine:
         :class:`GenerationCancelled` when ``cancel`` gets set.
         """
         decoding = self._prepare(
-            messages, tools=tools, temperature=temperature, top_p=top_p, max_tokens=max_tokens, stop=stop, seed=seed,
-            return_token_ids=return_token_ids, return_logprobs=return_logprobs, token_history=token_history,
+            messages,
+            tools=tools,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            stop=stop,
+            seed=seed,
+            return_token_ids=return_token_ids,
+            return_logprobs=return_logprobs,
+            token_history=token_history,
         )
         if self._scheduler is not None and self._scheduler.fits(decoding):
             return self._scheduler.submit(decoding, cancel).result().generation()
@@ -374,7 +391,9 @@ class LlamaEngine:
 
     def check_token_ids(self, ids: Sequence[int], what: str) -> None:
         """Raise ``ValueError`` unless every id is a token of the model's vocabulary."""
-        bad = next((t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self._n_vocab), None)
+        bad = next(
+            (t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < self._n_vocab), None
+        )
         if bad is not None:
             raise ValueError(f"{what}: {bad!r} is not a token id of {self.model_name} (0 to {self._n_vocab - 1})")
 

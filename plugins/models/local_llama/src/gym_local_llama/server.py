@@ -72,7 +72,9 @@ def _bundle(item: Any, where: str) -> tuple[list[int], list[int]] | None:
         return None
     if len(present) < 3:
         missing = [name for name in TRAINING_FIELDS if name not in present]
-        raise TokenHistoryError(f"{where} has {', '.join(present)} but not {', '.join(missing)}: the three travel together")
+        raise TokenHistoryError(
+            f"{where} has {', '.join(present)} but not {', '.join(missing)}: the three travel together"
+        )
     prompt, generated, log_probs = values
     if not prompt or not generated:
         raise TokenHistoryError(f"{where}: prompt_token_ids and generation_token_ids must not be empty")
@@ -130,13 +132,21 @@ class LocalLlamaModel(ModelServer):
 
         cfg = self.config
         self.engine = await asyncio.to_thread(
-            LlamaEngine, cfg.model_path, n_ctx=cfg.n_ctx, n_threads=cfg.n_threads, seed=cfg.seed,
-            batch_size=cfg.batch_size, batch_n_ctx=cfg.batch_n_ctx, weight_format=cfg.weight_format,
+            LlamaEngine,
+            cfg.model_path,
+            n_ctx=cfg.n_ctx,
+            n_threads=cfg.n_threads,
+            seed=cfg.seed,
+            batch_size=cfg.batch_size,
+            batch_n_ctx=cfg.batch_n_ctx,
+            weight_format=cfg.weight_format,
         )
         self.model_name = self.engine.model_name
         self.log.info(
             "loaded %s (%d threads, batches of up to %d requests)",
-            self.engine.weights_path.name, self.engine.n_threads, self.engine.batch_size,
+            self.engine.weights_path.name,
+            self.engine.n_threads,
+            self.engine.batch_size,
         )
 
     async def shutdown(self) -> None:
@@ -194,7 +204,9 @@ class LocalLlamaModel(ModelServer):
         except RuntimeError as exc:  # the engine closing, or llama.cpp failing: a typed failure to retry
             self.log.warning("generation failed: %r", exc)
             raise HTTPException(status_code=503, detail=f"{self.name}: the model could not answer: {exc}") from exc
-        message = ChatMessage(role="assistant", content=generation.text if generation.text or not generation.tool_calls else None)
+        message = ChatMessage(
+            role="assistant", content=generation.text if generation.text or not generation.tool_calls else None
+        )
         if generation.tool_calls:
             message.tool_calls = [
                 ChatToolCall(id=new_id("call"), function=ChatToolCallFunction(name=c.name, arguments=c.arguments))
@@ -206,7 +218,9 @@ class LocalLlamaModel(ModelServer):
             message.generation_log_probs = generation.generation_log_probs
         logprobs = None
         if request.logprobs is True and generation.generation_token_ids is not None:
-            logprobs = {"content": self._logprob_entries(generation.generation_token_ids, generation.generation_log_probs)}
+            logprobs = {
+                "content": self._logprob_entries(generation.generation_token_ids, generation.generation_log_probs)
+            }
         return ChatCompletion(
             model=self.model_name,
             choices=[ChatChoice(index=0, message=message, finish_reason=generation.finish_reason, logprobs=logprobs)],
@@ -222,6 +236,11 @@ class LocalLlamaModel(ModelServer):
         for token_id, logprob in zip(token_ids, logprobs or [0.0] * len(token_ids)):
             piece = self.engine.llm.detokenize([token_id])
             entries.append(
-                {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece), "top_logprobs": []}
+                {
+                    "token": piece.decode("utf-8", errors="replace"),
+                    "logprob": logprob,
+                    "bytes": list(piece),
+                    "top_logprobs": [],
+                }
             )
         return entries

@@ -71,9 +71,7 @@ def _call_from_object(obj: Any) -> GeneratedToolCall | None:
         args = _load_json(args) if args.strip() else {}
     if not isinstance(args, dict):
         return None
-    return GeneratedToolCall(
-        name=name.strip(), arguments=json.dumps(args, ensure_ascii=False, separators=(",", ":"))
-    )
+    return GeneratedToolCall(name=name.strip(), arguments=json.dumps(args, ensure_ascii=False, separators=(",", ":")))
 
 
 def _calls_from_json(obj: Any) -> list[GeneratedToolCall] | None:

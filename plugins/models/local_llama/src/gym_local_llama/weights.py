@@ -96,7 +96,6 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-
 # What ``weight_format`` may name: the GGUF as it is, or a copy converted once by llama.cpp's quantizer
 # (the llama_ftype of each).  See the module docstring, "Weight formats".  Not F16: llama.cpp computes
 # a lone F16 token (a matrix-vector kernel) differently from one beside others (tinyBLAS), so batched

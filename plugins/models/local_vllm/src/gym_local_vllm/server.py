@@ -76,8 +76,9 @@ class LocalVllmModel(VllmModel):
         cfg = self.config
         ray = self._join_ray()
         self.plan = plan = plan_for(cfg)
-        self.log.info("launching %d engine(s), each a placement group of %s (%s)", plan.engines, list(plan.bundles),
-                      plan.strategy)
+        self.log.info(
+            "launching %d engine(s), each a placement group of %s (%s)", plan.engines, list(plan.bundles), plan.strategy
+        )
         try:
             self._place(ray, plan)
             urls = self._start_engines(ray, plan)
@@ -87,8 +88,13 @@ class LocalVllmModel(VllmModel):
             raise
         self.set_replicas(urls)
         for index, engine in enumerate(self.engines):
-            self.log.info("engine %d ready at %s on node %s (GPUs %s)", index, engine["url"], engine["node_ip"],
-                          ",".join(engine["gpu_ids"]) or "none")
+            self.log.info(
+                "engine %d ready at %s on node %s (GPUs %s)",
+                index,
+                engine["url"],
+                engine["node_ip"],
+                ",".join(engine["gpu_ids"]) or "none",
+            )
 
     def _join_ray(self) -> Any:
         try:
@@ -117,8 +123,9 @@ class LocalVllmModel(VllmModel):
         from ray.util.placement_group import placement_group
 
         for index in range(plan.engines):
-            self._groups.append(placement_group(list(plan.bundles), strategy=plan.strategy,
-                                                name=f"{self.name}_dp_rank_{index}"))
+            self._groups.append(
+                placement_group(list(plan.bundles), strategy=plan.strategy, name=f"{self.name}_dp_rank_{index}")
+            )
         try:
             ray.get([group.ready() for group in self._groups], timeout=self.config.placement_timeout_s)
         except ray.exceptions.GetTimeoutError:
@@ -172,7 +179,9 @@ class LocalVllmModel(VllmModel):
         try:
             found = ray.get(refs, timeout=_RAY_CALL_S)
         except ray.exceptions.GetTimeoutError:
-            raise EngineLaunchError(f"{self.name}: no Ray worker ran in the GPU bundles within {_RAY_CALL_S:g} s") from None
+            raise EngineLaunchError(
+                f"{self.name}: no Ray worker ran in the GPU bundles within {_RAY_CALL_S:g} s"
+            ) from None
         nodes = {node for node, _ in found}
         if len(nodes) != 1:  # STRICT_PACK promises one node; a GPU id means nothing on another
             raise EngineLaunchError(f"{self.name}: the bundles of one engine landed on {len(nodes)} nodes")

@@ -13,10 +13,15 @@ __all__ = ["OpenAIModelConfig"]
 
 class OpenAIModelConfig(UpstreamOptions, kw_only=True):
     base_url: Annotated[
-        str, Meta(pattern=r"^https?://", description="the endpoint's API root, before /chat/completions: http://127.0.0.1:8080/v1")
+        str,
+        Meta(
+            pattern=r"^https?://",
+            description="the endpoint's API root, before /chat/completions: http://127.0.0.1:8080/v1",
+        ),
     ]
     api_key: Annotated[
-        str | None, Meta(description="sent as 'Authorization: Bearer <api_key>'; keep it in env.yaml, not in a committed config")
+        str | None,
+        Meta(description="sent as 'Authorization: Bearer <api_key>'; keep it in env.yaml, not in a committed config"),
     ] = None
     model: Annotated[str, Meta(description="sent as 'model' on every upstream request, whatever the caller asked for")]
     api: Annotated[

@@ -102,7 +102,9 @@ class OpenAIModel(ModelServer):
         return response
 
     async def _post(self, path: str, body: dict[str, Any]) -> bytes:
-        return await self.upstream.post(self.base_url, path, {**body, **self.config.extra_body, "model": self.config.model})
+        return await self.upstream.post(
+            self.base_url, path, {**body, **self.config.extra_body, "model": self.config.model}
+        )
 
 
 def _create_params_body(params: ResponseCreateParams) -> dict[str, Any]:

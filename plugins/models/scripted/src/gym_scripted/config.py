@@ -38,14 +38,18 @@ class ScriptedModelConfig(ServerConfig, kw_only=True):
     ] = msgspec.field(default_factory=lambda: [ScriptedTurn(text="Hello from the scripted model.")])
     rules: Annotated[
         list[ScriptedRule],
-        Meta(description="replies chosen by content, tried before the script: the first rule whose regex 'match' "
-             "occurs in the input messages' text (joined by newlines) answers {text, tool_calls}, or the HTTP error "
-             "error_status"),
+        Meta(
+            description="replies chosen by content, tried before the script: the first rule whose regex 'match' "
+            "occurs in the input messages' text (joined by newlines) answers {text, tool_calls}, or the HTTP error "
+            "error_status"
+        ),
     ] = msgspec.field(default_factory=list)
     after_last: Annotated[
         Literal["last", "cycle"], Meta(description="after the last turn: repeat it (last) or start again (cycle)")
     ] = "last"
-    delay_s: Annotated[float, Meta(ge=0, description="wait this long before each answer (simulates a slow model)")] = 0.0
+    delay_s: Annotated[float, Meta(ge=0, description="wait this long before each answer (simulates a slow model)")] = (
+        0.0
+    )
     model_name: Annotated[str, Meta(description="the model name in answers and /v1/models")] = "scripted"
 
     def __post_init__(self) -> None:

@@ -15,5 +15,5 @@ def gym_register_servers(register):
         kind="model",
         server="gym_scripted.server:ScriptedModel",
         config=ScriptedModelConfig,
-        description='Deterministic replies from a script, for tests and benchmarks',
+        description="Deterministic replies from a script, for tests and benchmarks",
     )

@@ -53,7 +53,9 @@ def model_turns_in(params: ResponseCreateParams) -> int:
     turns = 0
     in_turn = False
     for item in params.input:
-        generated = isinstance(item, (FunctionCall, Reasoning)) or (isinstance(item, Message) and item.role == "assistant")
+        generated = isinstance(item, (FunctionCall, Reasoning)) or (
+            isinstance(item, Message) and item.role == "assistant"
+        )
         if generated and not in_turn:
             turns += 1
         in_turn = generated
@@ -104,7 +106,9 @@ class ScriptedModel(ModelServer):
         turn = self._by_rule(params) or self._by_script(params)
         output: list[Any] = []
         if turn.text is not None:
-            output.append(Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=turn.text)]))
+            output.append(
+                Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=turn.text)])
+            )
         for call in turn.tool_calls:
             output.append(
                 FunctionCall(

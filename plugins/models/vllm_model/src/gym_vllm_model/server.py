@@ -111,7 +111,9 @@ class VllmModel(ModelServer):
         """Serve through these vLLM API roots (each with ``/v1``). A server that launches its engines
         (``local_vllm_model``) calls this in ``startup()``, once they answer."""
         self.replicas = [url.rstrip("/") for url in urls]
-        self._replica_names = [f"vLLM replica {without_credentials(url)}" for url in self.replicas]  # in errors and logs
+        self._replica_names = [
+            f"vLLM replica {without_credentials(url)}" for url in self.replicas
+        ]  # in errors and logs
         self._down_until = [0.0] * len(self.replicas)  # time.monotonic() until which a replica is skipped
 
     async def shutdown(self) -> None:
@@ -143,7 +145,9 @@ class VllmModel(ModelServer):
         their assistant messages) and back, reasoning as reasoning items."""
         request = create_params_to_chat(params)
         _carry_token_ids(params, request)
-        reply = await self._complete(request, chat_fields(unmodelled or {}, request, owner=self.name, drop=_NOT_FOR_VLLM))
+        reply = await self._complete(
+            request, chat_fields(unmodelled or {}, request, owner=self.name, drop=_NOT_FOR_VLLM)
+        )
         message = reply["choices"][0]["message"]
         thoughts: list[str] = []
         if self.config.uses_reasoning_parser and isinstance(message.get("content"), str):
@@ -157,7 +161,9 @@ class VllmModel(ModelServer):
             response.incomplete_details = IncompleteDetails(reason="content_filter")
         return response
 
-    async def chat_completions(self, request: ChatCompletionRequest, unmodelled: dict[str, Any] | None = None) -> ChatCompletion:
+    async def chat_completions(
+        self, request: ChatCompletionRequest, unmodelled: dict[str, Any] | None = None
+    ) -> ChatCompletion:
         """``POST /v1/chat/completions``: vLLM's answer with its reasoning inline as ``<think>…</think>``
         and, in training mode, the token ids and log-probs on the message."""
         for index, message in enumerate(request.messages):
@@ -194,7 +200,9 @@ class VllmModel(ModelServer):
             try:
                 await self._token_ids(reply, body, replica, deadline)
             except _TokenDataError as exc:
-                raise UpstreamError(f"{self.name}: {self._replica_names[replica]}: {exc}", 502, "upstream_error") from None
+                raise UpstreamError(
+                    f"{self.name}: {self._replica_names[replica]}: {exc}", 502, "upstream_error"
+                ) from None
         else:
             reply.pop("prompt_token_ids", None)
             reply["choices"][0].pop("token_ids", None)
@@ -209,13 +217,18 @@ class VllmModel(ModelServer):
         metadata = body.pop("metadata", None) or {}  # read here, not forwarded: vLLM has no use for it
         body["messages"] = [self._history_message(message) for message in body["messages"]]
         body["model"] = cfg.model
-        template_kwargs = {**(cfg.chat_template_kwargs or {}), **(body.get("chat_template_kwargs") or {}),
-                           **_json_object(metadata, "chat_template_kwargs")}
+        template_kwargs = {
+            **(cfg.chat_template_kwargs or {}),
+            **(body.get("chat_template_kwargs") or {}),
+            **_json_object(metadata, "chat_template_kwargs"),
+        }
         if template_kwargs:
             body["chat_template_kwargs"] = template_kwargs
         if training:
             if body.get("n", 1) != 1:
-                raise HTTPException(status_code=400, detail=f"{self.name}: token ids and log-probs require n=1, got n={body['n']}")
+                raise HTTPException(
+                    status_code=400, detail=f"{self.name}: token ids and log-probs require n=1, got n={body['n']}"
+                )
             # Log-probs of the sampled tokens only, tokens as "token_id:<id>": always, whatever the caller sent.
             body.update(logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True)
             if cfg.request_prompt_and_generation_token_ids:
@@ -265,14 +278,18 @@ class VllmModel(ModelServer):
         inline_generated = choice.pop("token_ids", None)
         logprobs = choice.pop("logprobs", None)
         if (inline_prompt is None) != (inline_generated is None):
-            raise _TokenDataError("partial token metadata: the reply has only one of prompt_token_ids and choices[0].token_ids")
+            raise _TokenDataError(
+                "partial token metadata: the reply has only one of prompt_token_ids and choices[0].token_ids"
+            )
         present = [name for name in TRAINING_FIELDS if message.get(name) is not None]
         if present:  # a training framework's vLLM that returns the bundle itself
             if len(present) < 3:
                 raise _TokenDataError(f"partial token metadata on the message: {', '.join(present)} without the others")
             prompt, generated, log_probs = (message[name] for name in TRAINING_FIELDS)
             if inline_prompt is not None and (inline_prompt != prompt or inline_generated != generated):
-                raise _TokenDataError("message-level token metadata disagrees with the reply's prompt_token_ids/token_ids")
+                raise _TokenDataError(
+                    "message-level token metadata disagrees with the reply's prompt_token_ids/token_ids"
+                )
         else:
             generated, log_probs = _sampled_tokens(logprobs)
             if inline_prompt is not None:
@@ -289,8 +306,18 @@ class VllmModel(ModelServer):
 
     async def _tokenize(self, body: dict[str, Any], replica: int, deadline: float) -> list[int]:
         """The prompt's ids from vLLM's ``/tokenize`` (at the server root), on the replica that generated."""
-        request = {key: body[key] for key in ("model", "messages", "tools", "chat_template_kwargs", "mm_processor_kwargs",
-                                              "required_prefix_token_ids") if key in body}
+        request = {
+            key: body[key]
+            for key in (
+                "model",
+                "messages",
+                "tools",
+                "chat_template_kwargs",
+                "mm_processor_kwargs",
+                "required_prefix_token_ids",
+            )
+            if key in body
+        }
         root = self.replicas[replica].removesuffix("/v1")
         name = f"vLLM replica {without_credentials(root)}"
         try:
@@ -298,7 +325,9 @@ class VllmModel(ModelServer):
         except UpstreamError as exc:
             if exc.kind == "model_overloaded":
                 raise
-            raise UpstreamError(f"{self.name}: /tokenize for the prompt ids failed: {exc}", 502, "upstream_error") from None
+            raise UpstreamError(
+                f"{self.name}: /tokenize for the prompt ids failed: {exc}", 502, "upstream_error"
+            ) from None
         tokens = self.upstream.decode("/tokenize", payload, self._completion.decode, name=name).get("tokens")
         if not isinstance(tokens, list):
             raise _TokenDataError("/tokenize answered without a 'tokens' list")
@@ -328,8 +357,9 @@ class VllmModel(ModelServer):
         failures: list[UpstreamError] = []
         for index in self._replica_order(session_id):
             try:
-                payload = await self.upstream.post(self.replicas[index], path, body, deadline=deadline,
-                                                   name=self._replica_names[index])
+                payload = await self.upstream.post(
+                    self.replicas[index], path, body, deadline=deadline, name=self._replica_names[index]
+                )
             except UpstreamError as exc:
                 if exc.status != 502:
                     raise
@@ -352,8 +382,12 @@ class VllmModel(ModelServer):
     def _reply(self, payload: bytes, name: str) -> dict[str, Any]:
         reply = self.upstream.decode("/chat/completions", payload, self._completion.decode, name=name)
         choices = reply.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict) \
-                or not isinstance(choices[0].get("message"), dict):
+        if (
+            not isinstance(choices, list)
+            or not choices
+            or not isinstance(choices[0], dict)
+            or not isinstance(choices[0].get("message"), dict)
+        ):
             raise self.upstream.bad_answer("/chat/completions", "no choices[0].message", payload, name=name)
         return reply
 
@@ -373,8 +407,9 @@ def _sampled_tokens(logprobs: Any) -> tuple[list[int], list[float]]:
         token = entry.get("token") if isinstance(entry, dict) else None
         logprob = entry.get("logprob") if isinstance(entry, dict) else None
         if not isinstance(token, str) or not token.startswith("token_id:") or not token[9:].lstrip("-").isdigit():
-            raise _TokenDataError(f"logprobs.content[{index}].token is {token!r}, not 'token_id:<id>'"
-                                  " (return_tokens_as_token_ids)")
+            raise _TokenDataError(
+                f"logprobs.content[{index}].token is {token!r}, not 'token_id:<id>' (return_tokens_as_token_ids)"
+            )
         if isinstance(logprob, bool) or not isinstance(logprob, int | float):
             raise _TokenDataError(f"logprobs.content[{index}].logprob is {logprob!r}, not a number")
         ids.append(int(token[9:]))
@@ -391,11 +426,16 @@ def _bundle(item: Any, where: str) -> list[Any] | None:
         return None
     if len(present) < 3:
         missing = [name for name in TRAINING_FIELDS if name not in present]
-        raise HTTPException(status_code=422, detail=f"{where} has {', '.join(present)} but not {', '.join(missing)}:"
-                            " the three travel together (send items back as the model returned them)")
+        raise HTTPException(
+            status_code=422,
+            detail=f"{where} has {', '.join(present)} but not {', '.join(missing)}:"
+            " the three travel together (send items back as the model returned them)",
+        )
     if len(values[1]) != len(values[2]):
-        raise HTTPException(status_code=422, detail=f"{where}: {len(values[1])} generation_token_ids but"
-                            f" {len(values[2])} generation_log_probs")
+        raise HTTPException(
+            status_code=422,
+            detail=f"{where}: {len(values[1])} generation_token_ids but {len(values[2])} generation_log_probs",
+        )
     return values
 
 
@@ -444,8 +484,13 @@ def _ends_with_empty_assistant_turn(messages: list[dict[str, Any]]) -> bool:
 def _empty_completion(model: str, finish_reason: str) -> dict[str, Any]:
     """The answer given without generating: one empty assistant message, no usage, no token ids."""
     message = {"role": "assistant", "content": None}
-    return {"id": new_id("chatcmpl"), "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "finish_reason": finish_reason, "message": message}]}
+    return {
+        "id": new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "finish_reason": finish_reason, "message": message}],
+    }
 
 
 def _json_object(metadata: dict[str, Any], key: str) -> dict[str, Any]:
@@ -458,5 +503,7 @@ def _json_object(metadata: dict[str, Any], key: str) -> dict[str, Any]:
     except (msgspec.DecodeError, TypeError):
         value = None
     if not isinstance(value, dict):
-        raise HTTPException(status_code=400, detail=f"metadata.{key} must be a JSON object as a string, got {text!r:.100}")
+        raise HTTPException(
+            status_code=400, detail=f"metadata.{key} must be a JSON object as a string, got {text!r:.100}"
+        )
     return value

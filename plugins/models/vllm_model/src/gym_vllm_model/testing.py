@@ -154,13 +154,21 @@ class StubVllm:
                 break
         status, answer = self._answer(scope["method"], scope["path"], raw)
         payload = msgspec.json.encode(answer)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(payload))],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
 
     def _answer(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
         if method == "GET" and path in ("/health", "/v1/models"):
-            return 200, {} if path == "/health" else {"object": "list", "data": [{"id": "stub-model", "object": "model"}]}
+            return 200, {} if path == "/health" else {
+                "object": "list",
+                "data": [{"id": "stub-model", "object": "model"}],
+            }
         if method != "POST" or path not in ("/v1/chat/completions", "/tokenize"):
             return 404, {"detail": "Not Found"}
         try:
@@ -173,7 +181,12 @@ class StubVllm:
             self.requests.append((path, body))
         if path == "/tokenize":
             tokens = encode(render(body["messages"], body.get("add_generation_prompt", True)))
-            return 200, {"count": len(tokens), "max_model_len": self.max_model_len, "tokens": tokens, "token_strs": None}
+            return 200, {
+                "count": len(tokens),
+                "max_model_len": self.max_model_len,
+                "tokens": tokens,
+                "token_strs": None,
+            }
         if self.fail_status is not None:
             return _error(self.fail_status, f"{self.name} is failing on purpose")
         return self._complete(body)
@@ -181,21 +194,32 @@ class StubVllm:
     def _prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         carrier = None
         for index, message in enumerate(messages):
-            if message.get("role") == "assistant" and message.get("prompt_token_ids") and message.get("generation_token_ids"):
+            if (
+                message.get("role") == "assistant"
+                and message.get("prompt_token_ids")
+                and message.get("generation_token_ids")
+            ):
                 carrier = index
         if carrier is None:
             return encode(render(messages))
         last = messages[carrier]
-        return [*last["prompt_token_ids"], *last["generation_token_ids"], *encode(END + render(messages[carrier + 1 :]))]
+        return [
+            *last["prompt_token_ids"],
+            *last["generation_token_ids"],
+            *encode(END + render(messages[carrier + 1 :])),
+        ]
 
     def _complete(self, body: dict[str, Any]) -> tuple[int, Any]:
         prompt = self._prompt_ids(body["messages"])
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         if len(prompt) + (max_tokens or 0) > self.max_model_len:
             asked = len(prompt) + (max_tokens or 0)
-            return _error(400, f"This model's maximum context length is {self.max_model_len} tokens. However, you"
-                          f" requested {asked} tokens ({len(prompt)} in the messages, {max_tokens or 0} in the"
-                          " completion). Please reduce the length of the messages or completion.")
+            return _error(
+                400,
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you"
+                f" requested {asked} tokens ({len(prompt)} in the messages, {max_tokens or 0} in the"
+                " completion). Please reduce the length of the messages or completion.",
+            )
         reply = self.script(body)
         content = reply.get("content") or ""
         reasoning = reply.get("reasoning") or ""
@@ -205,13 +229,19 @@ class StubVllm:
             for index, call in enumerate(reply.get("tool_calls") or [])
         ]  # fmt: skip
         generated_text = (f"<think>{reasoning}</think>" if reasoning else "") + content
-        generated_text += "".join(f"<tool_call>{c['function']['name']} {c['function']['arguments']}</tool_call>" for c in calls)
+        generated_text += "".join(
+            f"<tool_call>{c['function']['name']} {c['function']['arguments']}</tool_call>" for c in calls
+        )
         generated = encode(generated_text)
         finish = "tool_calls" if calls else "stop"
         if max_tokens is not None and len(generated) > max_tokens:
             generated, finish, calls = generated[:max_tokens], "length", []
             content, reasoning = bytes(generated).decode(errors="ignore"), ""
-        message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else ""), "tool_calls": calls}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": content or (None if calls else ""),
+            "tool_calls": calls,
+        }
         if reasoning and self.reasoning_parser:
             message[self.reasoning_field] = reasoning
         elif reasoning:

@@ -72,8 +72,10 @@ def deal(seed: int) -> Hand:
 
 
 def observation(hand: Hand) -> str:
-    return (f"Your hand: [{', '.join(hand.player)}] = {hand_value(hand.player)}\n"
-            f"Dealer shows: {hand.dealer[0]}\n{INSTRUCTION}")
+    return (
+        f"Your hand: [{', '.join(hand.player)}] = {hand_value(hand.player)}\n"
+        f"Dealer shows: {hand.dealer[0]}\n{INSTRUCTION}"
+    )
 
 
 class BlackjackServer(GymnasiumEnvironment):
@@ -107,6 +109,11 @@ class BlackjackServer(GymnasiumEnvironment):
             result, reward = "draw", 0.0
         else:
             result, reward = "loss", -1.0
-        info: dict[str, Any] = {"result": result, "player": list(hand.player), "player_value": player,
-                                "dealer": list(hand.dealer), "dealer_value": dealer}
+        info: dict[str, Any] = {
+            "result": result,
+            "player": list(hand.player),
+            "player_value": player,
+            "dealer": list(hand.dealer),
+            "dealer_value": dealer,
+        }
         return Step(None, reward, True, False, info)

@@ -29,14 +29,20 @@ class CodeGenConfig(ServerConfig, kw_only=True):
     ] = False
     reasoning_format_penalty: Annotated[
         float,
-        Meta(ge=-1.0, le=1.0, description="the reward when the answer holds <think>/</think>, or the reasoning "
-             "holds more than one of either, whatever the tests say"),
+        Meta(
+            ge=-1.0,
+            le=1.0,
+            description="the reward when the answer holds <think>/</think>, or the reasoning "
+            "holds more than one of either, whatever the tests say",
+        ),
     ] = 0.0
     sandbox_mode: Annotated[
         Literal["bwrap", "unsandboxed"],
-        Meta(description="bwrap: every program runs isolated (no network, private filesystem, no privileges, hard "
-             "limits); unsandboxed: plain subprocesses with the same limits but NO isolation (UNSAFE: the model's "
-             "code can read and change anything this user can; only for a trusted model on a throwaway host)"),
+        Meta(
+            description="bwrap: every program runs isolated (no network, private filesystem, no privileges, hard "
+            "limits); unsandboxed: plain subprocesses with the same limits but NO isolation (UNSAFE: the model's "
+            "code can read and change anything this user can; only for a trusted model on a throwaway host)"
+        ),
     ] = "bwrap"
     sandbox_bwrap: Annotated[
         str | None,
@@ -50,23 +56,28 @@ class CodeGenConfig(ServerConfig, kw_only=True):
     ] = 16
     execution: Annotated[
         Literal["auto", "local", "ray"],
-        Meta(description="where programs run: local (this server's sandbox), ray (each unit-test run one Ray task, "
-             "sandboxed on the node that runs it; needs Ray in this server's venv: gym-code-gen[ray]), auto: ray when "
-             "Ray is on (gym run with `ray:` sets RAY_ADDRESS, or ray_head_node_address is set) and installed, else local"),
+        Meta(
+            description="where programs run: local (this server's sandbox), ray (each unit-test run one Ray task, "
+            "sandboxed on the node that runs it; needs Ray in this server's venv: gym-code-gen[ray]), auto: ray when "
+            "Ray is on (gym run with `ray:` sets RAY_ADDRESS, or ray_head_node_address is set) and installed, else local"
+        ),
     ] = "auto"
-    ray_num_cpus: Annotated[
-        float, Meta(gt=0, description="CPUs each Ray task reserves (execution on Ray)")
-    ] = 1.0
+    ray_num_cpus: Annotated[float, Meta(gt=0, description="CPUs each Ray task reserves (execution on Ray)")] = 1.0
     ray_task_allowance_s: Annotated[
         float,
-        Meta(gt=0, description="time a Ray task may take beyond the test's time limit (scheduling, a worker starting); "
-             "past it the run is an infrastructure failure (502 sandbox_failed, retried), never a reward"),
+        Meta(
+            gt=0,
+            description="time a Ray task may take beyond the test's time limit (scheduling, a worker starting); "
+            "past it the run is an infrastructure failure (502 sandbox_failed, retried), never a reward",
+        ),
     ] = 60.0
     reference_stdin: Annotated[
         bool,
-        Meta(description="standard-input programs run as in the reference: statements wrapped in a function "
-             "(imports at module level, a final `if __name__ == '__main__':` unwrapped), stdin mocked "
-             "(readline()/input() without the newline, readlines() split on newlines, open() reading the input), "
-             "a text holding `class Solution` fails with -4; false: the program runs as a plain script on its "
-             "real standard input"),
+        Meta(
+            description="standard-input programs run as in the reference: statements wrapped in a function "
+            "(imports at module level, a final `if __name__ == '__main__':` unwrapped), stdin mocked "
+            "(readline()/input() without the newline, readlines() split on newlines, open() reading the input), "
+            "a text holding `class Solution` fails with -4; false: the program runs as a plain script on its "
+            "real standard input"
+        ),
     ] = True

@@ -62,8 +62,11 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
         from gym_core.sandbox import SandboxError as Failed
         from gym_core.sandbox import SandboxLimits as Limits
     except ImportError as exc:
-        return {"error": f"gym-core is not importable by the Ray workers' Python ({sys.executable}) on node "
-                         f"{where['node_id']}: {exc}; install gym-core there", "worker": where}
+        return {
+            "error": f"gym-core is not importable by the Ray workers' Python ({sys.executable}) on node "
+            f"{where['node_id']}: {exc}; install gym-core there",
+            "worker": where,
+        }
 
     async def run() -> dict[str, Any]:
         key = (request["mode"], request["bwrap"])
@@ -73,7 +76,10 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
             await sandbox.start()
             _NODE_SANDBOXES[key] = sandbox
         result = await sandbox.run_python(
-            request["source"], args=request["args"], stdin=request["stdin"], files=request["files"],
+            request["source"],
+            args=request["args"],
+            stdin=request["stdin"],
+            files=request["files"],
             limits=ms.convert(request["limits"], Limits),
         )
         return {"result": ms.structs.asdict(result), "worker": where}
@@ -98,7 +104,9 @@ def join_ray(address: str | None) -> Any:
     elif address:
         ray.init(address=address)
     else:
-        raise ConnectionError("no Ray cluster to join: RAY_ADDRESS is not set and the config has no ray_head_node_address")
+        raise ConnectionError(
+            "no Ray cluster to join: RAY_ADDRESS is not set and the config has no ray_head_node_address"
+        )
     return ray
 
 
@@ -110,8 +118,16 @@ class RayExecutor:
     Concurrency is bounded by the caller (the server's ``num_processes`` slots).
     """
 
-    def __init__(self, ray: Any, *, mode: str, bwrap: str | None, num_cpus: float, allowance_s: float,
-                 node_function: Any = run_on_node):
+    def __init__(
+        self,
+        ray: Any,
+        *,
+        mode: str,
+        bwrap: str | None,
+        num_cpus: float,
+        allowance_s: float,
+        node_function: Any = run_on_node,
+    ):
         self.ray = ray
         self.mode = mode
         self.bwrap = bwrap
@@ -121,17 +137,22 @@ class RayExecutor:
             # By value: the node needs gym-core, not this plugin.
             ray.cloudpickle.register_pickle_by_value(module)
         self._remote = ray.remote(node_function).options(
-            num_cpus=num_cpus, max_retries=0, scheduling_strategy="SPREAD",
+            num_cpus=num_cpus,
+            max_retries=0,
+            scheduling_strategy="SPREAD",
         )
         self.workers: set[tuple[int, str | None]] = set()  # (pid, node id) of the workers that ran programs
 
     async def probe(self, timeout_s: float) -> None:
         """Run a test program through Ray once: SandboxError saying why if a node cannot."""
-        result = await self.run_python("import sys; sys.stdout.write('ok')",
-                                       limits=SandboxLimits(wall_time_s=min(timeout_s, 30.0)))
+        result = await self.run_python(
+            "import sys; sys.stdout.write('ok')", limits=SandboxLimits(wall_time_s=min(timeout_s, 30.0))
+        )
         if not result.ok or result.stdout != b"ok":
-            raise SandboxError(f"a test program failed in the sandbox on Ray ({result.outcome}, exit {result.exit_code}): "
-                               f"{result.stderr.decode(errors='replace')[-500:]}")
+            raise SandboxError(
+                f"a test program failed in the sandbox on Ray ({result.outcome}, exit {result.exit_code}): "
+                f"{result.stderr.decode(errors='replace')[-500:]}"
+            )
 
     async def run_python(
         self,
@@ -146,8 +167,15 @@ class RayExecutor:
         wall-time limit plus ``allowance_s``."""
         ray = self.ray
         limits = limits or SandboxLimits()
-        request = {"mode": self.mode, "bwrap": self.bwrap, "source": source, "args": list(args), "stdin": stdin,
-                   "files": dict(files or {}), "limits": msgspec.structs.asdict(limits)}
+        request = {
+            "mode": self.mode,
+            "bwrap": self.bwrap,
+            "source": source,
+            "args": list(args),
+            "stdin": stdin,
+            "files": dict(files or {}),
+            "limits": msgspec.structs.asdict(limits),
+        }
         try:
             ref = self._remote.remote(request)
         except Exception as exc:  # the cluster is gone: nothing could be submitted

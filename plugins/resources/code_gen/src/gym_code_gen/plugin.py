@@ -46,7 +46,11 @@ def _accuracy(row: Mapping[str, Any]) -> float:
 
 def _family(rollouts: Sequence[Mapping[str, Any]], prefix: str) -> dict[str, float]:
     metrics = pass_at_k_family(
-        rollouts, prefix, answer_field="extracted_model_code", scores={"accuracy": _accuracy}, majority_score="accuracy",
+        rollouts,
+        prefix,
+        answer_field="extracted_model_code",
+        scores={"accuracy": _accuracy},
+        majority_score="accuracy",
     )
     by_task: dict[Any, list[float]] = {}
     for row in rollouts:
@@ -77,8 +81,11 @@ def code_gen_metrics(rollouts: Sequence[Mapping[str, Any]]) -> dict[str, float]:
             by_difficulty.setdefault(row["difficulty"], []).append(row)
     for difficulty, rows in sorted(by_difficulty.items()):
         metrics.update(_family(rows, f"{PREFIX}{difficulty}/"))
-    rates = [float(r["reasoning_format_violation_rate"]) for r in rollouts
-             if isinstance(r.get("reasoning_format_violation_rate"), (int, float))]
+    rates = [
+        float(r["reasoning_format_violation_rate"])
+        for r in rollouts
+        if isinstance(r.get("reasoning_format_violation_rate"), (int, float))
+    ]
     if rates:
         metrics[f"{PREFIX}reasoning_format_violation_rate"] = statistics.fmean(rates)
     return metrics

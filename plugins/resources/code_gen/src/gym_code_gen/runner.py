@@ -26,9 +26,13 @@ import signal
 import sys
 import traceback
 
-MODULES = ("string re datetime collections heapq bisect copy math random statistics itertools functools "
-           "operator io sys json builtins typing").split()
-PRELUDE = "".join(f"from {m} import *\n" for m in MODULES) + f"import {', '.join(MODULES)}\nsys.setrecursionlimit(50000)\n"
+MODULES = (
+    "string re datetime collections heapq bisect copy math random statistics itertools functools "
+    "operator io sys json builtins typing"
+).split()
+PRELUDE = (
+    "".join(f"from {m} import *\n" for m in MODULES) + f"import {', '.join(MODULES)}\nsys.setrecursionlimit(50000)\n"
+)
 WRAPPER = "wrapped_function"
 
 
@@ -62,8 +66,12 @@ def _more_stack():
 
 
 def _is_main_guard(node):
-    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
-            and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__")
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+    )
 
 
 def wrap(source):
@@ -145,7 +153,7 @@ def run_call(fn_name, timeout):
     def frame(kind, payload=""):
         view = memoryview(f"{nonce} {kind} {payload}\n".encode("utf-8", errors="replace"))
         while view:
-            view = view[os.write(channel, view):]
+            view = view[os.write(channel, view) :]
 
     def fail(exc):
         traceback.print_exc()

@@ -159,8 +159,9 @@ class CodeGenServer(ResourcesServer):
     reward_range = (-1.0, 1.0)  # reasoning_format_penalty may be negative
 
     async def startup(self) -> None:
-        self.sandbox = Sandbox(self.config.sandbox_mode, max_concurrency=self.config.num_processes,
-                               bwrap=self.config.sandbox_bwrap)
+        self.sandbox = Sandbox(
+            self.config.sandbox_mode, max_concurrency=self.config.num_processes, bwrap=self.config.sandbox_bwrap
+        )
         # The same bound as the sandbox's: a run holding a slot starts at once (the deadline's clock runs).
         # On Ray it bounds the tasks in flight.
         self.slots = asyncio.Semaphore(self.config.num_processes)
@@ -183,8 +184,10 @@ class CodeGenServer(ResourcesServer):
         if not (os.environ.get("RAY_ADDRESS") or address or joined):
             return False
         if importlib.util.find_spec("ray") is None:
-            self.log.warning("Ray is on but not installed in this server's venv (install gym-code-gen[ray]): "
-                             "programs run in this server's sandbox")
+            self.log.warning(
+                "Ray is on but not installed in this server's venv (install gym-code-gen[ray]): "
+                "programs run in this server's sandbox"
+            )
             return False
         return True
 
@@ -195,19 +198,30 @@ class CodeGenServer(ResourcesServer):
         try:
             ray = await asyncio.to_thread(join_ray, address)
         except ImportError:
-            raise SandboxUnavailable(f"{self.name}: execution is ray but Ray is not installed in this server's venv "
-                                     "(install gym-code-gen[ray], the cluster's Ray version)") from None
+            raise SandboxUnavailable(
+                f"{self.name}: execution is ray but Ray is not installed in this server's venv "
+                "(install gym-code-gen[ray], the cluster's Ray version)"
+            ) from None
         except Exception as exc:
-            raise SandboxUnavailable(f"{self.name}: could not join the Ray cluster to run programs on: "
-                                     f"{type(exc).__name__}: {exc}") from None
-        self.executor = RayExecutor(ray, mode=self.config.sandbox_mode, bwrap=self.config.sandbox_bwrap,
-                                    num_cpus=self.config.ray_num_cpus, allowance_s=self.config.ray_task_allowance_s)
+            raise SandboxUnavailable(
+                f"{self.name}: could not join the Ray cluster to run programs on: {type(exc).__name__}: {exc}"
+            ) from None
+        self.executor = RayExecutor(
+            ray,
+            mode=self.config.sandbox_mode,
+            bwrap=self.config.sandbox_bwrap,
+            num_cpus=self.config.ray_num_cpus,
+            allowance_s=self.config.ray_task_allowance_s,
+        )
         try:
             await self.executor.probe(self.config.ray_task_allowance_s)
         except SandboxError as exc:
             raise SandboxUnavailable(f"{self.name}: programs cannot run on the Ray cluster: {exc}") from None
-        self.log.info("programs run as Ray tasks (%g CPU each, at most %d at once), sandboxed on their nodes",
-                      self.config.ray_num_cpus, self.config.num_processes)
+        self.log.info(
+            "programs run as Ray tasks (%g CPU each, at most %d at once), sandboxed on their nodes",
+            self.config.ray_num_cpus,
+            self.config.num_processes,
+        )
 
     async def verify(self, session: Session, body: CodeGenVerifyRequest) -> CodeGenVerifyResponse:
         difficulty = body.verifier_metadata.difficulty
@@ -221,7 +235,8 @@ class CodeGenServer(ResourcesServer):
         if len(tests.inputs) != len(tests.outputs):
             raise ToolError(
                 f"{self.name}: verifier_metadata.unit_tests has {len(tests.inputs)} inputs but "
-                f"{len(tests.outputs)} outputs", 422,
+                f"{len(tests.outputs)} outputs",
+                422,
             )
         started = time.monotonic()
         result, metadata = await self.run_tests(code, tests)
@@ -258,8 +273,10 @@ class CodeGenServer(ResourcesServer):
             expected = tests.outputs
             if self.config.reference_stdin and "class Solution" in code:
                 # The reference's quirk: `Solution` ends up inside the wrapper function, and its lookup fails.
-                return [RUNTIME_ERROR], {"error_code": RUNTIME_ERROR,
-                                         "error_message": "class Solution in a standard-input program"}
+                return [RUNTIME_ERROR], {
+                    "error_code": RUNTIME_ERROR,
+                    "error_message": "class Solution in a standard-input program",
+                }
         started = time.monotonic()
         clock = _ReportedClock() if self.executor is not None else _ActiveClock()
         deadline = self.deadline_s(count)
@@ -277,7 +294,8 @@ class CodeGenServer(ResourcesServer):
                 remaining = deadline - clock.elapsed()
                 if remaining <= 0:
                     return [GLOBAL_TIMEOUT] * count, {
-                        "error_code": GLOBAL_TIMEOUT, "error_message": ERROR_MESSAGES[GLOBAL_TIMEOUT],
+                        "error_code": GLOBAL_TIMEOUT,
+                        "error_message": ERROR_MESSAGES[GLOBAL_TIMEOUT],
                     }
                 await asyncio.wait(waiting, timeout=max(remaining, 0.05), return_when=asyncio.FIRST_COMPLETED)
                 for index in range(first_failure):
@@ -312,12 +330,15 @@ class CodeGenServer(ResourcesServer):
         # A call is timed twice in the reference (loading the module, then the call), each up to the limit.
         wall = (2 * timeout if call else timeout) + STARTUP_ALLOWANCE_S
         return SandboxLimits(
-            wall_time_s=wall, cpu_time_s=wall, memory_mb=self.config.memory_limit_mb,
+            wall_time_s=wall,
+            cpu_time_s=wall,
+            memory_mb=self.config.memory_limit_mb,
             output_bytes=self.config.output_limit_mb << 20,
         )
 
-    async def _run_test(self, code: str, fn_name: str | None, test_input: str, expected: Any,
-                        clock: _ActiveClock) -> Outcome:
+    async def _run_test(
+        self, code: str, fn_name: str | None, test_input: str, expected: Any, clock: _ActiveClock
+    ) -> Outcome:
         files_ = {"solution.py": code}
         if fn_name:
             nonce = secrets.token_hex(16)
@@ -330,7 +351,11 @@ class CodeGenServer(ResourcesServer):
             clock.enter()
             try:
                 run = await (self.executor or self.sandbox).run_python(
-                    self.runner, args=args, stdin=stdin, files=files_, limits=self._limits(bool(fn_name)),
+                    self.runner,
+                    args=args,
+                    stdin=stdin,
+                    files=files_,
+                    limits=self._limits(bool(fn_name)),
                 )
             finally:
                 clock.leave()
@@ -383,8 +408,10 @@ def _judge_call(run: SandboxResult, nonce: str, expected: Any) -> Outcome:
         # Stopped while loading the module: the reference's module-level timeout, an error (-4).
         return Outcome(TIME_LIMIT if report.loaded else RUNTIME_ERROR, {"stopped_by": run.outcome})
     if run.outcome != "exited" or report.kind is None:
-        return Outcome(RUNTIME_ERROR, {"exit_code": run.exit_code, "signal": run.signal,
-                                       "error": "the program ended without a result"})
+        return Outcome(
+            RUNTIME_ERROR,
+            {"exit_code": run.exit_code, "signal": run.signal, "error": "the program ended without a result"},
+        )
     if report.frames > 1:
         return Outcome(WRONG_ANSWER, {"error": "more than one result reported (malformed)"})
     if report.kind == "timeout":

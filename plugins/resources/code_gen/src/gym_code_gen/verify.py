@@ -16,9 +16,20 @@ from typing import Any
 from gym_core.schemas import Reasoning, Response, output_text
 
 __all__ = [
-    "PASSED", "GLOBAL_TIMEOUT", "WRONG_ANSWER", "TIME_LIMIT", "RUNTIME_ERROR", "ERROR_MESSAGES",
-    "extract_code", "reasoning_format_violation", "stdout_matches", "call_result_matches",
-    "global_deadline_s", "CallReport", "read_call_report", "truncate",
+    "PASSED",
+    "GLOBAL_TIMEOUT",
+    "WRONG_ANSWER",
+    "TIME_LIMIT",
+    "RUNTIME_ERROR",
+    "ERROR_MESSAGES",
+    "extract_code",
+    "reasoning_format_violation",
+    "stdout_matches",
+    "call_result_matches",
+    "global_deadline_s",
+    "CallReport",
+    "read_call_report",
+    "truncate",
 ]
 
 PASSED = True
@@ -26,8 +37,12 @@ GLOBAL_TIMEOUT = -1
 WRONG_ANSWER = -2
 TIME_LIMIT = -3
 RUNTIME_ERROR = -4
-ERROR_MESSAGES = {GLOBAL_TIMEOUT: "Global Timeout", WRONG_ANSWER: "Wrong Answer", TIME_LIMIT: "Time Limit Exceeded",
-                  RUNTIME_ERROR: "Runtime Error"}
+ERROR_MESSAGES = {
+    GLOBAL_TIMEOUT: "Global Timeout",
+    WRONG_ANSWER: "Wrong Answer",
+    TIME_LIMIT: "Time Limit Exceeded",
+    RUNTIME_ERROR: "Runtime Error",
+}
 
 FENCE = "```"
 
@@ -99,8 +114,12 @@ def _floats(value: Any) -> Any:
 def _close(got: Any, want: Any) -> bool:
     """numpy.allclose's defaults, elementwise: |a - b| <= 1e-8 + 1e-5·|b| (equal infinities close, NaN never)."""
     if isinstance(got, list) or isinstance(want, list):
-        return (isinstance(got, list) and isinstance(want, list) and len(got) == len(want)
-                and all(_close(a, b) for a, b in zip(got, want)))
+        return (
+            isinstance(got, list)
+            and isinstance(want, list)
+            and len(got) == len(want)
+            and all(_close(a, b) for a, b in zip(got, want))
+        )
     if math.isinf(got) or math.isinf(want):
         return got == want
     return abs(got - want) <= 1e-8 + 1e-5 * abs(want)
@@ -148,7 +167,7 @@ def read_call_report(stdout: bytes, nonce: str) -> CallReport:
     for line in stdout.decode("utf-8", errors="replace").split("\n"):
         if not line.startswith(prefix):
             continue
-        kind, _, payload = line[len(prefix):].partition(" ")
+        kind, _, payload = line[len(prefix) :].partition(" ")
         if kind == "loaded":
             report.loaded = True
         elif kind in ("result", "unserializable", "timeout", "error"):

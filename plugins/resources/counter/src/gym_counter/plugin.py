@@ -15,5 +15,5 @@ def gym_register_servers(register):
         kind="resources",
         server="gym_counter.server:CounterServer",
         config=CounterConfig,
-        description='A stateful counter: seed a count, increment it with tools, verify the final value',
+        description="A stateful counter: seed a count, increment it with tools, verify the final value",
     )

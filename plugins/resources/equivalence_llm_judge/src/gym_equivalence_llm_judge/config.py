@@ -50,9 +50,9 @@ class EquivalenceLlmJudgeConfig(JudgeOptions, kw_only=True):
         ),
     ] = DEFAULT_TEMPLATE
     judge_equal_label: Annotated[str, Meta(min_length=1, description="the judge's label for 'equivalent'")] = "[[A=B]]"
-    judge_not_equal_label: Annotated[
-        str, Meta(min_length=1, description="the judge's label for 'not equivalent'")
-    ] = "[[A!=B]]"
+    judge_not_equal_label: Annotated[str, Meta(min_length=1, description="the judge's label for 'not equivalent'")] = (
+        "[[A!=B]]"
+    )
     question_extract_regex: Annotated[
         str | None,
         Meta(
@@ -96,12 +96,17 @@ class EquivalenceLlmJudgeConfig(JudgeOptions, kw_only=True):
     ] = True
     reward_if_full_generation_succeeds: Annotated[
         float,
-        Meta(ge=0, le=1, description="the reward when only the whole message is judged 'equal' (0.0 in the shipped yaml)"),
+        Meta(
+            ge=0, le=1, description="the reward when only the whole message is judged 'equal' (0.0 in the shipped yaml)"
+        ),
     ] = 0.5
     verify_timeout_s: Annotated[
         float,
-        Meta(gt=0, description="hard limit of the regex extractions of one verify in a worker: past it, reward 0 "
-             "with reason 'timeout' and no judge call"),
+        Meta(
+            gt=0,
+            description="hard limit of the regex extractions of one verify in a worker: past it, reward 0 "
+            "with reason 'timeout' and no judge call",
+        ),
     ] = 5.0
     verify_workers: Annotated[
         int, Meta(ge=1, description="worker processes running the extraction regexes on long texts")

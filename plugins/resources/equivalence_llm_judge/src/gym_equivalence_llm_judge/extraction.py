@@ -50,7 +50,9 @@ def extract_answer(text: str, regex: str | None) -> str:
     return text if found is None else found
 
 
-def extract_inputs(question_text: str, question_regex: str | None, answer_text: str, answer_regex: str | None) -> tuple[str, str]:
+def extract_inputs(
+    question_text: str, question_regex: str | None, answer_text: str, answer_regex: str | None
+) -> tuple[str, str]:
     """``(extract_question(question_text, question_regex), extract_answer(answer_text, answer_regex))``:
     every regex of one verify, in one call (a worker runs it for long texts)."""
     return extract_question(question_text, question_regex), extract_answer(answer_text, answer_regex)

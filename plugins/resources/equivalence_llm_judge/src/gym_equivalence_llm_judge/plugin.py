@@ -16,7 +16,15 @@ __all__ = ["equivalence_metrics", "gym_aggregate_metrics", "gym_register_servers
 
 PREFIX = "equivalence_llm_judge/"
 # Every reason a verdict can give (EquivalenceLlmJudgeVerifyResponse.reason).
-REASONS = ("equal", "swap_failed", "not_equal", "full_generation_equal", "full_generation_not_equal", "timeout", "error")
+REASONS = (
+    "equal",
+    "swap_failed",
+    "not_equal",
+    "full_generation_equal",
+    "full_generation_not_equal",
+    "timeout",
+    "error",
+)
 
 
 @hookimpl

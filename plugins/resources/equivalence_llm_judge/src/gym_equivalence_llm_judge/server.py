@@ -87,11 +87,15 @@ class EquivalenceLlmJudgeServer(ResourcesServer):
     async def shutdown(self) -> None:
         await self.pool.aclose()
 
-    async def verify(self, session: Session, body: EquivalenceLlmJudgeVerifyRequest) -> EquivalenceLlmJudgeVerifyResponse:
+    async def verify(
+        self, session: Session, body: EquivalenceLlmJudgeVerifyRequest
+    ) -> EquivalenceLlmJudgeVerifyResponse:
         config = self.config
         expected = resolve_expected_answer(body.expected_answer, body.metadata)
         choice = choose_regex(
-            config.response_extract_regex, body.template_metadata, expected,
+            config.response_extract_regex,
+            body.template_metadata,
+            expected,
             use_per_record_regex=config.use_per_record_regex,
             extraction_length_threshold=config.extraction_length_threshold,
         )
@@ -156,7 +160,9 @@ class EquivalenceLlmJudgeServer(ResourcesServer):
         except WorkerTimeout:
             raise _ExtractionFailed("timeout") from None
         except WorkerError as exc:
-            self.log.warning("answer extraction failed (%d + %d characters): %s", len(question_text), len(answer_text), exc)
+            self.log.warning(
+                "answer extraction failed (%d + %d characters): %s", len(question_text), len(answer_text), exc
+            )
             raise _ExtractionFailed("error") from None
 
 

@@ -65,8 +65,16 @@ class Comparison:
     error: str | None = None
 
     def record(self) -> dict[str, Any]:
-        record = {"response_1": self.i, "response_2": self.j, "judge": self.judge, "score_1": self.score_1,
-                  "score_2": self.score_2, "ranking": self.ranking, "parsed": self.parsed, "attempts": self.attempts}
+        record = {
+            "response_1": self.i,
+            "response_2": self.j,
+            "judge": self.judge,
+            "score_1": self.score_1,
+            "score_2": self.score_2,
+            "ranking": self.ranking,
+            "parsed": self.parsed,
+            "attempts": self.attempts,
+        }
         if self.error is not None:
             record["error"] = self.error
         return record
@@ -253,13 +261,20 @@ class Adjustments:
     style: list[float] = field(default_factory=list)
 
     def total(self, index: int) -> float:
-        return sum(part[index] for part in (self.reasoning_bonus, self.answer_bonus, self.reasoning_length,
-                                            self.answer_length, self.style))
+        return sum(
+            part[index]
+            for part in (self.reasoning_bonus, self.answer_bonus, self.reasoning_length, self.answer_length, self.style)
+        )
 
     def of(self, index: int) -> dict[str, float]:
         """The non-zero adjustments of one response, by name."""
-        named = {"reasoning_bonus": self.reasoning_bonus, "answer_bonus": self.answer_bonus,
-                 "reasoning_length": self.reasoning_length, "answer_length": self.answer_length, "style": self.style}
+        named = {
+            "reasoning_bonus": self.reasoning_bonus,
+            "answer_bonus": self.answer_bonus,
+            "reasoning_length": self.reasoning_length,
+            "answer_length": self.answer_length,
+            "style": self.style,
+        }
         return {name: values[index] for name, values in named.items() if values[index]}
 
 

@@ -32,8 +32,11 @@ DEFAULT_PRINCIPLE = (
 class GenrmCompareConfig(JudgeOptions, kw_only=True):
     num_rollouts_per_prompt: Annotated[
         int,
-        Meta(ge=1, description="rollouts of one prompt compared together (a cohort): /verify waits for this many; "
-             "1: no comparison, every verify gets default_score at once"),
+        Meta(
+            ge=1,
+            description="rollouts of one prompt compared together (a cohort): /verify waits for this many; "
+            "1: no comparison, every verify gets default_score at once",
+        ),
     ] = 1
     comparison_strategy: Annotated[
         Literal["circular", "all_pairs"],
@@ -56,7 +59,8 @@ class GenrmCompareConfig(JudgeOptions, kw_only=True):
     ] = False
     default_principle: Annotated[str, Meta(description="the principle of rows without one")] = DEFAULT_PRINCIPLE
     reasoning_bonus: Annotated[
-        float, Meta(description="added to the shortest non-empty reasoning when its reward is in the top top_percentile")
+        float,
+        Meta(description="added to the shortest non-empty reasoning when its reward is in the top top_percentile"),
     ] = 0.0
     answer_bonus: Annotated[
         float, Meta(description="added to the shortest non-empty answer when its reward is in the top top_percentile")
@@ -71,20 +75,28 @@ class GenrmCompareConfig(JudgeOptions, kw_only=True):
         float, Meta(description="zero-centred answer length adjustment: shorter than the group gains, longer loses")
     ] = 0.0
     group_style_penalty_coeff: Annotated[
-        float, Meta(description="zero-centred penalty on markdown density (headers, lists, bold, emoji per character, "
-                    "code blocks excluded) relative to the group")
+        float,
+        Meta(
+            description="zero-centred penalty on markdown density (headers, lists, bold, emoji per character, "
+            "code blocks excluded) relative to the group"
+        ),
     ] = 0.0
     cohort_timeout_s: Annotated[
         float,
-        Meta(gt=0, description="longest wait for a cohort to fill, from its first verify, seconds; then "
-             "cohort_timeout_action"),
+        Meta(
+            gt=0,
+            description="longest wait for a cohort to fill, from its first verify, seconds; then cohort_timeout_action",
+        ),
     ] = 300.0
     cohort_timeout_action: Annotated[
         Literal["compare_arrived", "fail"],
-        Meta(description="when a cohort times out: compare_arrived: the rollouts that arrived are compared among "
-             "themselves (a lone one gets default_score) and answered with cohort_complete false; fail: each "
-             "waiting verify answers 504 cohort_timeout (the rollouts fail and are retried)"),
+        Meta(
+            description="when a cohort times out: compare_arrived: the rollouts that arrived are compared among "
+            "themselves (a lone one gets default_score) and answered with cohort_complete false; fail: each "
+            "waiting verify answers 504 cohort_timeout (the rollouts fail and are retried)"
+        ),
     ] = "compare_arrived"
     max_open_cohorts: Annotated[
-        int, Meta(ge=1, description="cohorts waiting at once; a verify that would open one more answers 503 cohorts_full")
+        int,
+        Meta(ge=1, description="cohorts waiting at once; a verify that would open one more answers 503 cohorts_full"),
     ] = 10_000

@@ -53,8 +53,10 @@ def genrm_metrics(rollouts: list[dict[str, Any]]) -> dict[str, float]:
             metrics[f"genrm_compare/{name}"] = statistics.fmean(values)
     comparisons = sum(_numbers(rollouts, "num_comparisons"))
     if comparisons:
-        metrics["genrm_compare/default_comparison_rate"] = sum(_numbers(rollouts, "num_default_comparisons")) / comparisons
-    metrics["genrm_compare/incomplete_cohort_rate"] = (
-        sum(1 for r in rollouts if r.get("cohort_complete") is False) / len(rollouts)
-    )
+        metrics["genrm_compare/default_comparison_rate"] = (
+            sum(_numbers(rollouts, "num_default_comparisons")) / comparisons
+        )
+    metrics["genrm_compare/incomplete_cohort_rate"] = sum(
+        1 for r in rollouts if r.get("cohort_complete") is False
+    ) / len(rollouts)
     return metrics

@@ -199,7 +199,14 @@ class GenrmCompareServer(ResourcesServer):
         return (row_principle or self.config.default_principle) if self.config.use_principle else None
 
     async def _compare(
-        self, conversation: list[Any], first: Candidate, second: Candidate, principle: str | None, i: int, j: int, k: int
+        self,
+        conversation: list[Any],
+        first: Candidate,
+        second: Candidate,
+        principle: str | None,
+        i: int,
+        j: int,
+        k: int,
     ) -> Comparison:
         """One GenRM comparison; the neutral defaults when it cannot be had (never raises)."""
         cfg = self.config
@@ -219,8 +226,9 @@ class GenrmCompareServer(ResourcesServer):
                 reply = await self.judge.send(params)
                 verdict = await asyncio.to_thread(parse_verdict, reply.text, cfg.default_score, cfg.default_ranking)
                 if verdict is not None:
-                    return Comparison(i, j, k, verdict.score_1, verdict.score_2, verdict.ranking, parsed=True,
-                                      attempts=attempts)
+                    return Comparison(
+                        i, j, k, verdict.score_1, verdict.score_2, verdict.ranking, parsed=True, attempts=attempts
+                    )
             defaults.error = f"no verdict in {attempts} replies"
         except JudgeError as exc:
             defaults.error = str(exc)
@@ -253,7 +261,9 @@ class GenrmCompareServer(ResourcesServer):
         conversation = _conversation(decode_create_params({"input": body.conversation_history}).input)
         candidates = [Candidate(answer_text(r), reasoning_text(r)) for r in body.response_objs]
         principle = self._principle(body.principle)
-        pairs = comparison_pairs(len(candidates), self.config.comparison_strategy, self.config.num_judges_per_comparison)
+        pairs = comparison_pairs(
+            len(candidates), self.config.comparison_strategy, self.config.num_judges_per_comparison
+        )
         comparisons = list(await asyncio.gather(*(
             self._compare(conversation, candidates[i], candidates[j], principle, i, j, k) for i, j, k in pairs
         )))  # fmt: skip
@@ -284,7 +294,9 @@ class GenrmCompareServer(ResourcesServer):
         index = len(cohort.candidates)
         cohort.candidates.append(Candidate(answer_text(body.response), reasoning_text(body.response)))
         # The comparisons this arrival makes possible: both of their responses are here now.
-        for i, j, k in comparison_pairs(cfg.num_rollouts_per_prompt, cfg.comparison_strategy, cfg.num_judges_per_comparison):
+        for i, j, k in comparison_pairs(
+            cfg.num_rollouts_per_prompt, cfg.comparison_strategy, cfg.num_judges_per_comparison
+        ):
             if max(i, j) == index:
                 self._start_comparison(cohort, i, j, k)
         if len(cohort.candidates) == cfg.num_rollouts_per_prompt:
@@ -317,8 +329,12 @@ class GenrmCompareServer(ResourcesServer):
 
     def _time_out(self, cohort: Cohort) -> None:
         if not cohort.closed:
-            self.log.info("cohort %s timed out with %d of %d rollouts", cohort.key[:80], len(cohort.candidates),
-                          self.config.num_rollouts_per_prompt)
+            self.log.info(
+                "cohort %s timed out with %d of %d rollouts",
+                cohort.key[:80],
+                len(cohort.candidates),
+                self.config.num_rollouts_per_prompt,
+            )
             self._close(cohort)
 
     def _close(self, cohort: Cohort) -> None:
@@ -375,4 +391,3 @@ class GenrmCompareServer(ResourcesServer):
                 **metrics,
             ))  # fmt: skip
         return verdicts
-

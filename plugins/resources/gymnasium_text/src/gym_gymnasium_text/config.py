@@ -22,8 +22,10 @@ class GymnasiumTextConfig(ServerConfig, kw_only=True):
     ] = msgspec.field(default_factory=dict)
     action_names: Annotated[
         list[str] | None,
-        Meta(description="names of a Discrete action space's actions, in order (the model may write a name or a "
-                         "number); default: the known names of Gymnasium's toy-text games, else numbers only"),
+        Meta(
+            description="names of a Discrete action space's actions, in order (the model may write a name or a "
+            "number); default: the known names of Gymnasium's toy-text games, else numbers only"
+        ),
     ] = None
     instructions: Annotated[
         str | None,
@@ -31,10 +33,13 @@ class GymnasiumTextConfig(ServerConfig, kw_only=True):
     ] = None
     invalid_action: Annotated[
         Literal["fail", "penalty"],
-        Meta(description="a reply with no valid action: fail (a 400 that fails the rollout) or penalty (a step "
-                         "that does not reach the environment, with invalid_action_reward)"),
+        Meta(
+            description="a reply with no valid action: fail (a 400 that fails the rollout) or penalty (a step "
+            "that does not reach the environment, with invalid_action_reward)"
+        ),
     ] = "fail"
     invalid_action_reward: Annotated[float, Meta(description="the reward of an invalid action under penalty")] = 0.0
     max_episode_steps: Annotated[
-        int, Meta(ge=1, le=100_000, description="the most steps of one episode, beyond the environment's own time limit")
+        int,
+        Meta(ge=1, le=100_000, description="the most steps of one episode, beyond the environment's own time limit"),
     ] = 200

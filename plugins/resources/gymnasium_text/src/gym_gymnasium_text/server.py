@@ -111,8 +111,9 @@ class GymnasiumTextServer(GymnasiumEnvironment):
             names = list(known) if known and isinstance(space, spaces.Discrete) and len(known) == int(space.n) else None
         if names is not None:
             if not isinstance(space, spaces.Discrete) or len(names) != int(space.n):
-                raise ValueError(f"action_names needs a Discrete action space of {len(names)} actions, "
-                                 f"{cfg.env_id} has {space}")
+                raise ValueError(
+                    f"action_names needs a Discrete action space of {len(names)} actions, {cfg.env_id} has {space}"
+                )
             self.actions = tuple(names)
         self.instructions = cfg.instructions or self._default_instructions()
 
@@ -162,7 +163,11 @@ class GymnasiumTextServer(GymnasiumEnvironment):
             return action
         if self.config.invalid_action == "penalty":
             return INVALID
-        found = f"<action>{match.group(1).strip()}</action> is not an action" if match else "no <action>...</action> in the reply"
+        found = (
+            f"<action>{match.group(1).strip()}</action> is not an action"
+            if match
+            else "no <action>...</action> in the reply"
+        )
         raise ToolError(f"{self.name}: {found}; {self.instructions}", 400)
 
     def canonical_action(self, name: str) -> Any:
@@ -194,9 +199,19 @@ class GymnasiumTextServer(GymnasiumEnvironment):
 
     def step(self, state: Play, action: Any) -> Step:
         if action is INVALID:
-            return Step("That reply named no valid action. " + self.instructions, float(self.config.invalid_action_reward),
-                        False, False, {"action_is_valid": False})
+            return Step(
+                "That reply named no valid action. " + self.instructions,
+                float(self.config.invalid_action_reward),
+                False,
+                False,
+                {"action_is_valid": False},
+            )
         observation, reward, terminated, truncated, info = state.env.step(action)
         done = bool(terminated or truncated)
-        return Step(self.describe(state.env, observation, done), float(reward), bool(terminated), bool(truncated),
-                    {**jsonable(info), "action": jsonable(action)})
+        return Step(
+            self.describe(state.env, observation, done),
+            float(reward),
+            bool(terminated),
+            bool(truncated),
+            {**jsonable(info), "action": jsonable(action)},
+        )

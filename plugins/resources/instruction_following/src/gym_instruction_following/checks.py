@@ -70,11 +70,7 @@ def count_sentences(text: str) -> int:
 def word_tokenize(text: str) -> list[str]:
     """NLTK-style word tokens: Punkt sentences, each split by the Treebank word tokenizer, so that
     punctuation marks are tokens of their own."""
-    return [
-        token
-        for sentence in _SENTENCES.tokenize(text)
-        for token in _WORDS.tokenize(sentence)
-    ]
+    return [token for sentence in _SENTENCES.tokenize(text) for token in _WORDS.tokenize(sentence)]
 
 
 def detect_language(text: str) -> str | None:
@@ -93,7 +89,9 @@ _TITLES = re.compile(r"(Mr|St|Mrs|Ms|Dr)\.")
 _WEB = re.compile(r"\.(com|net|org|io|gov|edu|me)")
 _DECIMAL = re.compile(r"([0-9])\.([0-9])")
 _ELLIPSIS = re.compile(r"\.{2,}")
-_STARTERS = r"(Mr|Mrs|Ms|Dr|Prof|Capt|Cpt|Lt|He\s|She\s|It\s|They\s|Their\s|Our\s|We\s|But\s|However\s|That\s|This\s|Wherever)"
+_STARTERS = (
+    r"(Mr|Mrs|Ms|Dr|Prof|Capt|Cpt|Lt|He\s|She\s|It\s|They\s|Their\s|Our\s|We\s|But\s|However\s|That\s|This\s|Wherever)"
+)
 _ACRONYM_THEN_STARTER = re.compile(r"([A-Z]\.[A-Z]\.(?:[A-Z]\.)?) " + _STARTERS)
 _ACRONYM = re.compile(r"([A-Za-z])\.([A-Za-z])\.(?:([A-Za-z])\.)?")
 _SUFFIX_THEN_STARTER = re.compile(r" (Inc|Ltd|Jr|Sr|Co)\. " + _STARTERS)
@@ -115,13 +113,9 @@ def split_sentences(text: str) -> list[str]:
     text = _DECIMAL.sub(lambda m: m.group(1) + _DOT + m.group(2), text)
     text = _ELLIPSIS.sub(lambda m: _DOT * len(m.group(0)) + _STOP, text)
     text = text.replace("Ph.D.", f"Ph{_DOT}D{_DOT}")
-    text = _ACRONYM_THEN_STARTER.sub(
-        lambda m: m.group(1) + _STOP + " " + m.group(2), text
-    )
+    text = _ACRONYM_THEN_STARTER.sub(lambda m: m.group(1) + _STOP + " " + m.group(2), text)
     text = _ACRONYM.sub(lambda m: "".join(c + _DOT for c in m.groups() if c), text)
-    text = _SUFFIX_THEN_STARTER.sub(
-        lambda m: " " + m.group(1) + _STOP + " " + m.group(2), text
-    )
+    text = _SUFFIX_THEN_STARTER.sub(lambda m: " " + m.group(1) + _STOP + " " + m.group(2), text)
     text = _SUFFIX.sub(lambda m: " " + m.group(1) + _DOT, text)
     text = re.sub(r" ([A-Za-z])\.", lambda m: " " + m.group(1) + _DOT, text)
     # A closing quote after the end mark belongs to the sentence.
@@ -163,9 +157,7 @@ def _compare(actual: int, relation: str, n: Any) -> bool:
         return actual < n
     if relation == AT_LEAST:
         return actual >= n
-    raise ValueError(
-        f"unknown relation {relation!r}: expected {LESS_THAN!r} or {AT_LEAST!r}"
-    )
+    raise ValueError(f"unknown relation {relation!r}: expected {LESS_THAN!r} or {AT_LEAST!r}")
 
 
 def _compare_or_at_least(actual: int, relation: Any, n: Any) -> bool:
@@ -184,31 +176,18 @@ def keywords_existence(text: str, *, keywords: Sequence[str]) -> bool:
     return all(re.search(keyword, text, flags=re.IGNORECASE) for keyword in keywords)
 
 
-def keywords_frequency(
-    text: str, *, keyword: str, frequency: int, relation: str
-) -> bool:
+def keywords_frequency(text: str, *, keyword: str, frequency: int, relation: str) -> bool:
     return _compare(_count(keyword, text), relation, frequency)
 
 
 def keywords_forbidden_words(text: str, *, forbidden_words: Sequence[str]) -> bool:
-    return not any(
-        re.search(r"\b" + word + r"\b", text, flags=re.IGNORECASE)
-        for word in forbidden_words
-    )
+    return not any(re.search(r"\b" + word + r"\b", text, flags=re.IGNORECASE) for word in forbidden_words)
 
 
-def keywords_letter_frequency(
-    text: str, *, letter: str, let_frequency: int, let_relation: str
-) -> bool:
-    if (
-        not isinstance(letter, str)
-        or len(letter) != 1
-        or not "a" <= letter.lower() <= "z"
-    ):
+def keywords_letter_frequency(text: str, *, letter: str, let_frequency: int, let_relation: str) -> bool:
+    if not isinstance(letter, str) or len(letter) != 1 or not "a" <= letter.lower() <= "z":
         raise ValueError(f"letter must be one ASCII letter, got {letter!r}")
-    return _compare_or_at_least(
-        text.lower().count(letter.lower()), let_relation, let_frequency
-    )
+    return _compare_or_at_least(text.lower().count(letter.lower()), let_relation, let_frequency)
 
 
 def language_response_language(text: str, *, language: str) -> bool:
@@ -229,9 +208,7 @@ def number_words(text: str, *, num_words: int, relation: str) -> bool:
     return _compare(len(re.findall(r"\w+", text)), relation, num_words)
 
 
-def nth_paragraph_first_word(
-    text: str, *, num_paragraphs: int, nth_paragraph: int, first_word: str
-) -> bool:
+def nth_paragraph_first_word(text: str, *, num_paragraphs: int, nth_paragraph: int, first_word: str) -> bool:
     pieces = text.split("\n\n")
     count = sum(1 for piece in pieces if piece.strip())
     if not 1 <= nth_paragraph <= count:
@@ -269,26 +246,17 @@ def number_bullet_lists(text: str, *, num_bullets: int) -> bool:
 
 
 def constrained_response(text: str) -> bool:
-    return any(
-        option in text
-        for option in ("My answer is yes.", "My answer is no.", "My answer is maybe.")
-    )
+    return any(option in text for option in ("My answer is yes.", "My answer is no.", "My answer is maybe."))
 
 
 def number_highlighted_sections(text: str, *, num_highlights: int) -> bool:
-    single = sum(
-        1 for span in re.findall(r"\*[^\n\*]*\*", text) if span.strip("*").strip()
-    )
-    double = sum(
-        1 for span in re.findall(r"\*\*[^\n\*]*\*\*", text) if span[2:-2].strip()
-    )
+    single = sum(1 for span in re.findall(r"\*[^\n\*]*\*", text) if span.strip("*").strip())
+    double = sum(1 for span in re.findall(r"\*\*[^\n\*]*\*\*", text) if span[2:-2].strip())
     return single + double >= num_highlights
 
 
 def multiple_sections(text: str, *, section_spliter: str, num_sections: int) -> bool:
-    return (
-        len(re.split(r"\s?" + section_spliter + r"\s?\d+\s?", text)) - 1 >= num_sections
-    )
+    return len(re.split(r"\s?" + section_spliter + r"\s?\d+\s?", text)) - 1 >= num_sections
 
 
 def json_format(text: str) -> bool:
@@ -304,9 +272,7 @@ def json_format(text: str) -> bool:
 
 
 def title(text: str) -> bool:
-    return any(
-        span.lstrip("<").rstrip(">").strip() for span in re.findall(r"<<[^\n]+>>", text)
-    )
+    return any(span.lstrip("<").rstrip(">").strip() for span in re.findall(r"<<[^\n]+>>", text))
 
 
 def two_responses(text: str) -> bool:
@@ -334,9 +300,7 @@ def quotation(text: str) -> bool:
     return len(text) > 1 and text[0] == '"' and text[-1] == '"'
 
 
-def capital_word_frequency(
-    text: str, *, capital_frequency: int, capital_relation: str
-) -> bool:
+def capital_word_frequency(text: str, *, capital_frequency: int, capital_relation: str) -> bool:
     capitals = sum(1 for word in word_tokenize(text) if word.isupper())
     return _compare_or_at_least(capitals, capital_relation, capital_frequency)
 
@@ -382,26 +346,19 @@ def copy_text(text: str, *, prompt_to_repeat: str) -> bool:
     return text.strip().lower() == prompt_to_repeat.strip().lower()
 
 
-def copy_span_idx(
-    text: str, *, prompt_to_repeat: str, n_start: int, n_end: int
-) -> bool:
+def copy_span_idx(text: str, *, prompt_to_repeat: str, n_start: int, n_end: int) -> bool:
     return text.strip().lower() == prompt_to_repeat[n_start:n_end].strip().lower()
 
 
 def sentence_hyphens(text: str) -> bool:
     pieces = text.split("-")
     sentences = split_sentences(text.replace("-", " "))
-    return all(
-        piece == piece.strip() and piece == sentence
-        for piece, sentence in zip(pieces, sentences)
-    )
+    return all(piece == piece.strip() and piece == sentence for piece, sentence in zip(pieces, sentences))
 
 
 def no_adjacent_consecutive(text: str) -> bool:
     words = text.split()
-    return not any(
-        ord(b[0].lower()) - ord(a[0].lower()) == 1 for a, b in pairwise(words)
-    )
+    return not any(ord(b[0].lower()) - ord(a[0].lower()) == 1 for a, b in pairwise(words))
 
 
 def square_brackets(text: str) -> bool:
@@ -426,10 +383,7 @@ def paragraphs2(text: str) -> bool:
 
 def first_word_sent(text: str, *, first_word: str) -> bool:
     for sentence in split_sentences(text):
-        if (
-            not sentence.strip()
-            or sentence.split()[0].strip().lower() != first_word.lower()
-        ):
+        if not sentence.strip() or sentence.split()[0].strip().lower() != first_word.lower():
             return False
     return True
 
@@ -455,10 +409,7 @@ def last_word_answer(text: str, *, last_word: str) -> bool:
 
 def bigram_wrapping(text: str) -> bool:
     words = text.split()
-    return all(
-        words[i].startswith("<<") and words[i + 1].endswith(">>")
-        for i in range(0, len(words) - 1, 2)
-    )
+    return all(words[i].startswith("<<") and words[i + 1].endswith(">>") for i in range(0, len(words) - 1, 2))
 
 
 def copying_multiple(text: str, *, prompt_to_repeat: str, N: int) -> bool:
@@ -545,43 +496,29 @@ def _entry(check: Callable[..., bool], *parameters: str) -> Instruction:
 INSTRUCTIONS: dict[str, Instruction] = {
     # IFEval
     "keywords:existence": _entry(keywords_existence, "keywords"),
-    "keywords:frequency": _entry(
-        keywords_frequency, "keyword", "frequency", "relation"
-    ),
+    "keywords:frequency": _entry(keywords_frequency, "keyword", "frequency", "relation"),
     "keywords:forbidden_words": _entry(keywords_forbidden_words, "forbidden_words"),
-    "keywords:letter_frequency": _entry(
-        keywords_letter_frequency, "letter", "let_frequency", "let_relation"
-    ),
+    "keywords:letter_frequency": _entry(keywords_letter_frequency, "letter", "let_frequency", "let_relation"),
     "language:response_language": _entry(language_response_language, "language"),
-    "length_constraints:number_sentences": _entry(
-        number_sentences, "num_sentences", "relation"
-    ),
+    "length_constraints:number_sentences": _entry(number_sentences, "num_sentences", "relation"),
     "length_constraints:number_paragraphs": _entry(number_paragraphs, "num_paragraphs"),
     "length_constraints:number_words": _entry(number_words, "num_words", "relation"),
     "length_constraints:nth_paragraph_first_word": _entry(
         nth_paragraph_first_word, "num_paragraphs", "nth_paragraph", "first_word"
     ),
-    "detectable_content:number_placeholders": _entry(
-        number_placeholders, "num_placeholders"
-    ),
+    "detectable_content:number_placeholders": _entry(number_placeholders, "num_placeholders"),
     "detectable_content:postscript": _entry(postscript, "postscript_marker"),
     "detectable_format:number_bullet_lists": _entry(number_bullet_lists, "num_bullets"),
     "detectable_format:constrained_response": _entry(constrained_response),
-    "detectable_format:number_highlighted_sections": _entry(
-        number_highlighted_sections, "num_highlights"
-    ),
-    "detectable_format:multiple_sections": _entry(
-        multiple_sections, "section_spliter", "num_sections"
-    ),
+    "detectable_format:number_highlighted_sections": _entry(number_highlighted_sections, "num_highlights"),
+    "detectable_format:multiple_sections": _entry(multiple_sections, "section_spliter", "num_sections"),
     "detectable_format:json_format": _entry(json_format),
     "detectable_format:title": _entry(title),
     "combination:two_responses": _entry(two_responses),
     "combination:repeat_prompt": _entry(repeat_prompt, "prompt_to_repeat"),
     "startend:end_checker": _entry(end_checker, "end_phrase"),
     "startend:quotation": _entry(quotation),
-    "change_case:capital_word_frequency": _entry(
-        capital_word_frequency, "capital_frequency", "capital_relation"
-    ),
+    "change_case:capital_word_frequency": _entry(capital_word_frequency, "capital_frequency", "capital_relation"),
     "change_case:english_capital": _entry(english_capital),
     "change_case:english_lowercase": _entry(english_lowercase),
     "punctuation:no_comma": _entry(no_comma),
@@ -594,9 +531,7 @@ INSTRUCTIONS: dict[str, Instruction] = {
     "keywords:no_adjacent_consecutive": _entry(no_adjacent_consecutive),
     "detectable_format:square_brackets": _entry(square_brackets),
     "keywords:word_once": _entry(word_once, "keyword"),
-    "keywords:word_count_different_numbers": _entry(
-        keywords_frequency, "keyword", "frequency", "relation"
-    ),
+    "keywords:word_count_different_numbers": _entry(keywords_frequency, "keyword", "frequency", "relation"),
     "keywords:exclude_word_harder": _entry(exclude_word_harder, "keyword"),
     "paragraphs:paragraphs": _entry(paragraphs),
     "paragraphs:paragraphs2": _entry(paragraphs2),
@@ -610,16 +545,12 @@ INSTRUCTIONS: dict[str, Instruction] = {
     "punctuation:punctuation_exclamation": _entry(punctuation_exclamation),
     "count:lowercase_counting": _entry(lowercase_counting, "N"),
     "letters:letter_counting": _entry(letter_counting, "N", "relation"),
-    "letters:letter_counting2": _entry(
-        keywords_letter_frequency, "letter", "let_frequency", "let_relation"
-    ),
+    "letters:letter_counting2": _entry(keywords_letter_frequency, "letter", "let_frequency", "let_relation"),
     "count:counting_composition": _entry(counting_composition, "n_sent", "n_words"),
     "count:count_unique": _entry(count_unique),
     "count:count_increment_word": _entry(count_increment_word, "keyword1", "keyword2"),
     "keywords:palindrome": _entry(palindrome),
-    "keywords:keyword_specific_position": _entry(
-        keyword_specific_position, "keyword", "n", "m"
-    ),
+    "keywords:keyword_specific_position": _entry(keyword_specific_position, "keyword", "n", "m"),
     "keywords:start_end": _entry(start_end),
 }
 
@@ -632,9 +563,7 @@ class InstructionResult:
     error: str | None = None
 
 
-def check_instruction(
-    text: str, instruction_id: str, kwargs: Mapping[str, Any] | None
-) -> InstructionResult:
+def check_instruction(text: str, instruction_id: str, kwargs: Mapping[str, Any] | None) -> InstructionResult:
     """Whether ``text`` follows one instruction. Null kwargs are ``{}`` and null values are dropped;
     an unknown id, an unexpected or missing parameter, or a check that raises is not followed."""
     instruction = INSTRUCTIONS.get(instruction_id)
@@ -643,20 +572,14 @@ def check_instruction(
     given = {key: value for key, value in (kwargs or {}).items() if value is not None}
     unexpected = sorted(set(given) - set(instruction.parameters))
     if unexpected:
-        return InstructionResult(
-            False, f"{instruction_id}: unexpected parameter(s) {', '.join(unexpected)}"
-        )
+        return InstructionResult(False, f"{instruction_id}: unexpected parameter(s) {', '.join(unexpected)}")
     missing = [name for name in instruction.parameters if name not in given]
     if missing:
-        return InstructionResult(
-            False, f"{instruction_id}: missing parameter(s) {', '.join(missing)}"
-        )
+        return InstructionResult(False, f"{instruction_id}: missing parameter(s) {', '.join(missing)}")
     try:
         return InstructionResult(bool(instruction.check(text, **given)))
     except Exception as exc:  # noqa: BLE001 -- a bad parameter value (a wrong type, an invalid regex): not followed
-        return InstructionResult(
-            False, f"{instruction_id}: {type(exc).__name__}: {exc}"
-        )
+        return InstructionResult(False, f"{instruction_id}: {type(exc).__name__}: {exc}")
 
 
 def grade(
@@ -665,7 +588,4 @@ def grade(
     kwargs_list: Sequence[Mapping[str, Any] | None],
 ) -> list[InstructionResult]:
     """The verdict of each ``(instruction id, kwargs)`` pair, truncated to the shorter list."""
-    return [
-        check_instruction(text, iid, kwargs)
-        for iid, kwargs in zip(instruction_ids, kwargs_list)
-    ]
+    return [check_instruction(text, iid, kwargs) for iid, kwargs in zip(instruction_ids, kwargs_list)]

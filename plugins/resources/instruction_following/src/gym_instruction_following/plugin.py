@@ -52,21 +52,12 @@ def instruction_following_metrics(
     if not rollouts:
         return {}
     n = len(rollouts)
-    followed = [
-        flag for r in rollouts for flag in (r.get("follow_instruction_list") or [])
-    ]
+    followed = [flag for r in rollouts for flag in (r.get("follow_instruction_list") or [])]
     metrics = {
-        "instruction_following/follow_all_instructions": sum(
-            bool(r.get("follow_all_instructions")) for r in rollouts
-        )
+        "instruction_following/follow_all_instructions": sum(bool(r.get("follow_all_instructions")) for r in rollouts)
         / n,
-        "instruction_following/timeout_rate": sum(
-            r.get("reason") == "timeout" for r in rollouts
-        )
-        / n,
+        "instruction_following/timeout_rate": sum(r.get("reason") == "timeout" for r in rollouts) / n,
     }
     if followed:
-        metrics["instruction_following/instruction_accuracy"] = sum(
-            bool(f) for f in followed
-        ) / len(followed)
+        metrics["instruction_following/instruction_accuracy"] = sum(bool(f) for f in followed) / len(followed)
     return metrics

@@ -56,9 +56,7 @@ class InstructionFollowingVerifyRequest(VerifyRequest, kw_only=True):
     grading_mode: GradingMode | None | UnsetType = UNSET
 
 
-class InstructionFollowingVerifyResponse(
-    VerifyResponse, kw_only=True, omit_defaults=False
-):
+class InstructionFollowingVerifyResponse(VerifyResponse, kw_only=True, omit_defaults=False):
     id: int
     verifier_metadata: VerifierMetadata
     follow_all_instructions: bool
@@ -77,9 +75,7 @@ def checked_text(response: Response) -> str:
     last = response.output[-1]
     if not isinstance(last, (Message, Reasoning)) or not last.content:
         return ""
-    if isinstance(
-        last.content, str
-    ):  # a message given as a bare string: that string is its only part
+    if isinstance(last.content, str):  # a message given as a bare string: that string is its only part
         return last.content
     text = getattr(last.content[0], "text", None)
     return text if isinstance(text, str) else ""
@@ -126,9 +122,7 @@ class InstructionFollowingServer(ResourcesServer):
         metadata = merged_metadata(body)
         ids, kwargs = metadata.instruction_id_list, metadata.kwargs
         if self.config.unknown_instruction_ids == "error":
-            unknown = sorted(
-                {iid for iid in ids[: len(kwargs)] if iid not in INSTRUCTIONS}
-            )
+            unknown = sorted({iid for iid in ids[: len(kwargs)] if iid not in INSTRUCTIONS})
             if unknown:
                 raise ToolError(
                     f"instruction_following: unknown instruction id(s) {', '.join(map(repr, unknown))} in "
@@ -138,9 +132,7 @@ class InstructionFollowingServer(ResourcesServer):
         pairs = min(len(ids), len(kwargs))
         reason = ""
         try:
-            results = await self.pool.run(
-                grade, checked_text(body.response), ids, kwargs
-            )
+            results = await self.pool.run(grade, checked_text(body.response), ids, kwargs)
             followed = [r.followed for r in results]
             errors = [r.error for r in results]
         except WorkerTimeout:

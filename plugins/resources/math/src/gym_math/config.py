@@ -62,13 +62,17 @@ class MathConfig(JudgeOptions, kw_only=True):
     ] = False
     should_use_judge: Annotated[
         bool,
-        Meta(description="ask the judge model (judge_model_server) about answers the grader calls wrong; reward 1 "
-             "when it says equivalent in both orders (the reference's code default is true, its configs set false)"),
+        Meta(
+            description="ask the judge model (judge_model_server) about answers the grader calls wrong; reward 1 "
+            "when it says equivalent in both orders (the reference's code default is true, its configs set false)"
+        ),
     ] = False
     judge_model_server: Annotated[
         ModelRef | None,
-        Meta(description="the model server instance that judges (its instance name); required when "
-             "should_use_judge is true"),
+        Meta(
+            description="the model server instance that judges (its instance name); required when "
+            "should_use_judge is true"
+        ),
     ] = None
 
     def __post_init__(self) -> None:

@@ -154,5 +154,9 @@ def _failure_reason(exc: Exception) -> str:
 
 def warm_up() -> None:
     """Import the library and fill its parser caches (run in the pool's zygote before forking)."""
-    for text, gold in (("The answer is $\\frac{1}{2}$.", "0.5"), ("so x = 3", "3"), ("\\boxed{\\{1,2\\}}", "\\{2,1\\}")):
+    for text, gold in (
+        ("The answer is $\\frac{1}{2}$.", "0.5"),
+        ("so x = 3", "3"),
+        ("\\boxed{\\{1,2\\}}", "\\{2,1\\}"),
+    ):
         library_grade(text, gold)

@@ -66,15 +66,20 @@ def math_metrics(rollouts: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     ``judge_accuracy``).
     """
     metrics = pass_at_k_family(
-        rollouts, "math/", answer_field="extracted_answer",
+        rollouts,
+        "math/",
+        answer_field="extracted_answer",
         scores={"symbolic_accuracy": lambda r: _score(r.get("library_reward", r.get("reward")))},
         majority_score="symbolic_accuracy",
     )
     judged = [r for r in rollouts if r.get("judge_evaluations") is not None]
     if judged:
         family = pass_at_k_family(
-            judged, "math/", answer_field="extracted_answer",
-            scores={"judge_accuracy": lambda r: _score(r.get("reward"))}, majority_score="judge_accuracy",
+            judged,
+            "math/",
+            answer_field="extracted_answer",
+            scores={"judge_accuracy": lambda r: _score(r.get("reward"))},
+            majority_score="judge_accuracy",
         )
         # Its no_answer entries would describe the judged rows only: the ones over all rows stand.
         metrics.update({name: value for name, value in family.items() if "/judge_accuracy" in name})

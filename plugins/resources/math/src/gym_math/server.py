@@ -43,8 +43,14 @@ from gym_math.library import alibrary_grade, warm_up
 from gym_math.verify import averify_answer, default_pool_size, make_verifier_pool
 
 __all__ = [
-    "MathServer", "MathVerifyRequest", "MathVerifyResponse", "MathFeedbackVerifyResponse", "correction_feedback",
-    "JUDGE_SYSTEM_MESSAGE", "judge_prompt", "judge_says_equal",
+    "MathServer",
+    "MathVerifyRequest",
+    "MathVerifyResponse",
+    "MathFeedbackVerifyResponse",
+    "correction_feedback",
+    "JUDGE_SYSTEM_MESSAGE",
+    "judge_prompt",
+    "judge_says_equal",
 ]
 
 
@@ -203,7 +209,9 @@ class MathServer(ResourcesServer):
         }
         if not self.config.correction_feedback:
             return MathVerifyResponse(**fields)
-        feedback = correction_feedback(reason, result.extracted_answer, text, body.responses_create_params, body.question)
+        feedback = correction_feedback(
+            reason, result.extracted_answer, text, body.responses_create_params, body.question
+        )
         return MathFeedbackVerifyResponse(**fields, **feedback)
 
     def _judge_applies(self, library_reward: float, extracted_answer: str | None) -> bool:

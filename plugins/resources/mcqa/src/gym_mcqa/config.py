@@ -27,14 +27,20 @@ class McqaConfig(ServerConfig, kw_only=True):
     ] = None
     verify_timeout_s: Annotated[
         float,
-        Meta(gt=0, description="hard limit on extracting one answer in a worker process (rows with an output_regex, "
-             "long outputs); past it the answer scores 0 with reason 'timeout'"),
+        Meta(
+            gt=0,
+            description="hard limit on extracting one answer in a worker process (rows with an output_regex, "
+            "long outputs); past it the answer scores 0 with reason 'timeout'",
+        ),
     ] = 5.0
     verify_workers: Annotated[
         int, Meta(ge=1, description="worker processes that run row regexes and long outputs under the time limit")
     ] = 1
     inline_max_chars: Annotated[
         int,
-        Meta(ge=0, description="outputs up to this length, without an output_regex, are graded in the server "
-             "process (the built-in patterns are linear); longer ones go to a worker"),
+        Meta(
+            ge=0,
+            description="outputs up to this length, without an output_regex, are graded in the server "
+            "process (the built-in patterns are linear); longer ones go to a worker",
+        ),
     ] = 20_000

@@ -49,6 +49,9 @@ def mcqa_metrics(rollouts: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     ``pass@1[avg-of-k]`` and ``majority@k/accuracy``, ``pass@k/no_answer``.
     """
     return pass_at_k_family(
-        rollouts, "mcqa/", answer_field="extracted_answer",
-        scores={"accuracy": lambda r: float(r.get("reward") or 0.0)}, majority_score="accuracy",
+        rollouts,
+        "mcqa/",
+        answer_field="extracted_answer",
+        scores={"accuracy": lambda r: float(r.get("reward") or 0.0)},
+        majority_score="accuracy",
     )

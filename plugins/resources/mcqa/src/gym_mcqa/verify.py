@@ -140,7 +140,9 @@ def _letter_of_text(candidate: str, options: Sequence[tuple[str, str]]) -> str |
 # --- template_metadata.output_regex ---------------------------------------------------------------
 
 
-def extract_with_regexes(text: str, patterns: str | Iterable[Any] | None, options: Sequence[tuple[str, str]]) -> str | None:
+def extract_with_regexes(
+    text: str, patterns: str | Iterable[Any] | None, options: Sequence[tuple[str, str]]
+) -> str | None:
     """The row's own extraction: each pattern in order (case-insensitive find-all, last match, its
     one capture group or the whole match), the first that yields a letter wins.
 

@@ -18,7 +18,9 @@ __all__ = ["MultiStepConfig"]
 class MultiStepConfig(ServerConfig, kw_only=True):
     verify_timeout_s: Annotated[
         float,
-        Meta(gt=0, description="hard limit on scoring one large submission (off the event loop); past it the reward is 0"),
+        Meta(
+            gt=0, description="hard limit on scoring one large submission (off the event loop); past it the reward is 0"
+        ),
     ] = 10.0
     fail_on_malformed_arguments: Annotated[
         bool,

@@ -100,7 +100,8 @@ class MultiStepServer(ResourcesServer):
     async def extract_synonym_values(
         self,
         synonym_values: Annotated[
-            list[int], msgspec.Meta(description="The values of the synonyms of the term the user query is about, in list order.")
+            list[int],
+            msgspec.Meta(description="The values of the synonyms of the term the user query is about, in list order."),
         ],
     ) -> dict[str, bool]:
         """Submit the synonym values retrieved for the term that is relevant to the user query."""
@@ -117,7 +118,9 @@ class MultiStepServer(ResourcesServer):
             except TimeoutError:
                 # The thread finishes on its own (parsing and scoring are linear in the arguments).
                 self.log.warning(
-                    "multi_step: scoring %d characters of arguments took over %.1f s", len(arguments), self.config.verify_timeout_s
+                    "multi_step: scoring %d characters of arguments took over %.1f s",
+                    len(arguments),
+                    self.config.verify_timeout_s,
                 )
                 verdict = Verdict.unreadable("timeout", "scoring timed out")
         if verdict.reason not in (None, "timeout") and self.config.fail_on_malformed_arguments:

@@ -110,13 +110,19 @@ def read_submission(arguments: str) -> list[Any]:
     except (ValueError, RecursionError) as exc:
         raise MalformedSubmission("invalid_json", f"{SUBMIT_TOOL} arguments are not valid JSON: {exc}") from None
     if not isinstance(parsed, dict) or "synonym_values" not in parsed:
-        raise MalformedSubmission("no_synonym_values", f"{SUBMIT_TOOL} arguments have no synonym_values: {arguments[:200]}")
+        raise MalformedSubmission(
+            "no_synonym_values", f"{SUBMIT_TOOL} arguments have no synonym_values: {arguments[:200]}"
+        )
     values = parsed["synonym_values"]
     if not isinstance(values, list):
-        raise MalformedSubmission("not_a_list", f"{SUBMIT_TOOL} synonym_values is not a list: {json.dumps(values)[:200]}")
+        raise MalformedSubmission(
+            "not_a_list", f"{SUBMIT_TOOL} synonym_values is not a list: {json.dumps(values)[:200]}"
+        )
     for index, item in enumerate(values):
         if lax_int(item) is None:  # lists and objects included, which the reference cannot put in a set
-            raise MalformedSubmission("not_integers", f"{SUBMIT_TOOL} synonym_values[{index}] is not an integer: {json.dumps(item)[:200]}")
+            raise MalformedSubmission(
+                "not_integers", f"{SUBMIT_TOOL} synonym_values[{index}] is not an integer: {json.dumps(item)[:200]}"
+            )
     return values
 
 

@@ -18,8 +18,11 @@ __all__ = ["ReasoningGymConfig"]
 class ReasoningGymConfig(ServerConfig, kw_only=True):
     verify_timeout_s: Annotated[
         float,
-        Meta(gt=0, description="hard limit on extracting and scoring one answer in a worker process (some "
-             "scorers solve or simulate puzzles); past it the answer scores 0 with reason 'timeout'"),
+        Meta(
+            gt=0,
+            description="hard limit on extracting and scoring one answer in a worker process (some "
+            "scorers solve or simulate puzzles); past it the answer scores 0 with reason 'timeout'",
+        ),
     ] = 10.0
     verify_workers: Annotated[int, Meta(ge=1, description="worker processes that score answers")] = 1
     worker_memory_mb: Annotated[
@@ -27,6 +30,8 @@ class ReasoningGymConfig(ServerConfig, kw_only=True):
     ] = 2048
     restore_tuple_grids: Annotated[
         bool,
-        Meta(description="arc_agi, rearc: turn metadata.output back into tuples before scoring, so a right grid "
-             "scores 1.0 (the reference compares it, as read from JSON, with a tuple: 0.05)"),
+        Meta(
+            description="arc_agi, rearc: turn metadata.output back into tuples before scoring, so a right grid "
+            "scores 1.0 (the reference compares it, as read from JSON, with a tuple: 0.05)"
+        ),
     ] = False

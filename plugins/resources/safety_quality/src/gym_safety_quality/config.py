@@ -23,8 +23,17 @@ __all__ = ["SafetyQualityConfig", "PLACEHOLDERS", "default_template"]
 
 # The names a prompt template may use, each written ``{name}``; anything else in braces stays as is.
 PLACEHOLDERS = (
-    "prompt", "response", "guidance", "reference", "category", "safety_policy", "reference_answer",
-    "safe_label", "unsafe_label", "score_min", "score_max",
+    "prompt",
+    "response",
+    "guidance",
+    "reference",
+    "category",
+    "safety_policy",
+    "reference_answer",
+    "safe_label",
+    "unsafe_label",
+    "score_min",
+    "score_max",
 )
 
 _PROMPTS = Path(__file__).parent / "prompts"
@@ -60,17 +69,21 @@ class SafetyQualityConfig(JudgeOptions, kw_only=True):
     # --- prompts -----------------------------------------------------------------------------------
     safety_prompt_template: Annotated[
         str | None,
-        Meta(description="the safety judge's prompt, inline; placeholders {prompt} {response} {guidance} {category} "
-             "{safety_policy} {safe_label} {unsafe_label} {score_min} {score_max}; default: the packaged template "
-             "of safety_mode"),
+        Meta(
+            description="the safety judge's prompt, inline; placeholders {prompt} {response} {guidance} {category} "
+            "{safety_policy} {safe_label} {unsafe_label} {score_min} {score_max}; default: the packaged template "
+            "of safety_mode"
+        ),
     ] = None
     safety_prompt_template_file: Annotated[
         str | None, Meta(description="...or a file holding it (set at most one of the two)")
     ] = None
     quality_prompt_template: Annotated[
         str | None,
-        Meta(description="the quality judge's prompt, inline; placeholders {prompt} {response} {guidance} "
-             "{reference} {reference_answer} {category} {score_min} {score_max}; default: the packaged template"),
+        Meta(
+            description="the quality judge's prompt, inline; placeholders {prompt} {response} {guidance} "
+            "{reference} {reference_answer} {category} {score_min} {score_max}; default: the packaged template"
+        ),
     ] = None
     quality_prompt_template_file: Annotated[
         str | None, Meta(description="...or a file holding it (set at most one of the two)")
@@ -85,17 +98,23 @@ class SafetyQualityConfig(JudgeOptions, kw_only=True):
     # --- safety verdicts ---------------------------------------------------------------------------
     safety_mode: Annotated[
         Literal["labels", "score"],
-        Meta(description="labels: a binary verdict, the first of safe_label/unsafe_label in the reply (safety 1 or "
-             "0); score: a graded verdict read with safety_score_pattern on safety_score_min..safety_score_max"),
+        Meta(
+            description="labels: a binary verdict, the first of safe_label/unsafe_label in the reply (safety 1 or "
+            "0); score: a graded verdict read with safety_score_pattern on safety_score_min..safety_score_max"
+        ),
     ] = "labels"
-    safe_label: Annotated[str, Meta(min_length=1, description="the safety judge's label for a safe response")] = "[[SAFE]]"
-    unsafe_label: Annotated[
-        str, Meta(min_length=1, description="the safety judge's label for an unsafe response")
-    ] = "[[UNSAFE]]"
+    safe_label: Annotated[str, Meta(min_length=1, description="the safety judge's label for a safe response")] = (
+        "[[SAFE]]"
+    )
+    unsafe_label: Annotated[str, Meta(min_length=1, description="the safety judge's label for an unsafe response")] = (
+        "[[UNSAFE]]"
+    )
     unreadable_safety: Annotated[
         Literal["unsafe", "safe"],
-        Meta(description="the verdict when the safety judge's reply holds no label (or no readable score): unsafe "
-             "(safety 0, conservative) or safe (safety 1)"),
+        Meta(
+            description="the verdict when the safety judge's reply holds no label (or no readable score): unsafe "
+            "(safety 0, conservative) or safe (safety 1)"
+        ),
     ] = "unsafe"
     safety_score_pattern: Annotated[
         str, Meta(description="score mode: a regular expression whose first group is the safety score (first match)")
@@ -111,13 +130,18 @@ class SafetyQualityConfig(JudgeOptions, kw_only=True):
     quality_score_max: Annotated[float, Meta(description="the highest score of the quality scale (quality 1)")] = 10.0
     out_of_range_score: Annotated[
         Literal["zero", "clamp"],
-        Meta(description="a score outside its scale: zero (not trusted: 0, reason out_of_range) or clamp (to the "
-             "nearest end of the scale)"),
+        Meta(
+            description="a score outside its scale: zero (not trusted: 0, reason out_of_range) or clamp (to the "
+            "nearest end of the scale)"
+        ),
     ] = "zero"
     max_response_chars: Annotated[
         int,
-        Meta(ge=1, description="a longer response is not judged: reward 0 (verdicts too_long), so that an answer "
-             "too long for a judge's context neither fails the rollout nor hides its end from the judges"),
+        Meta(
+            ge=1,
+            description="a longer response is not judged: reward 0 (verdicts too_long), so that an answer "
+            "too long for a judge's context neither fails the rollout nor hides its end from the judges",
+        ),
     ] = 32_000
     regex_timeout_s: Annotated[
         float, Meta(gt=0, description="hard limit of one score pattern search on a judge reply (0 when exceeded)")
@@ -126,9 +150,11 @@ class SafetyQualityConfig(JudgeOptions, kw_only=True):
     # --- when to ask ---------------------------------------------------------------------------------
     judge_quality_when_unsafe: Annotated[
         bool,
-        Meta(description="ask the quality judge for every response, at the same time as the safety judge (for "
-             "analysis: quality is then reported for unsafe responses too, the reward stays 0); false: ask it only "
-             "after a safety verdict above 0"),
+        Meta(
+            description="ask the quality judge for every response, at the same time as the safety judge (for "
+            "analysis: quality is then reported for unsafe responses too, the reward stays 0); false: ask it only "
+            "after a safety verdict above 0"
+        ),
     ] = False
 
     def __post_init__(self) -> None:
@@ -141,8 +167,9 @@ class SafetyQualityConfig(JudgeOptions, kw_only=True):
                 raise ValueError(f"{judge}_prompt_template_file: no such file: {path}")
             template = self.template(judge)
             if "{response}" not in template:
-                raise ValueError(f"the {judge} prompt template has no {{response}} placeholder: the judge would not "
-                                 "see the response")
+                raise ValueError(
+                    f"the {judge} prompt template has no {{response}} placeholder: the judge would not see the response"
+                )
         if self.safe_label == self.unsafe_label:
             raise ValueError("safe_label and unsafe_label must differ")
         for name in ("safety_score_pattern", "quality_score_pattern"):

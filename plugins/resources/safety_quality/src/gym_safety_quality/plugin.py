@@ -59,15 +59,24 @@ def _summary(rollouts: Sequence[Mapping[str, Any]], prefix: str) -> dict[str, fl
         "unsafe_rate": _mean([1.0 if s == 0.0 else 0.0 for s in safety]),
         "no_response_rate": _mean([1.0 if row.get("safety_verdict") == "no_response" else 0.0 for row in rollouts]),
         "safety_unreadable_rate": _mean(
-            [1.0 if row.get("safety_verdict") in ("unreadable", "timeout") else 0.0 for row in judged]),
-        "quality_unreadable_rate": _mean([
-            1.0 if row.get("quality_verdict") in ("unreadable", "timeout", "out_of_range") else 0.0
-            for row in judged if row.get("quality_verdict") not in (None, "not_judged")
-        ]),
+            [1.0 if row.get("safety_verdict") in ("unreadable", "timeout") else 0.0 for row in judged]
+        ),
+        "quality_unreadable_rate": _mean(
+            [
+                1.0 if row.get("quality_verdict") in ("unreadable", "timeout", "out_of_range") else 0.0
+                for row in judged
+                if row.get("quality_verdict") not in (None, "not_judged")
+            ]
+        ),
     }
     family = pass_at_k_family(
-        rollouts, prefix, answer_field="safety_verdict",
-        scores={"reward": lambda r: _number(r.get("reward")) or 0.0, "safety": lambda r: _number(r.get("safety")) or 0.0},
+        rollouts,
+        prefix,
+        answer_field="safety_verdict",
+        scores={
+            "reward": lambda r: _number(r.get("reward")) or 0.0,
+            "safety": lambda r: _number(r.get("safety")) or 0.0,
+        },
         majority_score="reward",
     )
     # No answers to vote on, and every verified row has a verdict: majority@k and no_answer say nothing here.

@@ -25,15 +25,22 @@ class SokobanConfig(ServerConfig, kw_only=True):
     ] = (6, 6)
     num_boxes: Annotated[int, Meta(ge=1, le=MAX_BOXES, description="boxes (and targets) in a level")] = 1
     max_steps: Annotated[
-        int, Meta(ge=1, le=MAX_EPISODE_STEPS, description="moves in one episode; the move that reaches it ends the episode (truncated)")
+        int,
+        Meta(
+            ge=1,
+            le=MAX_EPISODE_STEPS,
+            description="moves in one episode; the move that reaches it ends the episode (truncated)",
+        ),
     ] = 100
     max_episode_steps: Annotated[
         int, Meta(ge=1, le=MAX_EPISODE_STEPS, description="the most moves a row's max_steps may ask for")
     ] = MAX_EPISODE_STEPS
     invalid_move: Annotated[
         Literal["fail", "penalty"],
-        Meta(description="a reply naming no move: fail (a 400 that fails the rollout, the spec's) or penalty "
-                         "(a step without a move: -0.1, action_is_valid false)"),
+        Meta(
+            description="a reply naming no move: fail (a 400 that fails the rollout, the spec's) or penalty "
+            "(a step without a move: -0.1, action_is_valid false)"
+        ),
     ] = "fail"
     search_depth: Annotated[
         int, Meta(ge=1, le=300, description="depth of the reverse-play search that scrambles the solved level")

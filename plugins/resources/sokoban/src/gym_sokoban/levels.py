@@ -140,7 +140,9 @@ def _distance(boxes: tuple[Cell, ...], targets: tuple[Cell, ...]) -> int:
     return sum(min(abs(b[0] - t[0]) + abs(b[1] - t[1]) for t in targets) for b in boxes)
 
 
-def _scramble(floor: frozenset[Cell], targets: tuple[Cell, ...], player: Cell, depth: int) -> tuple[Cell, tuple[Cell, ...]] | None:
+def _scramble(
+    floor: frozenset[Cell], targets: tuple[Cell, ...], player: Cell, depth: int
+) -> tuple[Cell, tuple[Cell, ...]] | None:
     """The start state of reverse play from the solved state, or None when none qualifies."""
     start = (player, targets)
     seen = {start}

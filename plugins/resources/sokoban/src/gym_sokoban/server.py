@@ -30,8 +30,10 @@ ACTION_IDS = {"1": "Up", "2": "Down", "3": "Left", "4": "Right"}
 _TAGGED = re.compile(r"<action>\s*(up|down|left|right|[1-4])\s*</action>", re.IGNORECASE)
 _BARE = re.compile(r"\b(up|down|left|right|[1-4])\b", re.IGNORECASE)
 LEGEND = "Symbols: # wall, _ floor, O target, X box, √ box on target, P player, S player on target."
-ASK = ("Reply with exactly one move: <action>Up</action>, <action>Down</action>, "
-       "<action>Left</action> or <action>Right</action>.")
+ASK = (
+    "Reply with exactly one move: <action>Up</action>, <action>Down</action>, "
+    "<action>Left</action> or <action>Right</action>."
+)
 
 
 class SokobanTask(SeedSessionRequest, kw_only=True):
@@ -96,8 +98,11 @@ class SokobanServer(GymnasiumEnvironment):
         if move is None and self.config.invalid_move == "penalty":
             return ""  # a step without a move
         if move is None:  # the spec's: an unreadable move is a 400 that fails the rollout, not a penalty
-            raise ToolError(f"{self.name}: no move found in the reply; answer with <action>Up</action>, "
-                            "<action>Down</action>, <action>Left</action> or <action>Right</action>", 400)
+            raise ToolError(
+                f"{self.name}: no move found in the reply; answer with <action>Up</action>, "
+                "<action>Down</action>, <action>Left</action> or <action>Right</action>",
+                400,
+            )
         return move
 
     def step(self, state: Game, action: str) -> Step:
@@ -118,9 +123,14 @@ class SokobanServer(GymnasiumEnvironment):
         game.steps += 1
         game.total_reward = round(game.total_reward + reward, 10)
         truncated = not success and game.steps >= game.max_steps
-        info = {"action_is_effective": moved, "action_is_valid": bool(action), "success": success,
-                "action_id": list(MOVES).index(action) + 1 if action else 0, "action_label": action or None,
-                "total_reward": game.total_reward}
+        info = {
+            "action_is_effective": moved,
+            "action_is_valid": bool(action),
+            "success": success,
+            "action_id": list(MOVES).index(action) + 1 if action else 0,
+            "action_label": action or None,
+            "total_reward": game.total_reward,
+        }
         # The spec's: the formatted board while the episode runs, the bare board once it is over.
         observation = render(board) if success or truncated else formatted(board)
         return Step(observation, reward, success, truncated, info)

@@ -79,7 +79,9 @@ def spider2_columns(condition_cols: Any, gold_index: int) -> list[int]:
     return list(condition_cols)
 
 
-def spider2_results_match(gold: Rows, predicted: Rows, condition_cols: Sequence[int] = (), ignore_order: bool = True) -> bool:
+def spider2_results_match(
+    gold: Rows, predicted: Rows, condition_cols: Sequence[int] = (), ignore_order: bool = True
+) -> bool:
     """Does ``predicted`` match gold set ``gold`` (spider2_lite's rule)?
 
     Both empty: match; one empty: no match. Each selected gold column (``condition_cols`` below the

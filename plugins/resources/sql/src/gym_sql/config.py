@@ -35,5 +35,7 @@ class SqlConfig(ServerConfig, kw_only=True):
     ] = 100_000
     memory_limit_mb: Annotated[
         Annotated[int, Meta(ge=64)] | None,
-        Meta(description="address-space limit of each worker process (None: no limit); a query needing more gives no result"),
+        Meta(
+            description="address-space limit of each worker process (None: no limit); a query needing more gives no result"
+        ),
     ] = 2048

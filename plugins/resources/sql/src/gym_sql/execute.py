@@ -98,7 +98,9 @@ def run_query(
         raise QueryError(f"no database file {path.name}")
     deadline = time.monotonic() + timeout_s
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, isolation_level=None, check_same_thread=False
+        )
     except sqlite3.Error as exc:
         raise QueryError(_describe(exc)) from None
     try:

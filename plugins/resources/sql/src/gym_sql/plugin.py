@@ -46,8 +46,11 @@ def gym_aggregate_metrics(rollouts: list[dict[str, Any]]) -> dict[str, float] | 
 
 def _pass_at_k_family(rollouts: Sequence[Mapping[str, Any]], prefix: str) -> dict[str, float]:
     return pass_at_k_family(
-        rollouts, prefix, answer_field="extracted_sql",
-        scores={"accuracy": lambda r: 1.0 if (r.get("reward") or 0.0) > 0 else 0.0}, majority_score="accuracy",
+        rollouts,
+        prefix,
+        answer_field="extracted_sql",
+        scores={"accuracy": lambda r: 1.0 if (r.get("reward") or 0.0) > 0 else 0.0},
+        majority_score="accuracy",
     )
 
 

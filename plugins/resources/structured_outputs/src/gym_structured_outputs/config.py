@@ -18,17 +18,27 @@ __all__ = ["StructuredOutputsConfig"]
 class StructuredOutputsConfig(ServerConfig, kw_only=True):
     xml_coerce_types: Annotated[
         bool,
-        Meta(description="convert XML string leaves to the types the schema declares (integer, number, boolean, arrays) before validating"),
+        Meta(
+            description="convert XML string leaves to the types the schema declares (integer, number, boolean, arrays) before validating"
+        ),
     ] = True
     verify_timeout_s: Annotated[
-        float, Meta(gt=0, description="hard limit per check (parse + validate): a pathological document scores 0 with error_type 'timeout'")
+        float,
+        Meta(
+            gt=0,
+            description="hard limit per check (parse + validate): a pathological document scores 0 with error_type 'timeout'",
+        ),
     ] = 10.0
     verify_workers: Annotated[
         Annotated[int, Meta(ge=1)] | None,
-        Meta(description="worker processes parsing and validating; default: $GYM_STRUCTURED_OUTPUTS_WORKERS or min(4, CPUs)"),
+        Meta(
+            description="worker processes parsing and validating; default: $GYM_STRUCTURED_OUTPUTS_WORKERS or min(4, CPUs)"
+        ),
     ] = None
     verify_memory_limit_mb: Annotated[
         Annotated[int, Meta(ge=256)] | None,
-        Meta(description="address-space limit of each worker (None: no limit); "
-                         "a document needing more scores 0 with error_type 'memory_limit'"),
+        Meta(
+            description="address-space limit of each worker (None: no limit); "
+            "a document needing more scores 0 with error_type 'memory_limit'"
+        ),
     ] = 2048

@@ -202,7 +202,9 @@ class StructuredOutputsServer(ResourcesServer):
         except WorkerTimeout:
             return Verdict.error("timeout", f"parsing and validating ran past {self.config.verify_timeout_s:g} s")
         except WorkerMemoryError:
-            return Verdict.error("memory_limit", f"parsing and validating ran out of {self.config.verify_memory_limit_mb} MB")
+            return Verdict.error(
+                "memory_limit", f"parsing and validating ran out of {self.config.verify_memory_limit_mb} MB"
+            )
         except WorkerPoolClosed:
             raise
         except WorkerError as exc:

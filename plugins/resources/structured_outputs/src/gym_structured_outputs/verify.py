@@ -338,7 +338,9 @@ def check_text(text: str, schema_str: str, schema_type: str = "json", xml_coerce
     return _validate(data, schema)
 
 
-def check_tool_arguments(arguments: str | dict[str, Any], schema_str: str, tool_payload_key: str | None = None) -> Verdict:
+def check_tool_arguments(
+    arguments: str | dict[str, Any], schema_str: str, tool_payload_key: str | None = None
+) -> Verdict:
     """Tool-call mode, once the one call is found: its ``arguments`` (a JSON string, or an object
     as is) parsed, ``arguments[tool_payload_key]`` taken when a key is given, and validated against
     the strict form of ``schema_str``. Codes: ``tool_arguments_parse_error``,
@@ -368,12 +370,20 @@ def check_tool_arguments(arguments: str | dict[str, Any], schema_str: str, tool_
 def _warm_up() -> None:
     """Run in the pool's zygote before workers fork: every parser and the validator imported."""
     schema = '{"type": "object", "properties": {"a": {"type": "integer"}}}'
-    for text, kind in (('{"a": 1}', "json"), ("a: 1", "yaml"), ("a = 1", "toml"), ("<r><a>1</a></r>", "xml"), ("a\n1", "csv")):
+    for text, kind in (
+        ('{"a": 1}', "json"),
+        ("a: 1", "yaml"),
+        ("a = 1", "toml"),
+        ("<r><a>1</a></r>", "xml"),
+        ("a\n1", "csv"),
+    ):
         check_text(text, schema, kind)
     _compile.cache_clear()
 
 
-def make_checker_pool(size: int | None = None, *, time_limit_s: float = 10.0, memory_limit_mb: int | None = 2048) -> WorkerPool:
+def make_checker_pool(
+    size: int | None = None, *, time_limit_s: float = 10.0, memory_limit_mb: int | None = 2048
+) -> WorkerPool:
     """Warm worker processes (parsers and validator imported) for :func:`check_text` and
     :func:`check_tool_arguments`, each capped at ``memory_limit_mb`` of address space.
     ``size`` defaults to ``$GYM_STRUCTURED_OUTPUTS_WORKERS`` or ``min(4, CPUs)``."""

@@ -65,29 +65,40 @@ functionally equivalent, or [[A!=B]] if they are not."""
 class TextToSqlConfig(JudgeOptions, kw_only=True):
     judge_system_message: Annotated[
         str,
-        Meta(description="the judge's system message: the rubric of SQL functional equivalence, ending with the "
-             "instruction to answer with the equal or the not-equal label"),
+        Meta(
+            description="the judge's system message: the rubric of SQL functional equivalence, ending with the "
+            "instruction to answer with the equal or the not-equal label"
+        ),
     ] = DEFAULT_JUDGE_SYSTEM_MESSAGE
-    judge_equal_label: Annotated[
-        str, Meta(min_length=1, description="the judge's verdict for equivalent queries")
-    ] = EQUAL_LABEL
+    judge_equal_label: Annotated[str, Meta(min_length=1, description="the judge's verdict for equivalent queries")] = (
+        EQUAL_LABEL
+    )
     judge_not_equal_label: Annotated[
         str, Meta(min_length=1, description="the judge's verdict for queries that differ")
     ] = NOT_EQUAL_LABEL
     check_twice_swap: Annotated[
         bool,
-        Meta(description="after an 'equal' verdict, ask again with the two queries swapped; reward 1 only when "
-             "both orders say equal"),
+        Meta(
+            description="after an 'equal' verdict, ask again with the two queries swapped; reward 1 only when "
+            "both orders say equal"
+        ),
     ] = True
     reward_if_swap_fails: Annotated[
         float,
-        Meta(ge=-1.0, le=1.0, description="the reward when the first verdict is equal and the swapped one is not "
-             "(e.g. -1.0 to penalise an unstable verdict)"),
+        Meta(
+            ge=-1.0,
+            le=1.0,
+            description="the reward when the first verdict is equal and the swapped one is not "
+            "(e.g. -1.0 to penalise an unstable verdict)",
+        ),
     ] = 0.0
     extract_timeout_s: Annotated[
         float,
-        Meta(gt=0, description="hard limit of finding the SQL in one long answer (in a worker; a defence in depth, "
-             "the extraction is linear); past it the reward is 0 with failure_reason 'timeout'"),
+        Meta(
+            gt=0,
+            description="hard limit of finding the SQL in one long answer (in a worker; a defence in depth, "
+            "the extraction is linear); past it the reward is 0 with failure_reason 'timeout'",
+        ),
     ] = 5.0
     extract_workers: Annotated[
         Annotated[int, Meta(ge=1)] | None,

@@ -96,7 +96,9 @@ class TextToSqlServer(ResourcesServer):
         except WorkerPoolClosed:
             raise  # shutting down: not a verdict on the answer
         except WorkerTimeout:
-            self.log.warning("SQL extraction ran past %gs on a %d-character answer", self.config.extract_timeout_s, len(text))
+            self.log.warning(
+                "SQL extraction ran past %gs on a %d-character answer", self.config.extract_timeout_s, len(text)
+            )
             return None, "timeout"
         except WorkerError as exc:
             self.log.warning("SQL extraction failed on a %d-character answer: %s", len(text), exc)

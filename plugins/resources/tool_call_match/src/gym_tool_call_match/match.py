@@ -112,7 +112,9 @@ def _equal(expected: Any, predicted: Any, rules: Rules) -> bool:
         except OverflowError:  # an integer too large for a float: only exact equality counts
             return False
     if isinstance(expected, str) and isinstance(predicted, str):
-        return expected == predicted or (rules.string_match == "normalized" and _normalise(expected) == _normalise(predicted))
+        return expected == predicted or (
+            rules.string_match == "normalized" and _normalise(expected) == _normalise(predicted)
+        )
     if isinstance(expected, dict) and isinstance(predicted, dict):
         expected, predicted = _without_nulls(expected, rules), _without_nulls(predicted, rules)
         if any(key not in predicted for key in expected):
@@ -173,10 +175,16 @@ def _differences(expected: Any, predicted: Any, rules: Rules, path: str, out: li
             else:
                 _differences(value, predicted[key], rules, f"{path}.{key}", out)
         if rules.extra_arguments == "reject":
-            out.extend(f"{path}.{key}: unexpected (got {_show(predicted[key])})" for key in predicted if key not in expected)
+            out.extend(
+                f"{path}.{key}: unexpected (got {_show(predicted[key])})" for key in predicted if key not in expected
+            )
         return
-    if (isinstance(expected, list) and isinstance(predicted, list) and rules.list_order == "ordered"
-            and len(expected) == len(predicted)):
+    if (
+        isinstance(expected, list)
+        and isinstance(predicted, list)
+        and rules.list_order == "ordered"
+        and len(expected) == len(predicted)
+    ):
         for index, (a, b) in enumerate(zip(expected, predicted)):
             _differences(a, b, rules, f"{path}[{index}]", out)
         return
@@ -229,7 +237,9 @@ def _best_pairing(credit: list[list[float]]) -> float:
     return total
 
 
-def score_calls(expected: Sequence[Call], predicted: Sequence[Call], rules: Rules, *, partial_credit: bool = False) -> Score:
+def score_calls(
+    expected: Sequence[Call], predicted: Sequence[Call], rules: Rules, *, partial_credit: bool = False
+) -> Score:
     """Score ``predicted`` against the batch ``expected`` (non-empty; order ignored).
 
     Reward 1 when the calls pair up one to one, each equal (same name, equal arguments), with

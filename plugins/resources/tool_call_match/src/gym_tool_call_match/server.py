@@ -21,7 +21,13 @@ from gym_core.schemas import VerifyRequest, VerifyResponse, assistant_text, func
 from gym_tool_call_match.config import ToolCallMatchConfig
 from gym_tool_call_match.match import Call, Rules, Score, parse_arguments, score_calls
 
-__all__ = ["ExpectedCall", "ExpectedAction", "ToolCallMatchVerifyRequest", "ToolCallMatchVerifyResponse", "ToolCallMatchServer"]
+__all__ = [
+    "ExpectedCall",
+    "ExpectedAction",
+    "ToolCallMatchVerifyRequest",
+    "ToolCallMatchVerifyResponse",
+    "ToolCallMatchServer",
+]
 
 
 class ExpectedCall(msgspec.Struct, kw_only=True):
@@ -76,7 +82,9 @@ class ToolCallMatchVerifyRequest(VerifyRequest, kw_only=True):
     expected_action: ExpectedAction | None = None
 
     def __post_init__(self) -> None:
-        given = [name for name in ("expected_call", "acceptable_calls", "expected_action") if getattr(self, name) is not None]
+        given = [
+            name for name in ("expected_call", "acceptable_calls", "expected_action") if getattr(self, name) is not None
+        ]
         if len(given) != 1:
             raise ValueError(
                 "a tool_call_match row needs exactly one of expected_call, acceptable_calls, expected_action; "
@@ -133,10 +141,17 @@ class ToolCallMatchServer(ResourcesServer):
         if alternatives is None:  # the right next step is to answer the user, not to call a tool
             reason = "called_a_tool" if predicted else ("match" if assistant_text(body.response) else "no_message")
             return ToolCallMatchVerifyResponse(
-                reward=float(reason == "match"), reason=reason, expected_type="message", expected_calls=[],
-                predicted_calls=shown, num_predicted_calls=len(predicted), name_match=not predicted,
+                reward=float(reason == "match"),
+                reason=reason,
+                expected_type="message",
+                expected_calls=[],
+                predicted_calls=shown,
+                num_predicted_calls=len(predicted),
+                name_match=not predicted,
             )
-        scores = [score_calls(alt, predicted, self.rules, partial_credit=self.config.partial_credit) for alt in alternatives]
+        scores = [
+            score_calls(alt, predicted, self.rules, partial_credit=self.config.partial_credit) for alt in alternatives
+        ]
         # The alternative judged: the best reward, then the most exact matches, then a name match; first on ties.
         best = max(range(len(scores)), key=lambda i: (scores[i].reward, scores[i].matched, scores[i].name_match, -i))
         score: Score = scores[best]

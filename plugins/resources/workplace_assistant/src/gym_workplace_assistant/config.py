@@ -20,7 +20,10 @@ _SEED = 1130
 
 class WorkplaceAssistantConfig(ServerConfig, kw_only=True):
     seed: Annotated[
-        int, Meta(description="seed the workplace tables are generated from; the example tasks refer to the rows of the default")
+        int,
+        Meta(
+            description="seed the workplace tables are generated from; the example tasks refer to the rows of the default"
+        ),
     ] = _SEED
     emails: Annotated[int, Meta(ge=1, description="rows of the generated emails table")] = 500
     calendar_events: Annotated[int, Meta(ge=1, description="rows of the generated calendar_events table")] = 300
@@ -29,5 +32,8 @@ class WorkplaceAssistantConfig(ServerConfig, kw_only=True):
     analytics: Annotated[int, Meta(ge=1, description="rows of the generated analytics table")] = 1000
     verify_timeout_s: Annotated[
         float,
-        Meta(gt=0, description="hard limit on replaying one verification's actions (off the event loop); past it the reward is 0"),
+        Meta(
+            gt=0,
+            description="hard limit on replaying one verification's actions (off the event loop); past it the reward is 0",
+        ),
     ] = 10.0

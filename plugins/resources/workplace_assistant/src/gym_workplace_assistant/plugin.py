@@ -50,5 +50,7 @@ def workplace_assistant_metrics(rollouts: Sequence[Mapping[str, Any]]) -> dict[s
     for category, rewards in sorted(by_category.items()):
         metrics[f"workplace_assistant/{category}/mean/reward"] = summarize(rewards)["mean"]
     if rollouts:
-        metrics["workplace_assistant/timeout_rate"] = sum(r.get("reason") == "timeout" for r in rollouts) / len(rollouts)
+        metrics["workplace_assistant/timeout_rate"] = sum(r.get("reason") == "timeout" for r in rollouts) / len(
+            rollouts
+        )
     return metrics

@@ -35,7 +35,12 @@ from gym_workplace_assistant.tables import Tables, TableSizes, generate
 from gym_workplace_assistant.verify import ReplayTimeout, ground_truth_actions, predicted_actions, reward_for
 from gym_workplace_assistant.workplace import Workplace, tool_error
 
-__all__ = ["GroundTruthAction", "WorkplaceAssistantVerifyRequest", "WorkplaceAssistantVerifyResponse", "WorkplaceAssistantServer"]
+__all__ = [
+    "GroundTruthAction",
+    "WorkplaceAssistantVerifyRequest",
+    "WorkplaceAssistantVerifyResponse",
+    "WorkplaceAssistantServer",
+]
 
 OFF_LOOP_TOOLS = frozenset({"company_directory_find_email_address"})
 
@@ -151,9 +156,13 @@ class WorkplaceAssistantServer(ResourcesServer):
         limit = self.config.verify_timeout_s
         deadline = time.monotonic() + limit
         try:
-            reward = await asyncio.wait_for(asyncio.to_thread(reward_for, self.tables, predicted, expected, deadline), limit + 1.0)
+            reward = await asyncio.wait_for(
+                asyncio.to_thread(reward_for, self.tables, predicted, expected, deadline), limit + 1.0
+            )
         except (ReplayTimeout, TimeoutError):
-            self.log.warning("workplace_assistant: replaying %d predicted actions took over %.1f s", len(predicted), limit)
+            self.log.warning(
+                "workplace_assistant: replaying %d predicted actions took over %.1f s", len(predicted), limit
+            )
             return WorkplaceAssistantVerifyResponse(reward=0.0, reason="timeout")
         return WorkplaceAssistantVerifyResponse(reward=reward)
 
@@ -161,7 +170,9 @@ class WorkplaceAssistantServer(ResourcesServer):
 
     @tool
     def company_directory_find_email_address(
-        self, session: Session, name: Annotated[str, _arg("Part of the person's name (a case-insensitive regular expression).")] = ""
+        self,
+        session: Session,
+        name: Annotated[str, _arg("Part of the person's name (a case-insensitive regular expression).")] = "",
     ) -> dict[str, Any]:
         """Find the email addresses of the company directory that contain the given name."""
         return self._run("company_directory_find_email_address", locals())
@@ -171,7 +182,9 @@ class WorkplaceAssistantServer(ResourcesServer):
         self,
         session: Session,
         email_id: EmailId,
-        field: Annotated[str, _arg("The field to return: email_id, inbox/outbox, sender/recipient, subject, sent_datetime or body.")],
+        field: Annotated[
+            str, _arg("The field to return: email_id, inbox/outbox, sender/recipient, subject, sent_datetime or body.")
+        ],
     ) -> dict[str, Any]:
         """Get one field of an email by its ID."""
         return self._run("email_get_email_information_by_id", locals())
@@ -180,7 +193,9 @@ class WorkplaceAssistantServer(ResourcesServer):
     def email_search_emails(
         self,
         session: Session,
-        query: Annotated[str, _arg("Words that must all appear in the subject, the body or the sender/recipient.")] = "",
+        query: Annotated[
+            str, _arg("Words that must all appear in the subject, the body or the sender/recipient.")
+        ] = "",
         date_min: DateMin = None,  # type: ignore[assignment]
         date_max: DateMax = None,  # type: ignore[assignment]
         page: Page = 1,
@@ -207,7 +222,10 @@ class WorkplaceAssistantServer(ResourcesServer):
 
     @tool
     def email_forward_email(
-        self, session: Session, email_id: EmailId, recipient: Annotated[str, _arg("The email address to forward it to.")]
+        self,
+        session: Session,
+        email_id: EmailId,
+        recipient: Annotated[str, _arg("The email address to forward it to.")],
     ) -> dict[str, Any]:
         """Forward an email to a recipient (subject 'FW: <subject>', the same body)."""
         return self._run("email_forward_email", locals())
@@ -224,7 +242,9 @@ class WorkplaceAssistantServer(ResourcesServer):
         self,
         session: Session,
         event_id: EventId,
-        field: Annotated[str, _arg("The field to return: event_id, event_name, participant_email, event_start or duration.")],
+        field: Annotated[
+            str, _arg("The field to return: event_id, event_name, participant_email, event_start or duration.")
+        ],
     ) -> dict[str, Any]:
         """Get one field of a calendar event by its ID."""
         return self._run("calendar_get_event_information_by_id", locals())
@@ -233,7 +253,9 @@ class WorkplaceAssistantServer(ResourcesServer):
     def calendar_search_events(
         self,
         session: Session,
-        query: Annotated[str, _arg("Text to find in the event name or the participant's email (case-insensitive).")] = "",
+        query: Annotated[
+            str, _arg("Text to find in the event name or the participant's email (case-insensitive).")
+        ] = "",
         time_min: TimeMin = None,  # type: ignore[assignment]
         time_max: TimeMax = None,  # type: ignore[assignment]
         page: Page = 1,
@@ -296,12 +318,16 @@ class WorkplaceAssistantServer(ResourcesServer):
         return self._run("analytics_create_plot", locals())
 
     @tool
-    def analytics_total_visits_count(self, session: Session, time_min: DateMin = None, time_max: DateMax = None) -> dict[str, Any]:  # type: ignore[assignment]
+    def analytics_total_visits_count(
+        self, session: Session, time_min: DateMin = None, time_max: DateMax = None
+    ) -> dict[str, Any]:  # type: ignore[assignment]
         """Count the website visits of each day in a date range."""
         return self._run("analytics_total_visits_count", locals())
 
     @tool
-    def analytics_engaged_users_count(self, session: Session, time_min: DateMin = None, time_max: DateMax = None) -> dict[str, Any]:  # type: ignore[assignment]
+    def analytics_engaged_users_count(
+        self, session: Session, time_min: DateMin = None, time_max: DateMax = None
+    ) -> dict[str, Any]:  # type: ignore[assignment]
         """Count the engaged visitors of each day in a date range."""
         return self._run("analytics_engaged_users_count", locals())
 
@@ -311,14 +337,19 @@ class WorkplaceAssistantServer(ResourcesServer):
         session: Session,
         time_min: DateMin = None,  # type: ignore[assignment]
         time_max: DateMax = None,  # type: ignore[assignment]
-        traffic_source: Annotated[str, _arg("The traffic source: direct, referral, search engine or social media.")] = None,  # type: ignore[assignment]
+        traffic_source: Annotated[
+            str, _arg("The traffic source: direct, referral, search engine or social media.")
+        ] = None,  # type: ignore[assignment]
     ) -> dict[str, Any]:
         """Count the visits from one traffic source on each day of a date range."""
         return self._run("analytics_traffic_source_count", locals())
 
     @tool
     def analytics_get_average_session_duration(
-        self, session: Session, time_min: DateMin = None, time_max: DateMax = None  # type: ignore[assignment]
+        self,
+        session: Session,
+        time_min: DateMin = None,
+        time_max: DateMax = None,  # type: ignore[assignment]
     ) -> dict[str, Any]:
         """The average session duration, in seconds, of each day in a date range."""
         return self._run("analytics_get_average_session_duration", locals())
@@ -328,7 +359,9 @@ class WorkplaceAssistantServer(ResourcesServer):
         self,
         session: Session,
         task_id: TaskId,
-        field: Annotated[str, _arg("The field to return: task_id, task_name, assigned_to_email, list_name, due_date or board.")],
+        field: Annotated[
+            str, _arg("The field to return: task_id, task_name, assigned_to_email, list_name, due_date or board.")
+        ],
     ) -> dict[str, Any]:
         """Get one field of a project task by its ID."""
         return self._run("project_management_get_task_information_by_id", locals())
@@ -381,7 +414,9 @@ class WorkplaceAssistantServer(ResourcesServer):
         session: Session,
         customer_name: Annotated[str, _arg("Text to find in the customer's name.")] = None,  # type: ignore[assignment]
         customer_email: Annotated[str, _arg("Text to find in the customer's email address.")] = None,  # type: ignore[assignment]
-        product_interest: Annotated[str, _arg("The product interest: Software, Hardware, Services, Consulting or Training.")] = None,  # type: ignore[assignment]
+        product_interest: Annotated[
+            str, _arg("The product interest: Software, Hardware, Services, Consulting or Training.")
+        ] = None,  # type: ignore[assignment]
         status: Annotated[str, _arg("The status: Qualified, Won, Lost, Lead or Proposal.")] = None,  # type: ignore[assignment]
         assigned_to_email: Annotated[str, _arg("Text to find in the email address of the customer's owner.")] = None,  # type: ignore[assignment]
         last_contact_date_min: Annotated[str, _arg("The earliest last contact date, 'YYYY-MM-DD'.")] = None,  # type: ignore[assignment]
@@ -415,7 +450,9 @@ class WorkplaceAssistantServer(ResourcesServer):
         customer_email: Annotated[str, _arg("The customer's email address.")] = None,  # type: ignore[assignment]
         customer_phone: Annotated[str, _arg("The customer's phone number.")] = None,  # type: ignore[assignment]
         last_contact_date: Annotated[str, _arg("The last contact date, 'YYYY-MM-DD'.")] = None,  # type: ignore[assignment]
-        product_interest: Annotated[str, _arg("The product interest: Software, Hardware, Services, Consulting or Training.")] = None,  # type: ignore[assignment]
+        product_interest: Annotated[
+            str, _arg("The product interest: Software, Hardware, Services, Consulting or Training.")
+        ] = None,  # type: ignore[assignment]
         notes: Annotated[str, _arg("Notes about the customer.")] = "",
         follow_up_by: Annotated[str, _arg("The follow-up date, 'YYYY-MM-DD'.")] = None,  # type: ignore[assignment]
     ) -> dict[str, Any]:
@@ -423,6 +460,8 @@ class WorkplaceAssistantServer(ResourcesServer):
         return self._run("customer_relationship_manager_add_customer", locals())
 
     @tool
-    def customer_relationship_manager_delete_customer(self, session: Session, customer_id: CustomerId) -> dict[str, Any]:
+    def customer_relationship_manager_delete_customer(
+        self, session: Session, customer_id: CustomerId
+    ) -> dict[str, Any]:
         """Delete a customer by their ID."""
         return self._run("customer_relationship_manager_delete_customer", locals())

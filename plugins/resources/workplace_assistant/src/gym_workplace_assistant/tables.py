@@ -44,10 +44,25 @@ EMAIL_COLUMNS = ("email_id", "inbox/outbox", "sender/recipient", "subject", "sen
 CALENDAR_COLUMNS = ("event_id", "event_name", "participant_email", "event_start", "duration")
 TASK_COLUMNS = ("task_id", "task_name", "assigned_to_email", "list_name", "due_date", "board")
 CRM_COLUMNS = (
-    "customer_id", "assigned_to_email", "customer_name", "customer_email", "customer_phone",
-    "last_contact_date", "product_interest", "status", "follow_up_by", "notes",
+    "customer_id",
+    "assigned_to_email",
+    "customer_name",
+    "customer_email",
+    "customer_phone",
+    "last_contact_date",
+    "product_interest",
+    "status",
+    "follow_up_by",
+    "notes",
 )
-ANALYTICS_COLUMNS = ("date_of_visit", "visitor_id", "page_views", "session_duration_seconds", "traffic_source", "user_engaged")
+ANALYTICS_COLUMNS = (
+    "date_of_visit",
+    "visitor_id",
+    "page_views",
+    "session_duration_seconds",
+    "traffic_source",
+    "user_engaged",
+)
 PLOT_COLUMNS = ("file_path",)
 
 LIST_NAMES = ("Backlog", "In Progress", "In Review", "Completed")
@@ -59,10 +74,26 @@ TRAFFIC_SOURCES = ("direct", "referral", "search engine", "social media")
 DOMAIN = "lumenfield.com"
 # The company: 20 people. The user (the assistant's principal) is the first.
 PEOPLE = (
-    "priya.raman", "tomas.okafor", "greta.lindqvist", "marcus.bell", "aiko.tanaka",
-    "diego.alvarez", "hannah.weiss", "kwame.mensah", "sofia.russo", "liam.oconnor",
-    "nadia.haddad", "oscar.pereira", "ingrid.holm", "ravi.kapoor", "chloe.martin",
-    "yusuf.demir", "elena.popescu", "ben.carter", "mei.chen", "jonas.becker",
+    "priya.raman",
+    "tomas.okafor",
+    "greta.lindqvist",
+    "marcus.bell",
+    "aiko.tanaka",
+    "diego.alvarez",
+    "hannah.weiss",
+    "kwame.mensah",
+    "sofia.russo",
+    "liam.oconnor",
+    "nadia.haddad",
+    "oscar.pereira",
+    "ingrid.holm",
+    "ravi.kapoor",
+    "chloe.martin",
+    "yusuf.demir",
+    "elena.popescu",
+    "ben.carter",
+    "mei.chen",
+    "jonas.becker",
 )
 DIRECTORY = tuple(f"{person}@{DOMAIN}" for person in PEOPLE)
 USER_EMAIL = DIRECTORY[0]
@@ -71,30 +102,100 @@ SALES = DIRECTORY[11:17]  # owners of CRM customers
 
 TASK_VERBS = ("Develop", "Design", "Refactor", "Test", "Document", "Optimize", "Deploy", "Review", "Fix", "Prototype")
 TASK_OBJECTS = (
-    "prototype for report generation", "login flow", "billing service", "search index", "onboarding screens",
-    "notification emails", "data export API", "dashboard widgets", "permissions model", "mobile layout",
-    "audit logging", "payment webhooks", "caching layer", "style guide", "settings page",
+    "prototype for report generation",
+    "login flow",
+    "billing service",
+    "search index",
+    "onboarding screens",
+    "notification emails",
+    "data export API",
+    "dashboard widgets",
+    "permissions model",
+    "mobile layout",
+    "audit logging",
+    "payment webhooks",
+    "caching layer",
+    "style guide",
+    "settings page",
 )
 EVENT_NAMES = (
-    "Sprint planning", "Product demo", "Design review", "Budget meeting", "Customer call", "Team lunch",
-    "Quarterly review", "Architecture sync", "Hiring interview", "Marketing sync", "Security training", "Retrospective",
+    "Sprint planning",
+    "Product demo",
+    "Design review",
+    "Budget meeting",
+    "Customer call",
+    "Team lunch",
+    "Quarterly review",
+    "Architecture sync",
+    "Hiring interview",
+    "Marketing sync",
+    "Security training",
+    "Retrospective",
 )
 EMAIL_TOPICS = (
-    "the Q4 roadmap", "the customer feedback survey", "the office move", "the security audit", "the hiring plan",
-    "the conference booth", "the pricing update", "the release checklist", "the vendor contract", "the team offsite",
+    "the Q4 roadmap",
+    "the customer feedback survey",
+    "the office move",
+    "the security audit",
+    "the hiring plan",
+    "the conference booth",
+    "the pricing update",
+    "the release checklist",
+    "the vendor contract",
+    "the team offsite",
 )
 CUSTOMER_FIRST = (
-    "Alma", "Bruno", "Celia", "Dmitri", "Esther", "Farid", "Gloria", "Hugo", "Iris", "Jamal",
-    "Katrin", "Luca", "Maya", "Nikolai", "Olga", "Pablo", "Quinn", "Rosa", "Stefan", "Tara",
+    "Alma",
+    "Bruno",
+    "Celia",
+    "Dmitri",
+    "Esther",
+    "Farid",
+    "Gloria",
+    "Hugo",
+    "Iris",
+    "Jamal",
+    "Katrin",
+    "Luca",
+    "Maya",
+    "Nikolai",
+    "Olga",
+    "Pablo",
+    "Quinn",
+    "Rosa",
+    "Stefan",
+    "Tara",
 )
 CUSTOMER_LAST = (
-    "Andersen", "Baptiste", "Costa", "Dubois", "Eriksen", "Fischer", "Garcia", "Horvat", "Ivanova", "Jensen",
-    "Kowalski", "Lambert", "Moreau", "Novak", "Ortiz", "Petrov", "Quiroga", "Richter", "Santos", "Vidal",
+    "Andersen",
+    "Baptiste",
+    "Costa",
+    "Dubois",
+    "Eriksen",
+    "Fischer",
+    "Garcia",
+    "Horvat",
+    "Ivanova",
+    "Jensen",
+    "Kowalski",
+    "Lambert",
+    "Moreau",
+    "Novak",
+    "Ortiz",
+    "Petrov",
+    "Quiroga",
+    "Richter",
+    "Santos",
+    "Vidal",
 )
 CUSTOMER_DOMAINS = ("brightpath.io", "corvex.net", "halcyon.co", "northgate.org", "quillon.com", "zephyra.biz")
 CRM_NOTES = (
-    "Asked for a demo next quarter.", "Budget approved, waiting on legal.", "Prefers email over calls.",
-    "Interested in a multi-year deal.", "Evaluating two competitors.", "Needs on-site support.",
+    "Asked for a demo next quarter.",
+    "Budget approved, waiting on legal.",
+    "Prefers email over calls.",
+    "Interested in a multi-year deal.",
+    "Evaluating two competitors.",
+    "Needs on-site support.",
 )
 
 NOW = datetime(2023, 11, 30, 23, 59, 0)
@@ -156,7 +257,7 @@ class Table:
             self.columns = (*self.columns, field)
             self.rows = [(*row, None) for row in self.rows]
         i, j = self.columns.index(name), self.columns.index(field)
-        self.rows = [row[:j] + (new_value,) + row[j + 1:] if row[i] == value else row for row in self.rows]
+        self.rows = [row[:j] + (new_value,) + row[j + 1 :] if row[i] == value else row for row in self.rows]
 
     def append_relabelled(self, row: tuple[Any, ...]) -> None:
         """Append a row and relabel the whole table 0..n-1 (``pd.concat(..., ignore_index=True)``)."""
@@ -251,18 +352,20 @@ def _crm(rng: random.Random, n: int) -> Table:
         first, last = rng.choice(CUSTOMER_FIRST), rng.choice(CUSTOMER_LAST)
         contact = date(2023, 6, 1) + timedelta(days=rng.randrange(180))
         follow = contact + timedelta(days=rng.randrange(7, 90))
-        rows.append((
-            f"{i:08d}",
-            rng.choice(SALES),
-            f"{first} {last}",
-            f"{first.lower()}.{last.lower()}@{rng.choice(CUSTOMER_DOMAINS)}",
-            f"555-{rng.randrange(100, 1000)}-{rng.randrange(1000, 10000)}",
-            _day(contact),
-            rng.choice(PRODUCTS),
-            rng.choice(STATUSES),
-            _day(follow),
-            rng.choice(CRM_NOTES),
-        ))
+        rows.append(
+            (
+                f"{i:08d}",
+                rng.choice(SALES),
+                f"{first} {last}",
+                f"{first.lower()}.{last.lower()}@{rng.choice(CUSTOMER_DOMAINS)}",
+                f"555-{rng.randrange(100, 1000)}-{rng.randrange(1000, 10000)}",
+                _day(contact),
+                rng.choice(PRODUCTS),
+                rng.choice(STATUSES),
+                _day(follow),
+                rng.choice(CRM_NOTES),
+            )
+        )
     return Table(CRM_COLUMNS, rows)
 
 
@@ -271,14 +374,16 @@ def _analytics(rng: random.Random, n: int) -> Table:
     for _ in range(n):
         day = date(2023, 10, 1) + timedelta(days=rng.randrange(61))  # October and November
         duration = rng.randrange(5, 1800)
-        visits.append((
-            _day(day),
-            f"{rng.getrandbits(32):08x}",
-            str(rng.randrange(1, 25)),
-            str(duration),
-            rng.choice(TRAFFIC_SOURCES),
-            "True" if duration > 300 and rng.random() < 0.8 else "False",
-        ))
+        visits.append(
+            (
+                _day(day),
+                f"{rng.getrandbits(32):08x}",
+                str(rng.randrange(1, 25)),
+                str(duration),
+                rng.choice(TRAFFIC_SOURCES),
+                "True" if duration > 300 and rng.random() < 0.8 else "False",
+            )
+        )
     visits.sort(key=lambda visit: visit[0])
     return Table(ANALYTICS_COLUMNS, visits)
 

@@ -116,6 +116,8 @@ def states_equal(left: Workplace, right: Workplace) -> bool:
     return all(tables_equal(getattr(left, name), getattr(right, name)) for name in COMPARED_TABLES)
 
 
-def reward_for(tables: Tables, predicted: Sequence[Action], expected: Sequence[Action], deadline: float | None = None) -> float:
+def reward_for(
+    tables: Tables, predicted: Sequence[Action], expected: Sequence[Action], deadline: float | None = None
+) -> float:
     """1.0 when replaying ``predicted`` leaves the compared tables as replaying ``expected`` does."""
     return float(states_equal(replay(tables, predicted, deadline), replay(tables, expected, deadline)))

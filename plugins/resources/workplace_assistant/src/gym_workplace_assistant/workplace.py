@@ -40,8 +40,13 @@ __all__ = [
 
 CURRENT_TIME = "2023-11-30 23:59:00"
 PLOT_VALUES = (
-    "total_visits", "session_duration_seconds", "user_engaged", "visits_direct",
-    "visits_referral", "visits_search_engine", "visits_social_media",
+    "total_visits",
+    "session_duration_seconds",
+    "user_engaged",
+    "visits_direct",
+    "visits_referral",
+    "visits_search_engine",
+    "visits_social_media",
 )
 PLOT_TYPES = ("bar", "line", "scatter", "histogram")
 EVENT_FIELDS = ("event_name", "participant_email", "event_start", "duration")
@@ -81,7 +86,7 @@ def _paginate(items: list[dict[str, Any]], key: str, page: Any, page_size: Any) 
         return "Page and page size must be positive integers."
     start = (page - 1) * page_size
     return {
-        key: items[start:start + page_size],
+        key: items[start : start + page_size],
         "pagination": {
             f"total_{key}": len(items),
             "page": page,
@@ -129,7 +134,9 @@ class Workplace:
 
     # --- email -----------------------------------------------------------------------------------
 
-    def email_get_email_information_by_id(self, email_id: str | None = None, field: str | None = None) -> dict[str, Any] | str:
+    def email_get_email_information_by_id(
+        self, email_id: str | None = None, field: str | None = None
+    ) -> dict[str, Any] | str:
         if not email_id:
             return "Email ID not provided."
         if not field:
@@ -141,12 +148,19 @@ class Workplace:
         return {field: record[field]} if field in record else "Field not found."
 
     def email_search_emails(
-        self, query: str = "", date_min: str | None = None, date_max: str | None = None, page: int = 1, page_size: int = 5
+        self,
+        query: str = "",
+        date_min: str | None = None,
+        date_max: str | None = None,
+        page: int = 1,
+        page_size: int = 5,
     ) -> dict[str, Any] | str:
         words = query.lower().split()
         table = self.emails
         subject, body, other, sent = (table.column(c) for c in ("subject", "body", "sender/recipient", "sent_datetime"))
-        rows = [row for row in table.rows if all(w in f"{row[subject]} {row[body]} {row[other]}".lower() for w in words)]
+        rows = [
+            row for row in table.rows if all(w in f"{row[subject]} {row[body]} {row[other]}".lower() for w in words)
+        ]
         rows.sort(key=lambda row: row[sent], reverse=True)
         if date_min:
             low = _when(date_min).date()
@@ -158,7 +172,9 @@ class Workplace:
             return "No emails found."
         return _paginate(table.records(rows), "emails", page, page_size)
 
-    def email_send_email(self, recipient: str | None = None, subject: str | None = None, body: str | None = None) -> str:
+    def email_send_email(
+        self, recipient: str | None = None, subject: str | None = None, body: str | None = None
+    ) -> str:
         if not recipient or not subject or not body:
             return "Recipient, subject, or body not provided."
         if "@" not in recipient or "." not in recipient:
@@ -221,7 +237,9 @@ class Workplace:
                 return "Duration must be a positive whole number of minutes."
         return None
 
-    def calendar_get_event_information_by_id(self, event_id: str | None = None, field: str | None = None) -> dict[str, Any] | str:
+    def calendar_get_event_information_by_id(
+        self, event_id: str | None = None, field: str | None = None
+    ) -> dict[str, Any] | str:
         if not event_id:
             return "Event ID not provided."
         if not field:
@@ -235,12 +253,19 @@ class Workplace:
         return {field: record[field]} if field in record else "Field not found."
 
     def calendar_search_events(
-        self, query: str = "", time_min: str | None = None, time_max: str | None = None, page: int = 1, page_size: int = 5
+        self,
+        query: str = "",
+        time_min: str | None = None,
+        time_max: str | None = None,
+        page: int = 1,
+        page_size: int = 5,
     ) -> dict[str, Any] | str:
         table = self.calendar_events
         name, participant, start = (table.column(c) for c in ("event_name", "participant_email", "event_start"))
         needle = query.lower()
-        rows = [row for row in table.rows if needle in str(row[name]).lower() or needle in str(row[participant]).lower()]
+        rows = [
+            row for row in table.rows if needle in str(row[name]).lower() or needle in str(row[participant]).lower()
+        ]
         if time_min:
             low = _when(time_min)
             rows = [row for row in rows if _when(row[start]) >= low]
@@ -253,7 +278,10 @@ class Workplace:
         return _paginate(table.records(rows), "events", page, page_size)
 
     def calendar_create_event(
-        self, event_name: str | None = None, participant_email: str | None = None, event_start: str | None = None,
+        self,
+        event_name: str | None = None,
+        participant_email: str | None = None,
+        event_start: str | None = None,
         duration: str | None = None,
     ) -> str:
         if not event_name:
@@ -264,11 +292,15 @@ class Workplace:
             return "Event start not provided."
         if not duration:
             return "Event duration not provided."
-        if problem := self._event_value_problem("event_start", event_start) or self._event_value_problem("duration", duration):
+        if problem := self._event_value_problem("event_start", event_start) or self._event_value_problem(
+            "duration", duration
+        ):
             return problem
         event_id = _next_id(self.calendar_events, "event_id")
         # The reference concatenates a one-row frame without ignore_index: the new row is labelled 0.
-        self.calendar_events.append_labelled((event_id, event_name, participant_email.lower(), event_start, duration), 0)
+        self.calendar_events.append_labelled(
+            (event_id, event_name, participant_email.lower(), event_start, duration), 0
+        )
         return event_id
 
     def calendar_delete_event(self, event_id: str | None = None) -> str:
@@ -281,7 +313,9 @@ class Workplace:
         self.calendar_events.delete_where("event_id", event_id)
         return "Event deleted successfully."
 
-    def calendar_update_event(self, event_id: str | None = None, field: str | None = None, new_value: str | None = None) -> str:
+    def calendar_update_event(
+        self, event_id: str | None = None, field: str | None = None, new_value: str | None = None
+    ) -> str:
         if not event_id or not field or not new_value:
             return "Event ID, field, or new value not provided."
         if problem := self._event_id_problem(event_id):
@@ -315,7 +349,11 @@ class Workplace:
         return self.analytics.records(found) if found else "Visitor not found."
 
     def analytics_create_plot(
-        self, time_min: str | None = None, time_max: str | None = None, value_to_plot: str | None = None, plot_type: str | None = None
+        self,
+        time_min: str | None = None,
+        time_max: str | None = None,
+        value_to_plot: str | None = None,
+        plot_type: str | None = None,
     ) -> str:
         if not time_min:
             return "Start date not provided."
@@ -353,7 +391,9 @@ class Workplace:
             counts[row[0]] = counts.get(row[0], 0) + (row[source] == traffic_source)
         return counts
 
-    def analytics_get_average_session_duration(self, time_min: str | None = None, time_max: str | None = None) -> dict[str, float]:
+    def analytics_get_average_session_duration(
+        self, time_min: str | None = None, time_max: str | None = None
+    ) -> dict[str, float]:
         duration = self.analytics.column("session_duration_seconds")
         totals: dict[str, list[float]] = {}
         for row in self._visits(time_min, time_max):
@@ -365,7 +405,9 @@ class Workplace:
     def _assignees(self) -> set[str]:
         return set(self.project_tasks.values("assigned_to_email"))
 
-    def project_management_get_task_information_by_id(self, task_id: str | None = None, field: str | None = None) -> dict[str, Any] | str:
+    def project_management_get_task_information_by_id(
+        self, task_id: str | None = None, field: str | None = None
+    ) -> dict[str, Any] | str:
         if not task_id:
             return "Task ID not provided."
         if not field:
@@ -393,7 +435,12 @@ class Workplace:
                 return "Invalid email address."
             i = table.column("assigned_to_email")
             rows = [row for row in rows if str(row[i]).lower() == assigned_to_email.lower()]
-        for column, needle in (("task_name", task_name), ("list_name", list_name), ("due_date", due_date), ("board", board)):
+        for column, needle in (
+            ("task_name", task_name),
+            ("list_name", list_name),
+            ("due_date", due_date),
+            ("board", board),
+        ):
             if needle:
                 i, needle = table.column(column), needle.lower()
                 rows = [row for row in rows if needle in str(row[i]).lower()]
@@ -428,7 +475,9 @@ class Workplace:
         self.project_tasks.delete_where("task_id", task_id)
         return "Task deleted successfully."
 
-    def project_management_update_task(self, task_id: str | None = None, field: str | None = None, new_value: str | None = None) -> str:
+    def project_management_update_task(
+        self, task_id: str | None = None, field: str | None = None, new_value: str | None = None
+    ) -> str:
         if not task_id or not field or not new_value:
             return "Task ID, field, or new value not provided."
         if field not in self.project_tasks.columns:
@@ -463,16 +512,26 @@ class Workplace:
         page_size: int = 5,
     ) -> dict[str, Any] | str:
         filters = (
-            customer_name, customer_email, product_interest, status, assigned_to_email,
-            last_contact_date_min, last_contact_date_max, follow_up_by_min, follow_up_by_max,
+            customer_name,
+            customer_email,
+            product_interest,
+            status,
+            assigned_to_email,
+            last_contact_date_min,
+            last_contact_date_max,
+            follow_up_by_min,
+            follow_up_by_max,
         )
         if not any(filters):
             return "No search parameters provided."
         table = self.crm
         rows = table.rows
         for column, needle in (
-            ("customer_name", customer_name), ("customer_email", customer_email), ("product_interest", product_interest),
-            ("status", status), ("assigned_to_email", assigned_to_email),
+            ("customer_name", customer_name),
+            ("customer_email", customer_email),
+            ("product_interest", product_interest),
+            ("status", status),
+            ("assigned_to_email", assigned_to_email),
         ):
             if needle:
                 i, needle = table.column(column), needle.lower()
@@ -525,9 +584,16 @@ class Workplace:
             customer_email = customer_email.lower()
         customer_id = _next_id(self.crm, "customer_id")
         row = {
-            "customer_id": customer_id, "assigned_to_email": assigned_to_email, "customer_name": customer_name,
-            "customer_email": customer_email, "customer_phone": customer_phone, "last_contact_date": last_contact_date,
-            "product_interest": product_interest, "status": status, "follow_up_by": follow_up_by, "notes": notes,
+            "customer_id": customer_id,
+            "assigned_to_email": assigned_to_email,
+            "customer_name": customer_name,
+            "customer_email": customer_email,
+            "customer_phone": customer_phone,
+            "last_contact_date": last_contact_date,
+            "product_interest": product_interest,
+            "status": status,
+            "follow_up_by": follow_up_by,
+            "notes": notes,
         }
         self.crm.append_relabelled(tuple(row.get(column) for column in self.crm.columns))
         return customer_id
@@ -545,17 +611,33 @@ TOOL_NAMES = tuple(
     name
     for name, value in vars(Workplace).items()
     if inspect.isfunction(value)
-    and name.startswith(("company_directory_", "email_", "calendar_", "analytics_", "project_management_",
-                         "customer_relationship_manager_"))
+    and name.startswith(
+        (
+            "company_directory_",
+            "email_",
+            "calendar_",
+            "analytics_",
+            "project_management_",
+            "customer_relationship_manager_",
+        )
+    )
 )
 # The tools that change a table; replaying the others cannot change the outcome, so verify skips them.
 WRITE_TOOLS = frozenset(
     {
-        "email_send_email", "email_delete_email", "email_forward_email", "email_reply_email",
-        "calendar_create_event", "calendar_delete_event", "calendar_update_event",
+        "email_send_email",
+        "email_delete_email",
+        "email_forward_email",
+        "email_reply_email",
+        "calendar_create_event",
+        "calendar_delete_event",
+        "calendar_update_event",
         "analytics_create_plot",
-        "project_management_create_task", "project_management_delete_task", "project_management_update_task",
-        "customer_relationship_manager_update_customer", "customer_relationship_manager_add_customer",
+        "project_management_create_task",
+        "project_management_delete_task",
+        "project_management_update_task",
+        "customer_relationship_manager_update_customer",
+        "customer_relationship_manager_add_customer",
         "customer_relationship_manager_delete_customer",
     }
 )

@@ -18,5 +18,7 @@ __all__ = ["XlamFcConfig"]
 class XlamFcConfig(ServerConfig, kw_only=True):
     verify_timeout_s: Annotated[
         float,
-        Meta(gt=0, description="hard limit on scoring one large response (off the event loop); past it the reward is 0"),
+        Meta(
+            gt=0, description="hard limit on scoring one large response (off the event loop); past it the reward is 0"
+        ),
     ] = 10.0

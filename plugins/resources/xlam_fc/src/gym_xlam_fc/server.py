@@ -42,7 +42,9 @@ class ExpectedCall(msgspec.Struct, kw_only=True):
             except (ValueError, RecursionError) as exc:
                 raise ValueError(f"expected call {self.name!r}: arguments is not valid JSON ({exc})") from None
             if not isinstance(parsed, dict):
-                raise ValueError(f"expected call {self.name!r}: arguments must be a JSON object, got {type(parsed).__name__}")
+                raise ValueError(
+                    f"expected call {self.name!r}: arguments must be a JSON object, got {type(parsed).__name__}"
+                )
             self.arguments = parsed
         elif self.arguments is None:
             self.arguments = {}
@@ -81,10 +83,17 @@ class XlamFcServer(ResourcesServer):
         if len(calls) <= INLINE_CALLS and sum(len(call.arguments) for call in calls) <= INLINE_ARGUMENT_CHARS:
             return _verdict(expected, body.response)
         try:
-            return await asyncio.wait_for(asyncio.to_thread(_verdict, expected, body.response), self.config.verify_timeout_s)
+            return await asyncio.wait_for(
+                asyncio.to_thread(_verdict, expected, body.response), self.config.verify_timeout_s
+            )
         except TimeoutError:
             # The thread finishes on its own (parsing and matching are linear in the output).
             self.log.warning("xlam_fc: scoring %d calls took over %.1f s", len(calls), self.config.verify_timeout_s)
             return XlamFcVerifyResponse(
-                reward=0.0, num_expected=len(expected), num_predicted=len(calls), num_correct=0, predicted_calls=[], reason="timeout"
+                reward=0.0,
+                num_expected=len(expected),
+                num_predicted=len(calls),
+                num_correct=0,
+                predicted_calls=[],
+                reason="timeout",
             )

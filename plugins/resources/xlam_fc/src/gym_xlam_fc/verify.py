@@ -67,7 +67,11 @@ def count_correct(expected: Sequence[Mapping[str, Any]], predicted: Sequence[Map
     correct = 0
     for want in expected:
         for index, call in enumerate(predicted):
-            if not used[index] and call["name"] == want["name"] and arguments_match(want["arguments"], call["arguments"]):
+            if (
+                not used[index]
+                and call["name"] == want["name"]
+                and arguments_match(want["arguments"], call["arguments"])
+            ):
                 used[index] = True
                 correct += 1
                 break

@@ -374,18 +374,19 @@ def test_a_server_that_dies_is_retried_then_fails_the_step_never_scored_zero(pol
     answers = [t["conformance"]["response"] for t in tasks]
     expected = [t["conformance"]["reward"] for t in tasks]
     with GymServers.serve(EXAMPLES / "trl_math.yaml") as servers:
-        reward = VerifyReward(servers, rows, deadline_s=60, retries=6, retry_backoff_s=0.5)
+        reward = VerifyReward(servers, rows, deadline_s=10, retries=2, retry_backoff_s=0.5)
         batch = dict(gym_task=[r["gym_task"] for r in rows])
         assert reward([r["prompt"] for r in rows], answers, **batch) == expected
 
-        # Down for a moment: the retries see it come back.
+        # Down for a moment: the retries see it come back (room for a slow restart on a busy machine).
+        patient = VerifyReward(servers, rows, deadline_s=120, retries=15, retry_backoff_s=0.5, validate=False)
         served = servers.served
         served.stop_instance("math")
         restart = threading.Timer(1.0, lambda: served.start_instance("math"))
         restart.start()
-        assert reward([r["prompt"] for r in rows], answers, **batch) == expected
+        assert patient([r["prompt"] for r in rows], answers, **batch) == expected
         restart.join()
-        assert reward.retried >= 1
+        assert patient.retried >= 1
 
         # Down for good: the batch fails naming the environment and the reason; masked, nothing is scored.
         served.stop_instance("math")

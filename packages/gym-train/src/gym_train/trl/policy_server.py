@@ -42,6 +42,7 @@ from gym_local_llama.chat_template import DEFAULT_SYSTEM_PROMPT, render_continua
 from gym_local_llama.decoding import Generation
 from gym_local_llama.server import LocalLlamaModel
 from gym_local_llama.tool_calls import parse_tool_calls
+from gym_train.loop import POLICY_SERVER_TYPE
 from gym_train.model import _cache_argument
 
 __all__ = ["PolicyEngine", "PolicyNotBoundError", "TrainerPolicyServer", "EngineStats"]
@@ -353,7 +354,7 @@ class PolicyEngine:
 class TrainerPolicyServer(LocalLlamaModel):
     """``local_llama``'s server with :class:`PolicyEngine` as its engine (module docstring)."""
 
-    SERVER_TYPE = "local_llama"
+    SERVER_TYPE = POLICY_SERVER_TYPE  # the instance type it stands in for
 
     def __init__(self, *args: Any, engine: PolicyEngine, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -36,7 +36,7 @@ from gym_core.plugins import get_plugin_manager
 from gym_core.serving import ServerThread
 
 from gym_cli.rollouts import task_agent
-from gym_train.loop import ServedConfig, TrainError
+from gym_train.loop import POLICY_SERVER_TYPE, ServedConfig, TrainError
 
 __all__ = ["GymServers", "DEFAULT_CLIENT"]
 
@@ -95,9 +95,8 @@ class GymServers:
         ``policy_model``: a model instance of the config (a ``local_llama`` one: its options and
         protocol are the policy server's) served by the trainer's torch model instead, through
         :class:`~gym_train.trl.policy_server.TrainerPolicyServer`; the rollouts bind the model being
-        trained to it. Raises :class:`~gym_core.errors.GymError` naming what is wrong in the config."""
-        from gym_train.trl.policy_server import PolicyEngine, TrainerPolicyServer
-
+        trained to it (it needs gym-local-llama, whose server it is). Raises
+        :class:`~gym_core.errors.GymError` naming what is wrong in the config."""
         paths = [config_paths] if isinstance(config_paths, (str, Path)) else list(config_paths)
         plugins = get_plugin_manager()
         config = load_config(
@@ -118,12 +117,14 @@ class GymServers:
                     f"{where}: policy_model {policy_model!r} is not an instance of the config "
                     f"(instances: {', '.join(config.instances)})"
                 )
-            if instance.plugin != TrainerPolicyServer.SERVER_TYPE:
+            if instance.plugin != POLICY_SERVER_TYPE:
                 raise GymError(
                     f"{where}: policy_model {policy_model!r} is a {instance.plugin!r} server; the trainer "
-                    f"serves the policy in place of a {TrainerPolicyServer.SERVER_TYPE!r} instance (same "
+                    f"serves the policy in place of a {POLICY_SERVER_TYPE!r} instance (same "
                     "options, prompt format, tool-call markup and token history)"
                 )
+            from gym_train.trl.policy_server import PolicyEngine  # torch, and local_llama's server
+
             engine = PolicyEngine(n_ctx=int(instance.options.get("n_ctx") or 4096))
             if policy_model not in wanted:
                 wanted.append(policy_model)

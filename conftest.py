@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
@@ -26,8 +26,8 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-# tier -> the tests it holds: a folder, a file, or FILE::NAME for a test (all its parameters) or a
-# class; paths from the repository root. A test may be in several tiers.
+# tier -> the tests it holds: a folder, a file, FILE::NAME for a test (all its parameters) or a class,
+# FILE::NAME[ID] for one parameter set; paths from the repository root. A test may be in several tiers.
 TIERS: dict[str, tuple[str, ...]] = {
     # Seconds to minutes each: the benchmark harness, the training venv (torch) and gym-train's tests
     # in it, a real browser, venvs built with uv (gym test, published packages, the template's plugins
@@ -87,6 +87,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/test_sandbox_failures.py",
         "tests/benchmarks/test_sandbox.py",
         "plugins/resources/code_gen/tests",
+        "packages/gym-cli/tests/test_example_rollouts.py::test_the_example_rollouts_are_current[code_gen]",
     ),
 }
 
@@ -103,16 +104,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def tiers_of(nodeid: str) -> list[str]:
     """The tiers of the test with this node id (``path::name[params]``), from ``TIERS``."""
     path, _, name = nodeid.partition("::")
-    test = name.split("[", 1)[0]
-    found = []
-    for tier, entries in TIERS.items():
-        for entry in entries:
-            where, _, which = entry.partition("::")
-            in_path = path == where or path.startswith(where.rstrip("/") + "/")
-            if in_path and (not which or test == which or test.startswith(which + "::")):
-                found.append(tier)
-                break
-    return found
+    return [tier for tier, entries in TIERS.items() if any(_holds(entry, path, name) for entry in entries)]
+
+
+def _holds(entry: str, path: str, name: str) -> bool:
+    where, _, which = entry.partition("::")
+    if path != where and not path.startswith(where.rstrip("/") + "/"):
+        return False
+    if not which:
+        return True
+    if "[" in which:  # one parameter set
+        return name == which
+    return name.split("[", 1)[0] == which or name.startswith(which + "::")
 
 
 def _fast_tier_only(config: pytest.Config) -> bool:
@@ -186,9 +189,15 @@ def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
 
 
 @pytest.fixture(scope="session")
-def test_tiers() -> dict[str, tuple[str, ...]]:
+def tier_paths() -> dict[str, tuple[str, ...]]:
     """``TIERS``: each tier's paths."""
     return TIERS
+
+
+@pytest.fixture(scope="session", name="tiers_of")
+def tiers_of_fixture() -> Callable[[str], list[str]]:
+    """``tiers_of(nodeid)``: the tiers of a test."""
+    return tiers_of
 
 
 # --- signal handlers ---------------------------------------------------------------------------

@@ -21,21 +21,43 @@ FAST = {
 RAY = {f"{FILE}::test_a_ray_cluster_started_by_a_fixture_leaves_the_session_handlers"}
 
 
-def test_every_path_of_a_tier_exists(test_tiers):
-    for tier, entries in test_tiers.items():
+def test_every_path_of_a_tier_exists(tier_paths):
+    for tier, entries in tier_paths.items():
         assert entries, tier
         for entry in entries:
             path, _, name = entry.partition("::")
             assert (ROOT / path).exists(), f"{tier}: {path} does not exist"
             if name:
-                assert re.search(rf"^\s*(async def|def|class) {re.escape(name)}\b", (ROOT / path).read_text(), re.M), (
+                defined = name.split("[", 1)[0].rsplit("::", 1)[-1]  # a test or class, without its parameters
+                assert re.search(rf"^\s*(async def|def|class) {defined}\b", (ROOT / path).read_text(), re.M), (
                     f"{tier}: {path} has no test {name}"
                 )
 
 
-def test_every_tier_is_a_registered_marker(test_tiers, pytestconfig):
+@pytest.mark.parametrize(
+    ("nodeid", "tiers"),
+    [
+        ("plugins/models/local_llama/tests/test_engine.py::test_generate", ["model"]),  # a folder
+        ("plugins/models/local_llama_extra/tests/test_engine.py::test_generate", []),  # not that folder
+        ("plugins/resources/code_gen/tests/test_ray_fanout.py::TestX::test_y[1]", ["ray", "sandbox"]),
+        ("tests/test_signal_handlers.py::test_a_ray_cluster_started_by_a_fixture_leaves_the_session_handlers", ["ray"]),
+        ("tests/test_signal_handlers.py::test_handlers_a_test_installs_are_gone_after_it", []),
+        # every parameter set of a test named without them; one parameter set named with it
+        ("packages/gym-cli/tests/test_run.py::test_run_ready_then_ctrl_c_leaves_nothing_behind[none]", ["slow"]),
+        (
+            "packages/gym-cli/tests/test_example_rollouts.py::test_the_example_rollouts_are_current[code_gen]",
+            ["sandbox"],
+        ),
+        ("packages/gym-cli/tests/test_example_rollouts.py::test_the_example_rollouts_are_current[math]", []),
+    ],
+)
+def test_tiers_of_a_test(tiers_of, nodeid, tiers):
+    assert tiers_of(nodeid) == tiers
+
+
+def test_every_tier_is_a_registered_marker(tier_paths, pytestconfig):
     registered = {line.split(":", 1)[0] for line in pytestconfig.getini("markers")}
-    assert set(test_tiers) <= registered
+    assert set(tier_paths) <= registered
 
 
 def collect(*args: str) -> tuple[set[str], str]:

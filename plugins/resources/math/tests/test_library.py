@@ -138,3 +138,13 @@ async def test_a_pathological_answer_is_killed_as_timeout_without_blocking_the_l
     assert await grading == LibraryResult(0.0, None, "timeout")
     assert len(before - set(pool.pids)) == 1  # that worker was replaced
     assert (await alibrary_grade("\\boxed{5}", "5", pool=pool)).reward == 1.0
+
+
+async def test_the_librarys_own_timeout_is_reason_timeout_not_wrong(pool):
+    # Comparing these two takes sympy longer than the library's own 5 s comparison timeout (its
+    # signal.alarm, in the worker's main thread): the library logs the timeout and scores the answer
+    # as not verified, which is a timeout, not a wrong answer. The pool's hard limit is well above it.
+    result = await alibrary_grade("\\boxed{(x+y+z+1)^{30}}", "(x+y+z+2)^{30}", pool=pool, timeout_s=60)
+    assert (result.reward, result.reason) == (0.0, "timeout")
+    # The watch is reset per call: the next answer that is simply wrong is wrong.
+    assert (await alibrary_grade("\\boxed{6}", "5", pool=pool)).reason == "wrong"

@@ -33,8 +33,10 @@ The pool's hard limit covers what a signal cannot interrupt (long C-level big-in
 
 Reasons: ``"correct"``, ``"wrong"``, ``"no_answer"`` (nothing extracted from the response),
 ``"unparseable_expected_answer"`` (nothing extracted from the gold: 0 whatever the model wrote) and
-``"error"`` (the library raised anything else); :func:`alibrary_grade` adds ``"timeout"`` (the
-worker was killed) and ``"error"`` (the worker died or ran out of memory).
+``"error"`` (the library raised anything else) and ``"timeout"`` (one of the library's own timeouts
+fired and nothing verified: the library logs the timeout and goes on as if the answer were wrong, so
+the log record is what tells the two apart); :func:`alibrary_grade` adds ``"timeout"`` (the worker
+was killed) and ``"error"`` (the worker died or ran out of memory).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class LibraryResult:
 
     reward: float
     extracted_answer: str | None
-    reason: str  # "correct" | "wrong" | "no_answer" | "unparseable_expected_answer" | "error" (+ "timeout")
+    reason: str  # "correct" | "wrong" | "no_answer" | "unparseable_expected_answer" | "timeout" | "error"
 
 
 def prepare_gold(expected_answer: str) -> str:
@@ -81,14 +83,36 @@ def prepare_gold(expected_answer: str) -> str:
 _metric: Callable[[list[str], list[str]], tuple[float, Any]] | None = None
 
 
+class _TimeoutWatch(logging.Handler):
+    """The only handler of the library's loggers: it swallows their chatter (as the reference mutes
+    it) and notes the warnings the library logs when one of its own timeouts fires ("Timeout during
+    parsing", "... comparison", "Timeout when adding extracted predictions"), which it otherwise
+    swallows, scoring the answer as not verified."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.fired = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Timeout"):
+            self.fired = True
+
+
+_timeouts = _TimeoutWatch()
+
+
 def _get_metric() -> Callable[[list[str], list[str]], tuple[float, Any]]:
     global _metric
     if _metric is None:
         from math_verify import ExprExtractionConfig, LatexExtractionConfig
         from math_verify.metric import math_metric
 
-        # The reference mutes the library's chatter ("did not manage to extract a prediction").
-        logging.getLogger("math_verify").setLevel(logging.ERROR)
+        # The reference mutes the library's chatter ("did not manage to extract a prediction"); its
+        # timeout warnings are kept, for the reason.
+        library_log = logging.getLogger("math_verify")
+        library_log.setLevel(logging.WARNING)
+        library_log.propagate = False
+        library_log.handlers[:] = [_timeouts]
         _metric = math_metric(
             gold_extraction_target=(LatexExtractionConfig(),),
             pred_extraction_target=(ExprExtractionConfig(), LatexExtractionConfig()),
@@ -107,6 +131,7 @@ def library_grade(response_text: str, expected_answer: str) -> LibraryResult:
     from math_verify import verify
 
     metric = _get_metric()
+    _timeouts.fired = False
     try:
         score, strings = metric([prepare_gold(str(expected_answer))], [response_text])
         extracted: str | None = None
@@ -118,8 +143,10 @@ def library_grade(response_text: str, expected_answer: str) -> LibraryResult:
             )
         reward = float(score)
     except Exception as exc:  # noqa: BLE001 - the reference scores any library failure 0 with no answer
-        return LibraryResult(0.0, None, _failure_reason(exc))
-    return LibraryResult(reward, extracted, "correct" if reward > 0.5 else "wrong")
+        return LibraryResult(0.0, None, "timeout" if _timeouts.fired else _failure_reason(exc))
+    if reward > 0.5:
+        return LibraryResult(reward, extracted, "correct")
+    return LibraryResult(reward, extracted, "timeout" if _timeouts.fired else "wrong")
 
 
 async def alibrary_grade(

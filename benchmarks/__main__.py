@@ -34,6 +34,15 @@ MEASUREMENTS = (
 )
 
 
+def _spread(block: dict[str, Any], key: str) -> str:
+    """``median (min–max)`` of a figure measured over rounds; the median alone for one round or
+    for results written before the harness kept the min and max."""
+    low, high = block.get(f"{key}_min"), block.get(f"{key}_max")
+    if low is None or high is None or low == high:
+        return str(block[key])
+    return f"{block[key]} ({low}–{high})"
+
+
 def markdown(results: dict[str, Any]) -> str:
     lines = [
         f"# gym benchmarks ({results['size']})",
@@ -47,7 +56,8 @@ def markdown(results: dict[str, Any]) -> str:
             "## Orchestration overhead vs the HTTP floor",
             "",
             "Floor: bare round trips by an aiohttp client; floor (gym transport): the same by "
-            "`gym_core.http1`, the client gym's servers use.",
+            "`gym_core.http1`, the client gym's servers use. Each figure is the median over the rounds "
+            "(of two, their mean), with the min–max of the rounds in brackets.",
             "",
             "| variant | round trips | concurrency | gym rollouts/s | floor rollouts/s | ratio "
             "| floor (gym transport) rollouts/s | ratio | gym p50 ms | gym p99 ms "
@@ -58,8 +68,9 @@ def markdown(results: dict[str, Any]) -> str:
             for row in rows:
                 g, f, lean = row["gym"], row["floor"], row["floor_gym_transport"]
                 lines.append(
-                    f"| {variant} | {orch['round_trips'][variant]} | {row['concurrency']} | {g['rollouts_per_s']} | "
-                    f"{f['rollouts_per_s']} | {row['ratio']} | {lean['rollouts_per_s']} | {row['ratio_gym_transport']} | "
+                    f"| {variant} | {orch['round_trips'][variant]} | {row['concurrency']} | {_spread(g, 'rollouts_per_s')} | "
+                    f"{_spread(f, 'rollouts_per_s')} | {_spread(row, 'ratio')} | {_spread(lean, 'rollouts_per_s')} | "
+                    f"{_spread(row, 'ratio_gym_transport')} | "
                     f"{g['p50_ms']} | {g['p99_ms']} | {g['cpu_ms_per_rollout']} | {f['cpu_ms_per_rollout']} | "
                     f"{g['errors'] + f['errors'] + lean['errors']} |"
                 )
@@ -259,14 +270,15 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [
             f"## Throughput with replicas (counter environment, {where})",
             "",
-            f"Concurrency {r['concurrency']}, median of {r['rounds']} round(s); start-up of all levels {r['launch_s']} s. "
+            f"Concurrency {r['concurrency']}, median of {r['rounds']} round(s) (min–max in brackets); "
+            f"start-up of all levels {r['launch_s']} s. "
             "Session share: each replica's part of the open sessions sampled through the round.",
             "",
             "| replicas | rollouts/s | p50 ms | p99 ms | errors | session share per replica | CPU s per replica |",
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         lines += [
-            f"| {row['replicas']} | {row['rollouts_per_s']} | {row['p50_ms']} | {row['p99_ms']} | {row['errors']} | "
+            f"| {row['replicas']} | {_spread(row, 'rollouts_per_s')} | {row['p50_ms']} | {row['p99_ms']} | {row['errors']} | "
             f"{' / '.join(map(str, row['session_share']))} | {' / '.join(map(str, row['replica_cpu_s']))} |"
             for row in r["levels"]
         ]

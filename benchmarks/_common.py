@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,42 @@ def percentile(values: list[float], q: float) -> float | None:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[index]
+
+
+def spread(values: list[float], digits: int = 3) -> dict[str, float]:
+    """The true median of ``values`` (of two, their mean), with their min and max, rounded."""
+    return {
+        "median": round(statistics.median(values), digits),
+        "min": round(min(values), digits),
+        "max": round(max(values), digits),
+    }
+
+
+def median_round(rounds: list[dict[str, Any]], rate: str = "rollouts_per_s") -> dict[str, Any]:
+    """Rounds of one measurement as one: each numeric field the true median over the rounds
+    (:func:`spread`; of two rounds, their mean, not the larger), ``errors`` summed, the rate's
+    ``min`` and ``max`` (``<rate>_min``, ``<rate>_max``) and every round's rate (``rounds_per_s``);
+    fields that are not numbers (lists...) from the round whose rate is the lower middle one."""
+    ordered = sorted(rounds, key=lambda r: r[rate])
+    merged = dict(ordered[(len(ordered) - 1) // 2])
+    for key, value in merged.items():
+        values = [r[key] for r in rounds]
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and all(isinstance(v, (int, float)) for v in values)
+        ):
+            merged[key] = spread(values)["median"]
+    figures = spread([r[rate] for r in rounds])
+    merged.update(
+        {
+            f"{rate}_min": figures["min"],
+            f"{rate}_max": figures["max"],
+            "rounds_per_s": [r[rate] for r in rounds],
+            "errors": sum(r.get("errors", 0) for r in rounds),
+        }
+    )
+    return merged
 
 
 def _status_mb(pid: int, key: str) -> float | None:

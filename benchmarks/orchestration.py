@@ -32,8 +32,10 @@ from benchmarks._common import (
     TimedClient,
     cpu_seconds,
     gym_servers,
+    median_round,
     percentile,
     spawn,
+    spread,
     wait_http,
 )
 from gym_cli.rollouts import run_async
@@ -156,7 +158,8 @@ async def _measure(
             lean_rounds.append(await _floor_round(pool, floor_urls, hops, n, concurrency, floor_pids))
     await pool.close()
     await client.close()
-    gym, floor, lean = _median(gym_rounds), _median(floor_rounds), _median(lean_rounds)
+    gym, floor, lean = median_round(gym_rounds), median_round(floor_rounds), median_round(lean_rounds)
+    ratio, ratio_lean = _ratio_spread(gym_rounds, floor_rounds), _ratio_spread(gym_rounds, lean_rounds)
     # The ratio is the median of each round's ratio, gym's round over the floor rounds beside it:
     # the machine's drift (it is shared) moves both sides of a round together, not the separate medians.
     return {
@@ -164,25 +167,18 @@ async def _measure(
         "gym": gym,
         "floor": floor,
         "floor_gym_transport": lean,
-        "ratio": _median_ratio(gym_rounds, floor_rounds),
-        "ratio_gym_transport": _median_ratio(gym_rounds, lean_rounds),
+        "ratio": ratio["median"],
+        "ratio_min": ratio["min"],
+        "ratio_max": ratio["max"],
+        "ratio_gym_transport": ratio_lean["median"],
+        "ratio_gym_transport_min": ratio_lean["min"],
+        "ratio_gym_transport_max": ratio_lean["max"],
     }
 
 
-def _median_ratio(gym_rounds: list[dict[str, Any]], floor_rounds: list[dict[str, Any]]) -> float:
-    ratios = sorted(g["rollouts_per_s"] / f["rollouts_per_s"] for g, f in zip(gym_rounds, floor_rounds))
-    return round(ratios[len(ratios) // 2], 3)
-
-
-def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """The round with the median throughput, with every round's throughput alongside."""
-    ordered = sorted(rounds, key=lambda r: r["rollouts_per_s"])
-    return {
-        **ordered[len(ordered) // 2],
-        "rounds_per_s": [r["rollouts_per_s"] for r in rounds],
-        "cpu_ms_per_rollout": round(sorted(r["cpu_ms_per_rollout"] for r in rounds)[len(rounds) // 2], 3),
-        "errors": sum(r["errors"] for r in rounds),
-    }
+def _ratio_spread(gym_rounds: list[dict[str, Any]], floor_rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """Each round's ratio, gym over the floor beside it: their true median, min and max."""
+    return spread([g["rollouts_per_s"] / f["rollouts_per_s"] for g, f in zip(gym_rounds, floor_rounds)])
 
 
 def _figures(n: int, elapsed: float, cpu: float, latencies: list[float], errors: int) -> dict[str, Any]:

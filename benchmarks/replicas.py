@@ -32,7 +32,7 @@ from gym_core import ClientConfig, ServerCallError, ServerClient
 from gym_core.config import GlobalConfig
 from gym_core.routing import ROLLOUT_COOKIE, new_rollout_key
 
-from benchmarks._common import COUNTER_TASKS, TimedClient, cpu_seconds, gym_servers, percentile
+from benchmarks._common import COUNTER_TASKS, TimedClient, cpu_seconds, gym_servers, median_round, percentile
 from gym_cli.rollouts import run_async
 
 TURNS = [{"tool_calls": [{"name": "increment_counter", "arguments": {"count": 3}}]}, {"text": "added 3"}]
@@ -202,16 +202,7 @@ async def _measure(head_url: str, size: Size, pids: dict[str, int]) -> dict[str,
         loopback = await _loopback_us(client, f"counter{size.levels[0]}", size.round_trips)
     finally:
         await client.close()
-    levels = []
-    for done in rounds.values():
-        ordered = sorted(done, key=lambda r: r["rollouts_per_s"])
-        levels.append(
-            {
-                **ordered[len(ordered) // 2],
-                "rounds_per_s": [r["rollouts_per_s"] for r in done],
-                "errors": sum(r["errors"] for r in done),
-            }
-        )
+    levels = [median_round(done) for done in rounds.values()]
     return {"levels": levels, "loopback_us": loopback}
 
 

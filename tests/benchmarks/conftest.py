@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# The harness (benchmarks/) is a package of the checkout, not installed: tests of its pure helpers import it from here.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 @dataclass

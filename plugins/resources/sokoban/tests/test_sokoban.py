@@ -92,7 +92,10 @@ class TestSokoban(ResourcesServerTests):
         # The documented generator, pinned: a change to it changes every dataset's levels.
         assert render(Board.of(generate(84810, 5, 5, 1, 100))) == "#####\n#_O##\n#_X##\n#_P_#\n#####"
 
-    @pytest.mark.parametrize(("rows", "cols", "boxes"), [(5, 5, 1), (6, 6, 1), (7, 7, 2), (8, 6, 2)])
+    @pytest.mark.parametrize(
+        ("rows", "cols", "boxes"),
+        [(5, 5, 1), (6, 6, 1), (7, 7, 2), (8, 6, 2), (6, 4, 1), (6, 4, 2), (4, 6, 1), (12, 4, 2), (6, 3, 1)],
+    )
     def test_generated_levels_are_solvable_with_every_box_off_target(self, rows, cols, boxes):
         for seed in range(25):
             level = generate(seed, rows, cols, boxes, 100)
@@ -195,9 +198,23 @@ class TestSokoban(ResourcesServerTests):
 
     def test_row_overrides_are_bounded(self, gym_servers: RunningServers):
         caller = gym_servers.caller()
-        for bad in ({"dim_room": [4, 6]}, {"dim_room": [6, 40]}, {"num_boxes": 9}, {"max_steps": 0}, {"seed": "x"}):
+        for bad in ({"dim_room": [2, 6]}, {"dim_room": [6, 40]}, {"num_boxes": 9}, {"max_steps": 0}, {"seed": "x"}):
             reply = caller.post("/reset", {**ROW, **bad})
             assert reply.status == 422, (bad, reply.text)
+
+    def test_non_square_rooms_as_the_reference_plays_them(self, gym_servers: RunningServers):
+        # NeMo Gym's own example row asks for dim_room [6, 4]: six rows, four columns, walls included.
+        caller = gym_servers.caller()
+        reset = caller.post("/reset", {**ROW, "seed": 3, "dim_room": [6, 4]}).json()
+        board = reset["observation"].split("\n")[1:7]
+        assert [len(line) for line in board] == [4] * 6 and reset["info"]["dim_room"] == [6, 4]
+        assert board[0] == board[-1] == "####" and sum("".join(board).count(c) for c in "PS") == 1
+        assert solve(generate(3, 6, 4, 1, 100))
+
+    def test_a_room_too_small_for_any_level_is_a_clear_422(self, gym_servers: RunningServers):
+        reply = gym_servers.caller().post("/reset", {**ROW, "seed": 5, "dim_room": [4, 4]})
+        assert reply.status == 422, reply.text
+        assert "4x4" in reply.text and "seed 5" in reply.text and "dim_room" in reply.text
 
 
 @pytest.fixture(scope="module")

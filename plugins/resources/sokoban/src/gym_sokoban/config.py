@@ -16,12 +16,15 @@ __all__ = ["SokobanConfig", "Side", "MAX_BOXES", "MAX_EPISODE_STEPS"]
 
 MAX_BOXES = 4
 MAX_EPISODE_STEPS = 1000
-Side = Annotated[int, Meta(ge=5, le=12)]
+# A side of 3 is one inner row or column between the walls; NeMo Gym's own example row plays
+# [6, 4]. A room too small for any level of its boxes (4x4, say) is a 422 from the generator.
+Side = Annotated[int, Meta(ge=3, le=12)]
 
 
 class SokobanConfig(ServerConfig, kw_only=True):
     dim_room: Annotated[
-        tuple[Side, Side], Meta(description="rows and columns of a level, walls included (each 5-12)")
+        tuple[Side, Side],
+        Meta(description="rows and columns of a level, walls included (each 3-12; need not be square)"),
     ] = (6, 6)
     num_boxes: Annotated[int, Meta(ge=1, le=MAX_BOXES, description="boxes (and targets) in a level")] = 1
     max_steps: Annotated[

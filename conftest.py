@@ -54,6 +54,8 @@ TIERS: dict[str, tuple[str, ...]] = {
         "packages/gym-cli/tests/test_collect.py::test_sessions_lost_in_a_restart_are_retried_not_scored",
         "packages/gym-cli/tests/test_collect.py::test_the_lock_is_released_when_its_holder_is_killed",
         "packages/gym-cli/tests/test_collect.py::test_second_collect_on_the_same_output_fails_fast_naming_the_first",
+        "packages/gym-cli/tests/test_guide.py::test_the_guide_runs_as_written_when_port_11000_is_taken",
+        "packages/gym-cli/tests/test_guide.py::test_a_command_that_talks_to_a_run_asks_which_when_several_run",
     ),
     # Start a Ray cluster (joined by the test process, or by gym run).
     "ray": (

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ISOLATION_MODES", "serve_options"]
+__all__ = ["ISOLATION_MODES", "serve_options", "served_overrides"]
 
 ISOLATION_MODES = ("venv", "none")
 """``venv``: each plugin in its own venv; ``none``: every server with the interpreter running gym."""
@@ -16,16 +16,15 @@ ISOLATION_MODES = ("venv", "none")
 def serve_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The options of a data command that finds its servers through
     :func:`gym_cli.launch.launcher.head_or_served`: ``--head``, ``--serve`` (repeatable), ``--set``
-    (repeatable) and ``--isolation``, passed as ``head``, ``serve_configs``, ``overrides`` and ``isolation``."""
+    (repeatable) and ``--isolation``, passed as ``head``, ``serve_configs``, ``overrides`` and ``isolation``
+    (``head`` None: :func:`gym_cli.head.find_head` finds the run)."""
     import click
 
-    from gym_cli.head import default_head
+    from gym_cli.head import head_help
 
     for option in reversed(
         (
-            click.option(
-                "--head", default=default_head(), show_default=True, help="Head server of a running `gym run`."
-            ),
+            click.option("--head", default=None, metavar="URL", help=head_help()),
             click.option(
                 "--serve",
                 "serve_configs",
@@ -47,3 +46,10 @@ def serve_options(command: Callable[..., Any]) -> Callable[..., Any]:
     ):
         command = option(command)
     return command
+
+
+def served_overrides(overrides: tuple[str, ...] | list[str]) -> list[str]:
+    """The overrides ``--serve`` starts its servers with: the head server on a free port (nobody needs to
+    find it on the default one: the command talks to it, and ``gym status`` finds it through its state
+    file; a `gym run` already on 11000 does not stop it), then ``--set`` (which may set another)."""
+    return ["head_server.port=0", *overrides]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gym_cli.cli_options import serve_options
+from gym_cli.cli_options import serve_options, served_overrides
 from gym_cli.exits import CommandFailed
 from gym_cli.live import PROGRESS_MODES
 
@@ -159,8 +159,10 @@ def collect(
     (task, rollout) pairs are skipped; failed ones are retried. A rollout that fails for an
     infrastructure reason (a server down or restarting, a 5xx, a timeout) is retried in the same
     run, up to --retries times. One collection at a time writes an output file: a second one on
-    the same file stops at once and names the first. Exits 1 when some rollouts failed (they are
-    in the failures file), 2 when nothing could start, 130 when interrupted.
+    the same file stops at once and names the first. Without --serve or --head, the servers are
+    those of your running `gym run` (the only one; with several, --head says which).
+    Exits 1 when some rollouts failed (they are in the failures file), 2 when nothing could start
+    (no head server answers, bad input), 130 when interrupted.
 
     \b
     Example (one command: start servers, collect, profile, stop):
@@ -169,6 +171,7 @@ def collect(
     """
     from rich.console import Console
 
+    from gym_cli.head import find_head
     from gym_cli.launch.launcher import head_or_served
     from gym_cli.live import make_reporter
     from gym_cli.reward_profile import print_profile, profile_file
@@ -220,7 +223,10 @@ def collect(
         )
         interrupted = False
         if summary.skipped < summary.total:
-            with head_or_served(head, serve_configs, overrides, isolation=isolation, console=console) as head_url:
+            head = "" if serve_configs else find_head(head)  # --serve: the head of the servers it starts
+            with head_or_served(
+                head, serve_configs, served_overrides(overrides), isolation=isolation, console=console
+            ) as head_url:
                 try:
                     run_async(
                         _collect(head_url, tasks, pending_pairs(len(tasks), repeats, done), options, summary, reporter)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gym_cli.cli_options import serve_options
+from gym_cli.cli_options import serve_options, served_overrides
 from gym_cli.exits import CommandFailed
 
 if TYPE_CHECKING:  # what running the command needs loads when it runs, not for `gym --help`
@@ -171,8 +171,10 @@ def reverify(
     Rows whose resources server is not running stop the command before any row is re-verified.
     Rows that still fail for an infrastructure reason go to the failures file, never scored.
     --serve starts only the config's resources servers and the instances they refer to (a judge
-    model); its policy models and agents are left out.
-    Exits 1 when some rows failed, 2 when nothing could start, 130 when interrupted.
+    model); its policy models and agents are left out. Without --serve or --head, the servers are
+    those of your running `gym run` (the only one; with several, --head says which).
+    Exits 1 when some rows failed, 2 when nothing could start (no head server answers, bad input),
+    130 when interrupted.
 
     \b
     Example (after changing a verifier):
@@ -181,6 +183,7 @@ def reverify(
     """
     from rich.console import Console
 
+    from gym_cli.head import find_head
     from gym_cli.launch.launcher import head_or_served
     from gym_cli.reverify import ReverifyOptions, ReverifySummary, passed, read_rollout_rows, reward_diff
     from gym_cli.rollouts import InputError, check_writable, output_lock, read_done, run_async
@@ -218,8 +221,14 @@ def reverify(
         if work:
             # --serve: no policy model or agent is called here; only the environments and what they
             # refer to (a judge model) start.
+            head = "" if serve_configs else find_head(head)  # --serve: the head of the servers it starts
             with head_or_served(
-                head, serve_configs, overrides, isolation=isolation, console=console, kinds={"resources"}
+                head,
+                serve_configs,
+                served_overrides(overrides),
+                isolation=isolation,
+                console=console,
+                kinds={"resources"},
             ) as head_url:
                 try:
                     run_async(_reverify(head_url, work, copies, resources_server, options, summary, console))

@@ -1,28 +1,16 @@
 """``gym status``: the servers of the running ``gym run``, each with its health. Without ``--head``, the
-run is the only one recorded under ``$GYM_HOME/runs`` (else the default head server's)."""
+run is found as every command finds it (:func:`gym_cli.head.find_head`)."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
 
 import click
 
 from gym_cli.exits import CommandFailed
-from gym_cli.head import default_head, node_label
-
-if TYPE_CHECKING:
-    from gym_cli.launch.runstate import RecordedRun
+from gym_cli.head import head_help, node_label
 
 __all__ = ["status"]
-
-
-def _recorded_runs() -> list[RecordedRun]:
-    """The runs whose launcher still runs, from their state files (none where /proc is missing)."""
-    from gym_cli.launch.runstate import RecordedRun, runs_dir
-
-    directory = runs_dir()
-    return [run for run in RecordedRun.all_in(directory) if run.launcher_alive()] if directory.is_dir() else []
 
 
 async def _status(head: str) -> list[dict]:
@@ -32,7 +20,7 @@ async def _status(head: str) -> list[dict]:
     from gym_core.errors import ServerCallError
     from gym_core.options import ClientConfig
 
-    from gym_cli.head import head_token, server_instances
+    from gym_cli.head import head_token, live_runs, runs_listing, server_instances
 
     async with ServerClient(
         config=ClientConfig(timeout_s=5, max_attempts=1), auth_token=head_token(head), auth_urls=[head]
@@ -40,11 +28,10 @@ async def _status(head: str) -> list[dict]:
         try:
             instances = await server_instances(client, head)
         except ServerCallError as exc:
-            runs = _recorded_runs()
-            others = "".join(f"\n  {run.summary()}" for run in runs)
+            runs = live_runs()
             hint = (
-                f"; runs of this user (pick one with --head URL):{others}"
-                if others
+                f"; runs of this user (pick one with --head URL):\n{runs_listing(runs)}"
+                if runs
                 else " (start them with `gym run CONFIG`)"
             )
             raise CommandFailed(f"no gym servers are running at {head}: {exc.detail}{hint}") from None
@@ -75,19 +62,14 @@ def _each_replica(instances: list[dict]) -> list[dict]:
 
 
 @click.command()
-@click.option(
-    "--head",
-    default=None,
-    metavar="URL",
-    help=f"URL of the head server of `gym run`.  [default: the only running run's, else {default_head()}]",
-)
+@click.option("--head", default=None, metavar="URL", help=head_help())
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def status(head: str | None, as_json: bool) -> None:
     """Show the servers of the running `gym run`, whether each answers, and how many times each
     was restarted after dying. Each replica of an instance with `replicas: N` is a row (`name#i`).
 
     Exits 1 when no head server answers at HEAD (the message lists the runs of this user) or some
-    server is down (or restarting).
+    server is down (or restarting), 2 when several runs are running and --head does not say which.
 
     \b
     Example:
@@ -99,10 +81,9 @@ def status(head: str | None, as_json: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    if head is None:
-        runs = _recorded_runs()
-        head = runs[0].head_url if len(runs) == 1 and runs[0].head_url else default_head()
-    head = head.rstrip("/")
+    from gym_cli.head import find_head
+
+    head = find_head(head)
     rows = asyncio.run(_status(head))
     if as_json:
         click.echo(json.dumps(rows, indent=2))

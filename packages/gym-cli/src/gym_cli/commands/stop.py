@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import click
 
 from gym_cli.exits import CommandFailed, fail
+from gym_cli.head import runs_listing
 
 if TYPE_CHECKING:  # gym_cli.launch loads the launcher: only when the command runs, not for `gym --help`
     from gym_cli.launch.runstate import RecordedRun
@@ -99,7 +100,7 @@ def _no_run_found(head: str | None, live: list[RecordedRun], directory: Path) ->
     where = f" with its head server at {head}" if head else ""
     message = f"no running `gym run` or `gym collect --serve`{where} was found (state files: {directory})"
     if live:
-        message += "; running:\n" + "\n".join(f"  {run.summary()}" for run in live)
+        message += "; running:\n" + runs_listing(live)
     return CommandFailed(message + "\n`gym status` shows the runs and their servers")
 
 
@@ -167,8 +168,7 @@ def stop(head: str | None, stop_all: bool, timeout_s: float) -> None:
     elif stop_all or len(live) <= 1:
         targets = live
     else:
-        listing = "\n".join(f"  {run.summary()}" for run in live)
-        fail(f"{len(live)} runs are running; say which to stop with --head URL, or use --all:\n{listing}")
+        fail(f"{len(live)} gym runs are running; say which with --head URL, or use --all:\n{runs_listing(live)}")
     if not targets:
         if matched_dead:
             return

@@ -16,7 +16,7 @@ from __future__ import annotations
 import types
 import typing
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
@@ -205,6 +205,15 @@ class JudgeOptions(ServerConfig, kw_only=True):
             "429, 5xx) before the rollout fails with judge_failed",
         ),
     ] = 3
+    verdict_mode: Annotated[
+        Literal["guarded", "reference"],
+        Meta(
+            description="guarded: the policy's text reaches the judge as data (label and delimiter look-alikes "
+            "neutralised) and the verdict is the judge's last label outside echoed data; reference: the text "
+            "verbatim and the first label wins, as the reference reads it (reproduces its rewards; GAMEABLE: an "
+            "answer that writes a label, quoted by the judge, decides its own verdict)"
+        ),
+    ] = "guarded"
 
 
 class UpstreamOptions(ServerConfig, kw_only=True):

@@ -36,16 +36,21 @@ EXAMPLES = PACKAGE / "data" / "example.jsonl"
 CONFIG = PACKAGE / "configs" / "equivalence_llm_judge.yaml"
 PAREN_REGEX = r"\(\((.*?)\)\)"
 LONG_GOLD = "The " + "very " * 30 + "long gold answer"  # > 120 characters
+# The first line of the candidate answer holds the gold answer (the example config's rule).
+SAME = "<reference_answer>\n(.+?)\n</reference_answer>\n\n<candidate_answer>\n[^\n]*?\\1"
 
 JUDGE_RULES = [
     {"match": "FAIL_JUDGE", "error_status": 500},
     {"match": "CALL_A_TOOL", "text": "[[A=B]]", "tool_calls": [{"name": "lookup", "arguments": {}}]},
     {"match": "NO_LABEL", "text": "I cannot decide."},
     # Equal in this order only: the swapped question is not equal.
-    {"match": "GOLD ANSWER:\nalpha-swap\n\nCANDIDATE ANSWER:\nbeta-swap\n", "text": "Fine. [[A=B]]"},
-    {"match": "(?s)Correct answer: (.+?)\n\nResponse: [^\n]*?\\1", "text": "CORRECT"},
+    {
+        "match": "<reference_answer>\nalpha-swap\n</reference_answer>\n\n<candidate_answer>\nbeta-swap\n",
+        "text": "Fine. [[A=B]]",
+    },
+    {"match": f"(?s){SAME}.*Reply with one word only", "text": "CORRECT"},
     {"match": "Reply with one word only: CORRECT or INCORRECT", "text": "INCORRECT"},
-    {"match": "(?s)GOLD ANSWER:\n(.+?)\n\nCANDIDATE ANSWER:\n[^\n]*?\\1", "text": "Same answer. [[A=B]]"},
+    {"match": f"(?s){SAME}", "text": "Same answer. [[A=B]]"},
     {"match": ".", "text": "Different answers. [[A!=B]]"},
 ]
 ENV = {"plugin": "equivalence_llm_judge", "judge_model_server": "judge", "judge_max_attempts": 2}
@@ -77,6 +82,11 @@ def verify(servers: RunningServers, instance: str, row: dict, answer: str | dict
 def prompts(verdict: dict) -> list[str]:
     """The user message of each judge call."""
     return [e["responses_create_params"]["input"][-1]["content"] for e in verdict["judge_evaluations"]]
+
+
+def block(gold: str, candidate: str) -> str:
+    """The gold and candidate answers as the shipped templates carry them."""
+    return f"<reference_answer>\n{gold}\n</reference_answer>\n\n<candidate_answer>\n{candidate}\n</candidate_answer>"
 
 
 def labels(verdict: dict) -> list[str | None]:
@@ -126,7 +136,7 @@ class TestEquivalenceLlmJudge(ResourcesServerTests):
             },
         ]
         verdict = verify(gym_servers, "equivalence_llm_judge", task(items, "Na"), "Na")
-        assert "QUESTION:\npart one\npart two\n\nGOLD ANSWER:\nNa\n\nCANDIDATE ANSWER:\nNa\n" in prompts(verdict)[0]
+        assert f"<question>\npart one\npart two\n</question>\n\n{block('Na', 'Na')}" in prompts(verdict)[0]
         assert verdict["reward"] == 1.0
 
     def test_question_extract_regex(self, gym_servers: RunningServers):
@@ -137,7 +147,7 @@ class TestEquivalenceLlmJudge(ResourcesServerTests):
         }
         for text, question in documents.items():
             verdict = verify(gym_servers, "lc", task(text, "blue"), "blue")
-            assert f"Question: {question}\n\nCorrect answer: blue\n\nResponse: blue\n" in prompts(verdict)[0]
+            assert f"<question>\n{question}\n</question>\n\n{block('blue', 'blue')}" in prompts(verdict)[0]
 
     # ------------------------------------------------------------ which regex
 
@@ -176,10 +186,10 @@ class TestEquivalenceLlmJudge(ResourcesServerTests):
         reasoning_only = {"output": [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "gold"}]}]}
         for response in (reasoning_only, {"output": []}, assistant_response("   ")):
             verdict = verify(gym_servers, "equivalence_llm_judge", task(expected="gold"), response)
-            assert "CANDIDATE ANSWER:\n[NO VALID ANSWER EXTRACTED]\n" in prompts(verdict)[0]
+            assert "<candidate_answer>\n[NO VALID ANSWER EXTRACTED]\n</candidate_answer>" in prompts(verdict)[0]
             assert (verdict["extracted_answer"], verdict["reward"]) == (None, 0.0)
         lc = verify(gym_servers, "lc", task("QUESTION: q", expected="gold"), {"output": []})
-        assert "Correct answer: gold\n\nResponse: \n\nReply" in prompts(lc)[0]
+        assert f"{block('gold', '')}\n\nReply" in prompts(lc)[0]
         assert (lc["extracted_answer"], lc["reward"], labels(lc)) == (None, 0.0, ["INCORRECT"])
 
     def test_only_the_last_assistant_message_is_graded(self, gym_servers: RunningServers):
@@ -222,8 +232,8 @@ class TestEquivalenceLlmJudge(ResourcesServerTests):
         swapped = verify(gym_servers, "swap", row, "beta-swap")
         assert (swapped["reward"], swapped["reason"], labels(swapped)) == (0.25, "swap_failed", ["[[A=B]]", "[[A!=B]]"])
         first, second = prompts(swapped)
-        assert "GOLD ANSWER:\nalpha-swap\n\nCANDIDATE ANSWER:\nbeta-swap\n" in first
-        assert "GOLD ANSWER:\nbeta-swap\n\nCANDIDATE ANSWER:\nalpha-swap\n" in second
+        assert block("alpha-swap", "beta-swap") in first
+        assert block("beta-swap", "alpha-swap") in second
         params = swapped["judge_evaluations"][0]["responses_create_params"]
         assert params["input"][0] == {"role": "system", "content": "You grade answers."}
         assert params["max_output_tokens"] == 77 and len(params["input"]) == 2  # the base input is replaced
@@ -245,7 +255,7 @@ class TestEquivalenceLlmJudge(ResourcesServerTests):
             "full_generation_equal",
             "12",
         )
-        assert f"CANDIDATE ANSWER:\n{text}\n" in prompts(rescued)[1]
+        assert f"<candidate_answer>\n{text}\n</candidate_answer>" in prompts(rescued)[1]
         failed = verify(gym_servers, "equivalence_llm_judge", row, "((12)) is my answer.")
         assert (failed["reward"], failed["reason"], len(failed["judge_evaluations"])) == (
             0.0,

@@ -29,6 +29,9 @@ class ScriptedRule(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     text: str | None = None
     tool_calls: list[ScriptedToolCall] = msgspec.field(default_factory=list)
     error_status: Annotated[int, Meta(ge=400, le=599)] | None = None  # answer this HTTP error instead
+    # text is a template over the match's groups (\1, \g<name>: re.Match.expand), e.g. a judge that
+    # quotes the candidate answer before it rules, as LLM judges often do
+    expand: bool = False
 
 
 class ScriptedModelConfig(ServerConfig, kw_only=True):
@@ -41,7 +44,7 @@ class ScriptedModelConfig(ServerConfig, kw_only=True):
         Meta(
             description="replies chosen by content, tried before the script: the first rule whose regex 'match' "
             "occurs in the input messages' text (joined by newlines) answers {text, tool_calls}, or the HTTP error "
-            "error_status"
+            "error_status; with expand: true, text may quote the match's groups (\\1, \\g<name>)"
         ),
     ] = msgspec.field(default_factory=list)
     after_last: Annotated[
@@ -57,6 +60,14 @@ class ScriptedModelConfig(ServerConfig, kw_only=True):
 
         for i, rule in enumerate(self.rules):
             try:
-                re.compile(rule.match)
+                pattern = re.compile(rule.match)
             except re.error as exc:
                 raise ValueError(f"rules[{i}].match is not a valid regular expression: {exc}") from None
+            if rule.expand and rule.text is not None:
+                for number, name in re.findall(r"\\(\d+)|\\g<(\w+)>", rule.text):
+                    group = int(number or name) if (number or name).isdigit() else name
+                    known = group <= pattern.groups if isinstance(group, int) else group in pattern.groupindex
+                    if not known:
+                        raise ValueError(
+                            f"rules[{i}].text quotes group {group!r}, which rules[{i}].match does not have"
+                        )

@@ -64,6 +64,9 @@ def model_turns_in(params: ResponseCreateParams) -> int:
 
 class ScriptedModel(ModelServer):
     config: ScriptedModelConfig
+    # The script decides the reply: sampling and length settings are accepted and change nothing;
+    # parallel_tool_calls false keeps a turn's first call. Any other parameter is a 400 naming it.
+    honours = frozenset({"temperature", "top_p", "max_tokens", "seed", "tools", "parallel_tool_calls"})
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -85,10 +88,11 @@ class ScriptedModel(ModelServer):
             return None
         text = input_text(params)
         for pattern, rule in self._rules:
-            if pattern.search(text):
+            if (match := pattern.search(text)) is not None:
                 if rule.error_status is not None:
                     raise ToolError(f"scripted failure (rule {rule.match!r})", rule.error_status)
-                return ScriptedTurn(text=rule.text, tool_calls=rule.tool_calls)
+                reply = match.expand(rule.text) if rule.expand and rule.text is not None else rule.text
+                return ScriptedTurn(text=reply, tool_calls=rule.tool_calls)
         return None
 
     def _by_script(self, params: ResponseCreateParams) -> ScriptedTurn:
@@ -109,7 +113,8 @@ class ScriptedModel(ModelServer):
             output.append(
                 Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=turn.text)])
             )
-        for call in turn.tool_calls:
+        calls = turn.tool_calls[:1] if params.parallel_tool_calls is False else turn.tool_calls
+        for call in calls:
             output.append(
                 FunctionCall(
                     id=new_id("fc"),
@@ -120,7 +125,7 @@ class ScriptedModel(ModelServer):
                 )
             )
         words_in = len(params.input.split()) if isinstance(params.input, str) else len(params.input)
-        words_out = len((turn.text or "").split()) + len(turn.tool_calls)
+        words_out = len((turn.text or "").split()) + len(calls)
         response = Response(
             model=self.model_name,
             output=output,

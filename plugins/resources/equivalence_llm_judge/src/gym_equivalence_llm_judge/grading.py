@@ -5,7 +5,8 @@ and how its reply is read. No I/O here; the server makes the judge calls.
 - :func:`resolve_expected_answer`: the gold answer (``expected_answer``, else ``metadata.expected_answer``);
 - :func:`choose_regex`: which extraction regex applies to a row, and whether the length threshold skips it;
 - :func:`judge_prompt`: the filled template;
-- :func:`read_verdict`: the verdict and the label that decided it, from the judge reply's last content part.
+- :func:`read_verdict`: the verdict and the label that decided it, from the judge reply's last content part
+  (in the judge's verdict mode).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from gym_core.judge import first_label_verdict
+from gym_core.judge import GUARDED, VerdictMode, find_label
 from gym_core.schemas import last_user_text
 
 __all__ = [
@@ -72,13 +73,12 @@ def judge_prompt(template: str, question: str, expected_answer: str, generated_a
     return template.format(question=question, expected_answer=expected_answer, generated_answer=generated_answer)
 
 
-def read_verdict(last_text: str | None, equal_label: str, not_equal_label: str) -> tuple[bool, str | None]:
+def read_verdict(
+    last_text: str | None, equal_label: str, not_equal_label: str, mode: VerdictMode = GUARDED
+) -> tuple[bool, str | None]:
     """``(equal, label)`` from the text of the judge reply's last content part (None when the last
-    output item is not a message: not equal). The first-occurrence rule of §2: equal when the equal
-    label occurs and, if the not-equal label occurs too, first. ``label`` is the label that decided,
-    None when neither occurs."""
-    if first_label_verdict(last_text, equal_label, not_equal_label):
-        return True, equal_label
-    if last_text and not_equal_label in last_text:
-        return False, not_equal_label
-    return False, None
+    output item is not a message: not equal), by :func:`gym_core.judge.find_label`: in guarded mode
+    the label occurring last outside echoed data tags, in reference mode the first label (§2's rule,
+    gameable). ``label`` is the label that decided, None when neither occurs."""
+    label = find_label(last_text, (equal_label, not_equal_label), mode)
+    return label == equal_label, label

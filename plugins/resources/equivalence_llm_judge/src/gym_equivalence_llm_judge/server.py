@@ -9,7 +9,10 @@ gold answer (environments spec §17, judge pattern §2). No tools.
    ``extraction_length_threshold`` (the *length skip*);
 3. the generated answer: the last assistant message through that regex (``msg_extraction_failure``
    when there is no assistant text);
-4. the judge is asked with the filled template; its verdict is read from the last output item only;
+4. the judge is asked with the filled template, the three values as data (``verdict_mode: guarded``,
+   the default: label and delimiter look-alikes neutralised by :func:`gym_core.judge.neutralise`;
+   the shipped templates put them between data tags); its verdict is read from the last output item
+   only, the label occurring last outside echoed data (``reference``: the first label, gameable);
 5. not equal: with a per-row regex and ``check_full_generation_on_fail`` (and no length skip), the
    judge is asked again with the whole message: ``reward_if_full_generation_succeeds`` if equal;
 6. equal: with ``check_twice_swap`` (and no length skip), asked again with the answers swapped:
@@ -136,9 +139,11 @@ class EquivalenceLlmJudgeServer(ResourcesServer):
 
     async def _ask(self, question: str, expected: str, generated: str, evaluations: list[dict[str, Any]]) -> bool:
         """One judge call (JudgeError propagates); appends its record to ``evaluations``."""
-        prompt = judge_prompt(self.template, question, expected, generated)
+        labels = (self.config.judge_equal_label, self.config.judge_not_equal_label)
+        data = self.judge.data
+        prompt = judge_prompt(self.template, data(question, labels), data(expected, labels), data(generated, labels))
         reply = await self.judge.ask(prompt, system=self.config.judge_system_message or None)
-        equal, label = read_verdict(reply.last_text, self.config.judge_equal_label, self.config.judge_not_equal_label)
+        equal, label = read_verdict(reply.last_text, *labels, self.judge.verdict_mode)
         evaluations.append(reply.record(verdict_label=label))
         return equal
 

@@ -44,7 +44,7 @@ TEMPLATES: dict[tuple[str, str], dict[str, Any]] = {
             {"role": "tool", "tool_call_id": "c1", "content": "ok"},
         ],
         "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
-        "response_format": {"type": "json_object"},
+        "response_format": {"type": "text"},  # the scripted model honours no JSON mode (a 400)
         "max_tokens": 8,
         "metadata": {"scripted_turns": SCRIPT},
     },

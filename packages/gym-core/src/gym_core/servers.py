@@ -22,7 +22,7 @@ import secrets
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
@@ -56,6 +56,7 @@ from gym_core.failures import (
     ends_rollout,
     relayed_status,
 )
+from gym_core.openai_params import check_ranges, refuse_unsupported
 from gym_core.options import ClientConfig, ServerConfig, ref_of
 from gym_core.rollout import Rollout
 from gym_core.rows import with_environment
@@ -516,13 +517,17 @@ class ModelServer(GymServer):
 
     kind = "model"
     model_name: str = "gym-model"
+    #: The OpenAI parameters this server honours (chat completions names; see
+    #: :mod:`gym_core.openai_params`): any other set to a non-neutral value is refused with a 400
+    #: naming it. ``None``: not checked here (a server that forwards requests to a backend that
+    #: answers for itself). Ranges (``temperature`` 0-2...) are checked for every server.
+    honours: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         cls = type(self)
         if cls.responses is ModelServer.responses and cls.chat_completions is ModelServer.chat_completions:
             raise TypeError(f"{cls.__name__} must implement responses() or chat_completions()")
-        self._chat_decoder = msgspec.json.Decoder(ChatCompletionRequest)
 
     async def responses(self, params: ResponseCreateParams) -> ResponsesResponse:
         """``POST /v1/responses``. Default: through :meth:`chat_completions`."""
@@ -533,9 +538,19 @@ class ModelServer(GymServer):
         """``POST /v1/chat/completions``. Default: through :meth:`responses`."""
         return response_to_chat_completion(await self.responses(chat_to_create_params(request)))
 
+    def check_params(self, body: Any, api: Literal["chat", "responses"]) -> None:
+        """A 400 naming the parameter of ``body`` (a request as sent) that is out of OpenAI's range,
+        or that this server does not :attr:`honours`."""
+        check_ranges(body, self.name)
+        if self.honours is not None:
+            refuse_unsupported(body, api, self.honours, self.name)
+
     def routes(self) -> list[Any]:
         async def responses(request: Request) -> Any:
-            params = decode_create_params(await request.body())
+            raw = await request.body()
+            obj = msgspec.json.decode(raw)
+            self.check_params(obj, "responses")
+            params = decode_create_params(obj if isinstance(obj, dict) else raw)
             if params.stream is True:
                 raise HTTPException(
                     status_code=400, detail="streaming is not supported by gym model servers; send stream=false"
@@ -543,7 +558,9 @@ class ModelServer(GymServer):
             return await self.responses(params)
 
         async def chat(request: Request) -> Any:
-            body = self._chat_decoder.decode(await request.body())
+            obj = msgspec.json.decode(await request.body())
+            self.check_params(obj, "chat")
+            body = msgspec.convert(obj, ChatCompletionRequest)
             if body.stream is True:
                 raise HTTPException(
                     status_code=400, detail="streaming is not supported by gym model servers; send stream=false"

@@ -54,6 +54,7 @@ from gym_core.failures import (
     UPSTREAM_TIMEOUT,
     UPSTREAM_UNAVAILABLE,
 )
+from gym_core.openai_params import check_ranges
 from gym_core.options import ClientConfig
 from gym_core.schemas import ChatCompletionRequest, ResponseCreateParams, decode_create_params
 
@@ -281,6 +282,7 @@ def raw_body_routes(
 
     async def chat_route(request: Request) -> Any:
         body = msgspec.json.decode(await request.body())
+        check_ranges(body, server.name)
         parsed = msgspec.convert(body, ChatCompletionRequest)
         refuse_streaming(parsed.stream)
         return await chat(request, parsed, unmodelled(body, CHAT_FIELDS))
@@ -288,6 +290,7 @@ def raw_body_routes(
     async def responses_route(request: Request) -> Any:
         raw = await request.body()
         body = msgspec.json.decode(raw)
+        check_ranges(body, server.name)
         params = decode_create_params(body if isinstance(body, dict) else raw)
         refuse_streaming(params.stream)
         return await responses(request, params, unmodelled(body, RESPONSES_FIELDS))

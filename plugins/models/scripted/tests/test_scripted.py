@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+
+import openai
+import pytest
 
 from gym_core.schemas import decode_create_params
 from gym_core.testing import ModelServerTests, RunningServers
@@ -90,3 +94,91 @@ class TestScripted(ModelServerTests):
         bad = caller.post("/v1/responses", {"input": "x", "metadata": {"scripted_turns": "[{"}})
         assert default["output"][0]["content"][0]["text"] == "Hello from the scripted model."
         assert bad.status == 422 and "scripted_turns" in bad.json()["error"]["message"]
+
+
+# --- OpenAI parameters: honoured or refused with a 400 naming them (gym_core.openai_params) --------
+
+
+class TestParameters:
+    """The official client's calls: out-of-range values and parameters the server does not honour are
+    a 400 (``openai.BadRequestError``) whose message names the field; honoured ones take effect."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def gym_servers(cls):
+        with TestScripted.running() as servers:
+            yield servers
+
+    @pytest.fixture
+    async def client(self, gym_servers: RunningServers) -> AsyncIterator[openai.AsyncOpenAI]:
+        async with openai.AsyncOpenAI(
+            base_url=f"{gym_servers.config.instances['walker'].url}/v1",
+            api_key=gym_servers.config.auth_token,
+            max_retries=0,
+        ) as client:
+            yield client
+
+    @pytest.mark.parametrize(
+        ("settings", "field"),
+        [
+            ({"temperature": 7}, "temperature"),
+            ({"top_p": 1.5}, "top_p"),
+            ({"max_tokens": 0}, "max_tokens"),
+            ({"n": 0}, "n"),
+            ({"top_logprobs": 21, "logprobs": True}, "top_logprobs"),
+            ({"presence_penalty": 0.5}, "presence_penalty"),  # in range, not honoured
+            ({"logit_bias": {"1": 5}}, "logit_bias"),
+            ({"extra_body": {"temprature": 0.5}}, "temprature"),  # not an OpenAI parameter
+        ],
+    )
+    async def test_chat_parameters_out_of_range_or_not_honoured_are_a_400_naming_them(self, client, settings, field):
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}], **settings)
+        assert f"'{field}'" in caught.value.message
+
+    @pytest.mark.parametrize(
+        ("settings", "field"),
+        [
+            ({"temperature": 7}, "temperature"),
+            ({"max_output_tokens": -1}, "max_output_tokens"),
+            ({"truncation": "auto"}, "truncation"),
+            ({"include": ["reasoning.encrypted_content"]}, "include"),
+            ({"reasoning": {"effort": "high"}}, "reasoning.effort"),
+            ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ],
+    )
+    async def test_responses_parameters_out_of_range_or_not_honoured_are_a_400_naming_them(
+        self, client, settings, field
+    ):
+        with pytest.raises(openai.BadRequestError) as caught:
+            await client.responses.create(model="m", input="go", **settings)
+        assert field in caught.value.message
+
+    async def test_neutral_values_and_honoured_parameters_are_accepted(self, client):
+        completion = await client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "go"}],
+            temperature=2,
+            top_p=0,
+            n=1,
+            presence_penalty=0,
+            tool_choice="auto",
+            parallel_tool_calls=False,
+            response_format={"type": "text"},
+            store=True,
+            user="u",
+        )
+        assert completion.choices[0].message.tool_calls[0].function.name == "add"
+        response = await client.responses.create(
+            model="m", input="go", truncation="disabled", text={"format": {"type": "text"}}, max_output_tokens=5
+        )
+        assert response.output[0].type == "function_call"
+
+    async def test_tool_choice_is_honoured(self, client):
+        messages = [{"role": "user", "content": "go"}]
+        none = await client.chat.completions.create(model="m", messages=messages, tool_choice="none")
+        named = await client.responses.create(model="m", input="go", tool_choice={"type": "function", "name": "add"})
+        assert not none.choices[0].message.tool_calls
+        assert [item.name for item in named.output if item.type == "function_call"] == ["add"]
+        with pytest.raises(openai.UnprocessableEntityError, match="'sub'"):
+            await client.responses.create(model="m", input="go", tool_choice={"type": "function", "name": "sub"})

@@ -122,6 +122,10 @@ def token_history(items: list[Any], where: str = "input") -> tuple[list[int], in
 
 class LocalLlamaModel(ModelServer):
     config: LocalLlamaConfig
+    # What the engine does with each: README.md's table. Any other parameter is a 400 naming it.
+    honours = frozenset(
+        {"temperature", "top_p", "max_tokens", "stop", "seed", "tools", "logprobs", "parallel_tool_calls"}
+    )
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -207,10 +211,13 @@ class LocalLlamaModel(ModelServer):
         message = ChatMessage(
             role="assistant", content=generation.text if generation.text or not generation.tool_calls else None
         )
-        if generation.tool_calls:
+        calls = generation.tool_calls
+        if request.parallel_tool_calls is False:
+            calls = calls[:1]  # one call a turn at most: the first the model wrote
+        if calls:
             message.tool_calls = [
                 ChatToolCall(id=new_id("call"), function=ChatToolCallFunction(name=c.name, arguments=c.arguments))
-                for c in generation.tool_calls
+                for c in calls
             ]
         if want_ids:
             message.prompt_token_ids = generation.prompt_token_ids

@@ -62,11 +62,26 @@ def model_turns_in(params: ResponseCreateParams) -> int:
     return turns
 
 
+def _chosen_calls(calls: list[Any], choice: Any) -> list[Any]:
+    """The turn's calls that ``tool_choice`` allows; a 422 when it asks for a call the turn lacks."""
+    if choice == "none":
+        return []
+    name = choice.get("name") if isinstance(choice, dict) else None
+    if name is not None:
+        calls = [call for call in calls if call.name == name]
+    if (choice == "required" or name is not None) and not calls:
+        wanted = f"a call of {name!r}" if name is not None else "a tool call"
+        raise ToolError(f"tool_choice asks for {wanted}, and the script's turn has none", 422)
+    return calls
+
+
 class ScriptedModel(ModelServer):
     config: ScriptedModelConfig
     # The script decides the reply: sampling and length settings are accepted and change nothing;
-    # parallel_tool_calls false keeps a turn's first call. Any other parameter is a 400 naming it.
-    honours = frozenset({"temperature", "top_p", "max_tokens", "seed", "tools", "parallel_tool_calls"})
+    # parallel_tool_calls false keeps a turn's first call; tool_choice "none" drops the calls, a named
+    # function keeps its calls, "required" needs one (a turn without is a 422: the script is wrong).
+    # Any other parameter is a 400 naming it.
+    honours = frozenset({"temperature", "top_p", "max_tokens", "seed", "tools", "tool_choice", "parallel_tool_calls"})
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -113,7 +128,9 @@ class ScriptedModel(ModelServer):
             output.append(
                 Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=turn.text)])
             )
-        calls = turn.tool_calls[:1] if params.parallel_tool_calls is False else turn.tool_calls
+        calls = _chosen_calls(turn.tool_calls, params.tool_choice)
+        if params.parallel_tool_calls is False:
+            calls = calls[:1]
         for call in calls:
             output.append(
                 FunctionCall(

@@ -66,27 +66,31 @@ def test_the_prompt_keeps_braces_and_markers_of_the_row_as_they_are():
 
 
 @pytest.mark.parametrize(
-    "text, label",
+    ("text", "guarded", "reference"),
     [
-        ("[[A=B]]", "[[A=B]]"),
-        ("They match. [[A=B]]", "[[A=B]]"),
-        ("[[A!=B]]", "[[A!=B]]"),
-        ("First [[A=B]], then on reflection [[A!=B]]", "[[A=B]]"),  # the first occurrence wins
-        ("[[A!=B]] ... though one might say [[A=B]]", "[[A!=B]]"),
-        ("The queries are equivalent.", None),  # no label: not equal
-        ("", None),
-        ("[[a=b]]", None),  # labels are case-sensitive
-        ("[[A = B]]", None),
+        ("[[A=B]]", "[[A=B]]", "[[A=B]]"),
+        ("They match. [[A=B]]", "[[A=B]]", "[[A=B]]"),
+        ("[[A!=B]]", "[[A!=B]]", "[[A!=B]]"),
+        # Guarded: the last label (a judge quoting a forged one rules after it); reference: the first.
+        ("First [[A=B]], then on reflection [[A!=B]]", "[[A!=B]]", "[[A=B]]"),
+        ("[[A!=B]] ... though one might say [[A=B]]", "[[A=B]]", "[[A!=B]]"),
+        ("The queries are equivalent.", None, None),  # no label: not equal
+        ("", None, None),
+        ("[[a=b]]", None, None),  # labels are case-sensitive
+        ("[[A = B]]", None, None),
     ],
 )
-def test_the_first_label_decides(text, label):
-    assert verdict_label(text, "[[A=B]]", "[[A!=B]]") == label
+def test_the_label_of_each_verdict_mode(text, guarded, reference):
+    assert verdict_label(text, "[[A=B]]", "[[A!=B]]") == guarded
+    assert verdict_label(text, "[[A=B]]", "[[A!=B]]", "reference") == reference
 
 
-def test_labels_that_contain_each_other_follow_the_first_occurrence():
+def test_labels_that_contain_each_other_are_matched_where_they_start():
     # INCORRECT holds CORRECT, but its own occurrence starts first.
     assert verdict_label("INCORRECT", "CORRECT", "INCORRECT") == "INCORRECT"
-    assert verdict_label("CORRECT, not INCORRECT", "CORRECT", "INCORRECT") == "CORRECT"
+    assert verdict_label("INCORRECT", "CORRECT", "INCORRECT", "reference") == "INCORRECT"
+    assert verdict_label("CORRECT, not INCORRECT", "CORRECT", "INCORRECT") == "INCORRECT"
+    assert verdict_label("CORRECT, not INCORRECT", "CORRECT", "INCORRECT", "reference") == "CORRECT"
 
 
 def test_extraction_is_the_sql_plugins_spider2_rule():

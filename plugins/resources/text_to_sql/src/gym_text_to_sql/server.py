@@ -9,7 +9,10 @@ ignored.
 ``/verify``: the SQL is taken from OUTPUT_TEXT by spider2_lite's rule (:mod:`gym_sql.extract`,
 linear), inline, or for a long text in a worker process under ``extract_timeout_s``. The judge is
 asked with A = gold, B = the model's query; after an
-*equal* verdict, with ``check_twice_swap``, again with the two swapped. Rewards: 1.0 when every
+*equal* verdict, with ``check_twice_swap``, again with the two swapped. With ``verdict_mode: guarded``
+(the default) both queries go in neutralised (:func:`gym_core.judge.neutralise`: a ``[[A=B]]`` or an
+``<|End of SQL Query B|>`` in a comment cannot pass for the judge's) and the verdict is the label
+occurring last; ``reference`` sends them verbatim and reads the first label (gameable). Rewards: 1.0 when every
 verdict asked says equal; ``reward_if_swap_fails`` when only the first does; 0.0 otherwise, and
 without asking the judge when there is no text or no SQL. A judge that cannot be asked raises
 :class:`gym_core.judge.JudgeError`: the answer is ``502 judge_failed`` and the rollout fails, never
@@ -106,9 +109,11 @@ class TextToSqlServer(ResourcesServer):
 
     async def ask(self, body: TextToSqlVerifyRequest, sql_a: str, sql_b: str) -> tuple[bool, JudgeReply, str | None]:
         """One judge call on queries A and B: ``(equal, reply, verdict label)``. Raises JudgeError."""
+        labels = (self.config.judge_equal_label, self.config.judge_not_equal_label)
+        sql_a, sql_b = self.judge.data(sql_a, labels), self.judge.data(sql_b, labels)
         prompt = judge_prompt(body.sql_dialect, body.sql_context or "", body.sql_prompt, sql_a, sql_b)
         reply = await self.judge.ask(prompt, system=self.config.judge_system_message or None)
-        label = verdict_label(reply.text, self.config.judge_equal_label, self.config.judge_not_equal_label)
+        label = verdict_label(reply.text, *labels, self.judge.verdict_mode)
         return label == self.config.judge_equal_label, reply, label
 
     async def verify(self, session: Session, body: TextToSqlVerifyRequest) -> TextToSqlVerifyResponse:

@@ -6,15 +6,15 @@ where the SQL is found.
   naming the field and the allowed values.
 - :func:`judge_prompt` — the user message of a judge call: dialect, schema and data, question,
   then queries A and B between their markers.
-- :func:`verdict_label` — which label the judge's text gives by the first-occurrence rule (§2),
-  None when it holds neither.
+- :func:`verdict_label` — which label the judge's text gives in the judge's verdict mode (guarded:
+  the last label outside echoed data; reference: §2's first-occurrence rule), None when it holds neither.
 - :func:`extract_sql` — spider2_lite's extraction rule (§12 step 2), shared with ``gym_sql``;
   :func:`extraction_is_cheap` says when it may run inline rather than in a worker process.
 """
 
 from __future__ import annotations
 
-from gym_core.judge import first_label_verdict
+from gym_core.judge import GUARDED, VerdictMode, find_label
 
 from gym_sql.extract import extract_spider2_sql
 
@@ -65,13 +65,11 @@ def judge_prompt(dialect: str, context: str, question: str, sql_a: str, sql_b: s
     )
 
 
-def verdict_label(text: str, equal_label: str, not_equal_label: str) -> str | None:
-    """The label the judge's ``text`` decides on: ``equal_label`` when it occurs, and before
-    ``not_equal_label`` if both do; else ``not_equal_label`` if that occurs; None when neither
-    does (a verdict of *not equal* too, recorded as no label)."""
-    if first_label_verdict(text, equal_label, not_equal_label):
-        return equal_label
-    return not_equal_label if not_equal_label in text else None
+def verdict_label(text: str, equal_label: str, not_equal_label: str, mode: VerdictMode = GUARDED) -> str | None:
+    """The label the judge's ``text`` decides on (:func:`gym_core.judge.find_label`): in guarded mode
+    the one occurring last outside echoed data, in reference mode the first (§2's rule, gameable);
+    None when neither occurs (a verdict of *not equal* too, recorded as no label)."""
+    return find_label(text, (equal_label, not_equal_label), mode)
 
 
 def extraction_is_cheap(text: str) -> bool:

@@ -121,7 +121,7 @@ def test_interpolation_resolves_free_variables():
     )
     assert config.data["m"]["model_name"] == "gpt"
     assert config.data["c"]["start"] == 3
-    with pytest.raises(ConfigError, match="interpolation"):
+    with pytest.raises(ConfigError, match=r"c\.label: .*nowhere\.key"):
         load({"c": {"plugin": "counter", "label": "${nowhere.key}"}})
     # An interpolation to a value nobody set yet is a ConfigError too, not an OmegaConf exception.
     with pytest.raises(ConfigError, match="_secrets.key"):
@@ -139,21 +139,28 @@ def test_hydra_override_grammar():
     assert config.data["_new"] == {"v": "text"}
 
 
-def test_plain_override_of_a_missing_key_suggests_plus():
+def test_a_plain_override_sets_an_option_the_files_do_not_and_plus_changes_one_they_do():
+    config = load(BASE, ("a.c=2", "+a.b=5", "head_server.port=0", "server_restarts=2"))
+    assert config.data["a"]["c"] == 2 and config.data["a"]["b"] == 5 and config.data["server_restarts"] == 2
+
+
+def test_an_override_of_a_misspelt_instance_names_the_instance_it_meant():
     with pytest.raises(ConfigError) as info:
-        load(BASE, ("a.c=2",))
+        load(BASE, ("aa.b=1",))
     (problem,) = problems_of(info)
-    assert "'a.c' is not in the config" in problem and "+a.c=" in problem
+    assert "no instance or setting named 'aa'" in problem and "did you mean 'a'" in problem
+    assert "+aa.b=" in problem  # how to add a new one on purpose
+    assert load(BASE, ("+aa.plugin=counter",)).instances["aa"].plugin == "counter"
 
 
 def test_bad_overrides_are_all_reported():
     with pytest.raises(ConfigError) as info:
-        load(BASE, ("a.zz=1", "+a.b=2", "~a.nope", "a.b=1,2"))
+        load(BASE, ("zz.a=1", "~a.nope", "a.b=1,2"))
     problems = problems_of(info)
-    assert len(problems) == 4
-    assert "++a.b" in problems[1]  # adding an existing key: use = or ++
-    assert "cannot delete 'a.nope'" in problems[2]
-    assert "sweep" in problems[3]
+    assert len(problems) == 3
+    assert "'zz'" in problems[0]
+    assert "cannot delete 'a.nope'" in problems[1]
+    assert "sweep" in problems[2]
 
 
 def test_unparsable_override_is_a_config_error():
@@ -167,8 +174,8 @@ def test_override_fills_a_missing_value():
     assert config.data["m"]["model_name"] == "gpt"
     config = load({"m": {"plugin": "model", "model_name": None}}, ("m.model_name=gpt",))
     assert config.data["m"]["model_name"] == "gpt"
-    with pytest.raises(ConfigError, match="already in the config"):
-        load({"m": {"plugin": "model", "model_name": "???"}}, ("+m.model_name=gpt",))
+    config = load({"m": {"plugin": "model", "model_name": "???"}}, ("+m.model_name=gpt",))
+    assert config.data["m"]["model_name"] == "gpt"
 
 
 def test_every_missing_value_is_reported_in_one_error():
@@ -258,7 +265,7 @@ def test_unknown_option_and_bad_type_name_the_instance_key(plugins):
     with pytest.raises(ConfigError) as info:
         load({"c": {"plugin": "counter", "start": "many"}}, plugins=plugins)
     (problem,) = problems_of(info)
-    assert "`c.start`" in problem and "int" in problem
+    assert problem.startswith("c.start: ") and "int" in problem
 
     with pytest.raises(ConfigError) as info:
         load({"c": {"plugin": "counter", "client": {"timeout_s": "slow"}}}, plugins=plugins)

@@ -5,7 +5,9 @@ A config is a mapping whose entries are server instances, written ``name: {plugi
 plus a few reserved keys (``head_server``, ``ray_head_node_address``, ``ray``, ``server_restarts``,
 ``auth_token``) and free variables
 (scalars, or mappings whose name starts with ``_``) usable through OmegaConf interpolation.
-Overrides use Hydra's grammar: ``math.port=9000``, ``+math.new_key=1``, ``++a.b=2``, ``~a.b``.
+Overrides use Hydra's grammar, leniently: ``math.port=9000`` sets an option whether or not the files
+set it (``+`` and ``++`` are accepted and mean the same), ``~a.b`` deletes one; a new top-level name
+needs ``+`` (``+judge.plugin=...``), so that a misspelt instance name is an error with a did-you-mean.
 
 The ``plugin:`` key names the instance's *server type* (what a plugin registered, e.g. ``math``).
 Options are validated against the server type's config struct (a :class:`~gym_core.ServerConfig`
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from gym_core.errors import ConfigError, GymError, did_you_mean
@@ -310,18 +312,14 @@ def load_config(
         raise ConfigError(f"cannot merge config files: {exc}") from exc
     assert isinstance(cfg, DictConfig)
     _apply_overrides(cfg, overrides)
-    try:
-        missing = OmegaConf.missing_keys(cfg)  # resolves interpolations on the way
-    except OmegaConfBaseException as exc:
-        raise ConfigError(f"cannot resolve interpolation: {exc}") from exc
-    for key in sorted(missing):
-        problems.append(f"{key}: missing required value (set it in a config file, env.yaml, or as {key}=...)")
-    if problems:
-        raise ConfigError(problems)
+    # Values that cannot be resolved (``???``, an unset environment variable...) are reported, each with
+    # its path, and left empty, so that what else is wrong is reported with them.
+    unresolved = _unresolved(cfg)
+    problems.extend(unresolved.values())
     try:
         container = OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"cannot resolve interpolation: {exc}") from exc
+        raise ConfigError(problems + [f"cannot resolve interpolation: {_omegaconf_message(exc)}"]) from exc
     assert isinstance(container, dict)
     data: dict[str, Any] = {}
     for key, value in container.items():
@@ -353,16 +351,68 @@ def load_config(
         for problem in _replica_problems(name, value) + _resources_problems(name, value)
     ]
     port_problems += _ray_config(data)[0]
-    if port_problems:
-        raise ConfigError(problems + port_problems)
-    config = GlobalConfig(data, secrets=secrets)
+    problems += port_problems
     if server_types is not None:
-        problems.extend(_validate_against_types(config, server_types, load_errors or {}, set(external_types)))
+        # Validated with the launcher's keys that are wrong left out (reported above), so that every
+        # other problem is reported too.
+        bad = {problem.partition(".")[0] for problem in port_problems}
+        checked = GlobalConfig(data if not bad else _without_launcher_keys(data, bad), secrets=secrets)
+        found = _validate_against_types(checked, server_types, load_errors or {}, set(external_types))
+        problems += [p for p in found if not any(p.startswith(f"{path}:") for path in unresolved)]
     if problems:
         raise ConfigError(problems)
+    config = GlobalConfig(data, secrets=secrets)
     if allocate_ports:
         assign_ports(config)
     return config
+
+
+def _without_launcher_keys(data: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """``data`` with the port and launcher keys of the instances ``names`` left out."""
+    drop = {"port", "replicas", "replica_ports", "resources"}
+    return {
+        name: {k: v for k, v in value.items() if k not in drop} if name in names and isinstance(value, dict) else value
+        for name, value in data.items()
+    }
+
+
+_ENV_NOT_FOUND = re.compile(r"Environment variable '([^']+)' not found")
+
+
+def _omegaconf_message(exc: OmegaConfBaseException) -> str:
+    """OmegaConf's message without its report lines (``full_key:``, ``object_type=``) and wrapper text."""
+    message = str(getattr(exc, "msg", None) or exc).splitlines()[0]
+    return message.replace("KeyError raised while resolving interpolation: ", "").strip('"')
+
+
+def _unresolved(cfg: DictConfig | ListConfig, prefix: str = "") -> dict[str, str]:
+    """Every value of ``cfg`` that cannot be resolved (path -> problem), set to None in ``cfg``: a
+    missing value (``???``), an unset environment variable (``${oc.env:NAME}``), a reference to a key
+    that does not exist."""
+    problems: dict[str, str] = {}
+    keys: list[Any] = list(range(len(cfg))) if isinstance(cfg, ListConfig) else list(cfg.keys())
+    for key in keys:
+        path = f"{prefix}[{key}]" if isinstance(cfg, ListConfig) else f"{prefix}{'.' if prefix else ''}{key}"
+        if OmegaConf.is_missing(cfg, key):
+            problems[path] = f"{path}: missing required value (set it in a config file, env.yaml, or as {path}=...)"
+            cfg[key] = None
+            continue
+        try:
+            value = cfg[key]
+        except OmegaConfBaseException as exc:
+            message = _omegaconf_message(exc)
+            if variable := _ENV_NOT_FOUND.search(message):
+                name = variable.group(1)
+                message = (
+                    f"environment variable {name} is not set (the config reads it); set it "
+                    f"(export {name}=...) or write the value in env.yaml"
+                )
+            problems[path] = f"{path}: {message}"
+            cfg[key] = None
+            continue
+        if isinstance(value, (DictConfig, ListConfig)):
+            problems.update(_unresolved(value, path))
+    return problems
 
 
 def _port_problem(port: Any) -> str | None:
@@ -532,16 +582,23 @@ def _apply_overrides(cfg: DictConfig, overrides: Sequence[str]) -> None:
             parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
             del parent[leaf]
             continue
-        value = override.value()
-        if override.is_add() and exists:
-            problems.append(
-                f"{text}: {key!r} is already in the config; use {key}=... to change it or ++{key}=... to force"
-            )
-            continue
-        if not (override.is_add() or override.is_force_add()) and not exists:
-            problems.append(f"{text}: {key!r} is not in the config; use +{key}=... to add it")
-            continue
-        OmegaConf.update(cfg, key, value, merge=False, force_add=True)
+        # An option of an instance (or setting) the config has: set, whether or not the files set it; a
+        # misspelt option is then reported by validation, with its did-you-mean. A new top-level name
+        # takes a `+`: without one it is most likely a misspelt instance.
+        top = key.split(".")[0]
+        if top not in cfg and not (override.is_add() or override.is_force_add()):
+            if top in RESERVED_KEYS or top.startswith("_"):
+                pass
+            else:
+                names = [str(name) for name in cfg.keys()]
+                hint = did_you_mean(top, [*names, *RESERVED_KEYS])
+                problems.append(
+                    f"{text}: the config has no instance or setting named {top!r}{hint}; instances: "
+                    f"{', '.join(sorted(name for name in names if not name.startswith('_') and name not in RESERVED_KEYS))}"
+                    f" (+{key}=... adds a new one)"
+                )
+                continue
+        OmegaConf.update(cfg, key, override.value(), merge=False, force_add=True)
     if problems:
         raise ConfigError(problems)
 
@@ -598,6 +655,8 @@ def validate_instance_options(
             problems.append(
                 f"{name}.{key}: unknown option of server type {instance.plugin!r}{did_you_mean(key, field_names)}"
             )
+    # msgspec stops at the first bad value: each option is also checked alone, to report them all.
+    problems += _option_type_problems(name, instance.options, config_type)
     if problems:
         raise ConfigError(problems)
     try:
@@ -626,6 +685,20 @@ def validate_instance_options(
     if problems:
         raise ConfigError(problems)
     return struct
+
+
+def _option_type_problems(name: str, options: Mapping[str, Any], config_type: type[msgspec.Struct]) -> list[str]:
+    """The options of instance ``name`` whose value does not fit their field's type, each alone, with its path."""
+    problems = []
+    for f in msgspec.structs.fields(config_type):
+        if f.encode_name not in options:
+            continue
+        try:
+            msgspec.convert(options[f.encode_name], f.type, str_keys=True)
+        except msgspec.ValidationError as exc:
+            path = f"{name}.{f.encode_name}"
+            problems.append(f"{path}: {str(exc).replace('`$.', f'`{path}.').replace('`$[', f'`{path}[')}")
+    return problems
 
 
 # --- ports --------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -426,3 +427,40 @@ def test_secrets_stay_secret_and_every_server_requires_the_run_token(tmp_path, g
         assert all(secret not in text for text in published), secret
         assert secret not in logged, secret
     assert not token_path.exists()  # the token dies with its run
+
+
+def test_a_config_of_a_megabyte_starts_and_never_shows_in_the_environment_or_ps(tmp_path, gym):
+    """Each server gets the resolved config on its standard input, not in an environment variable: a
+    config over the 128 KiB an environment variable may hold starts (it failed with `Argument list too
+    long`), and neither its secrets nor its bulk appear in any server's environment or command line."""
+    secret = "cookie-secret-zyxwvuts-987"
+    (tmp_path / "env.yaml").write_text(f"counter: {{session_secret: {secret}}}\n")
+    padding = "p" * (1024 * 1024)  # kept whole in the config every server gets (a key of no instance)
+    config = tmp_path / "big.yaml"
+    config.write_text(COUNTER_SCRIPTED.read_text() + f"\n_padding: {padding}\n")
+    home = tmp_path / "home"
+    head_port = free_port()
+    marker = f"marker-{tmp_path.name}"
+    env = {"GYM_HOME": str(home), "GYM_TEST_MARKER": marker, "GYM_AUTH_TOKEN": None}
+    proc = gym.start("run", str(config), "--isolation", "none", f"head_server.port={head_port}", env=env, cwd=tmp_path)
+    try:
+        lines = proc.read_until("All servers ready", 120)
+        proc.read_on(lines)
+        pids = server_pids(marker)
+        assert len(pids) == 3
+        for pid in pids:
+            shown = Path(f"/proc/{pid}/environ").read_bytes() + Path(f"/proc/{pid}/cmdline").read_bytes()
+            assert secret.encode() not in shown and padding[:1000].encode() not in shown
+            assert len(shown) < 128 * 1024
+        token = (home / "tokens" / f"127.0.0.1_{head_port}").read_text()
+        status, text = http("GET", f"http://127.0.0.1:{head_port}/server_instances", token)
+        urls = {row["name"]: row["url"] for row in json.loads(text)}
+        body = {"responses_create_params": {"input": "x"}, "initial_count": 1, "expected_count": 4}
+        status, text = http("POST", urls["counter_agent"] + "/run", token, body)
+        assert status == 200 and json.loads(text)["reward"] == 1.0, text
+        ps = subprocess.run(["ps", "eww", "-e", "-o", "args"], capture_output=True, text=True, timeout=30).stdout
+        assert secret not in ps and padding[:1000] not in ps  # `ps e`: every process with its environment
+    finally:
+        proc.stop()
+    assert proc.returncode == 0, "".join(lines)
+    assert server_pids(marker) == []

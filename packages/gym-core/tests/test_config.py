@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -475,3 +477,20 @@ def test_global_config_serialisations_roundtrip(monkeypatch):
     with pytest.raises(ConfigError, match=CONFIG_ENV):
         GlobalConfig.from_env()
     assert json.loads(config.to_json())["c"]["start"] == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "problem"),
+    [("", "no config on"), ("{not json", "is not JSON"), ("[1, 2]", "is not a JSON object")],
+)
+def test_a_config_on_standard_input(monkeypatch, given, problem):
+    # What `gym run` does: GYM_CONFIG=- and the JSON on the server's standard input, read to its end.
+    config = load({"c": {"plugin": "counter", "start": 1}, "_v": "x" * 300_000}, allocate_ports=True)
+    monkeypatch.setenv(CONFIG_ENV, "-")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(config.to_json().encode())))
+    assert GlobalConfig.from_env().data == config.data
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(given.encode())))
+    with pytest.raises(
+        ConfigError, match=rf"{problem}.*standard input \(\$GYM_CONFIG is -\)|standard input.*{problem}"
+    ):
+        GlobalConfig.from_env()

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import socket
+import sys
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +58,11 @@ __all__ = [
 ]
 
 RESERVED_KEYS = frozenset({"head_server", "ray_head_node_address", "ray", "server_restarts", "auth_token"})
-CONFIG_ENV = "GYM_CONFIG"  # the resolved global config (JSON), given to every server process
+# The resolved global config given to every server process: its JSON, or CONFIG_FROM_STDIN, which says
+# the JSON comes on standard input (what `gym run` does: an environment variable is limited to 128 KiB,
+# and `ps e` and /proc/PID/environ show it to anyone who can see the process).
+CONFIG_ENV = "GYM_CONFIG"
+CONFIG_FROM_STDIN = "-"
 INSTANCE_ENV = "GYM_INSTANCE"  # which instance of it a server process is
 # Keys of an instance entry that are the launcher's, not options of its server type: ``replica_ports``
 # (one port per replica, the first being ``port``) is filled in when ports are assigned; ``resources``
@@ -237,10 +242,24 @@ class GlobalConfig:
 
     @classmethod
     def from_env(cls) -> GlobalConfig:
+        """The config of a server process: ``$GYM_CONFIG``'s JSON, or, when it is ``-``, the JSON read
+        from standard input to its end (how ``gym run`` hands it over)."""
         text = os.environ.get(CONFIG_ENV)
         if not text:
             raise ConfigError(f"${CONFIG_ENV} is not set: server processes are started by `gym run`")
-        return cls.from_json(text)
+        where = f"${CONFIG_ENV}"
+        if text == CONFIG_FROM_STDIN:
+            where = f"standard input (${CONFIG_ENV} is {CONFIG_FROM_STDIN})"
+            text = sys.stdin.buffer.read().decode() if sys.stdin is not None else ""
+            if not text.strip():
+                raise ConfigError(f"no config on {where}: server processes are started by `gym run`")
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"the config on {where} is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"the config on {where} is not a JSON object")
+        return cls(data)
 
 
 def _redact(value: Any, secrets: frozenset[str], key: str = "") -> Any:

@@ -1,7 +1,8 @@
 """Running servers: uvicorn settings shared by every gym server, in a thread or as a process.
 
-``python -m gym_core.serve`` is what ``gym run`` starts for each instance: it reads the global
-config and its instance name from the environment, finds the plugin through the hooks, validates
+``python -m gym_core.serve`` is what ``gym run`` starts for each instance: it reads its instance name
+from the environment and the global config from its standard input (``GYM_CONFIG=-``; see
+:meth:`~gym_core.config.GlobalConfig.from_env`), finds the plugin through the hooks, validates
 the options, and serves the app until SIGINT/SIGTERM.
 """
 

@@ -2,7 +2,9 @@
 
 Used by ``gym run`` and ``gym collect --serve``. Each instance runs ``python -m gym_core.serve`` in
 its plugin's venv (``isolation="venv"``) or with the interpreter running gym (``isolation="none"``);
-the global config and the instance name reach it through environment variables. An instance with
+the instance name reaches it in an environment variable, the global config on its standard input
+(``GYM_CONFIG=-``: a config can be larger than an environment variable may be, and the environment is
+shown by ``ps e``; a pipe leaves nothing on disk, and a restart is handed the config again). An instance with
 ``replicas: N`` is N such processes (``counter#0``...), each on its own port (the config's
 ``replica_ports``), each supervised and restarted on its own. The head server publishes
 :meth:`Launch.describe`, which reads the supervisor's state and changes nothing.
@@ -207,7 +209,7 @@ def launch(
     (:func:`needed_instances`); the others are dropped from the run's config, and a line on ``console``
     names them. A GymError when the config has no instance of those kinds."""
     from gym_core.auth import new_token, token_file, write_token
-    from gym_core.config import CONFIG_ENV, INSTANCE_ENV
+    from gym_core.config import CONFIG_ENV, CONFIG_FROM_STDIN, INSTANCE_ENV
     from gym_core.plugins import get_plugin_manager
 
     from gym_cli.venvs.layout import default_home
@@ -325,20 +327,21 @@ def launch(
                     ChildSpec(
                         name=name,  # a replica's (counter#1): its process, log prefix and restarts are its own
                         argv=[python, "-m", "gym_core.serve"],
-                        # Its own options whole, its own port; other instances' secrets redacted.
                         env={
-                            CONFIG_ENV: config.for_replica(inst.name, index).to_json(),
+                            CONFIG_ENV: CONFIG_FROM_STDIN,
                             "PYTHONUNBUFFERED": "1",
                             INSTANCE_ENV: inst.name,
                             **ray_env,
                         },
+                        # Its own options whole, its own port; other instances' secrets redacted.
+                        stdin=config.for_replica(inst.name, index).to_json().encode(),
                         ready_url=f"{url}/ready",
                         ready_headers={"Authorization": f"Bearer {token}"},
                         cwd=None,
                         start=placement.starter(name) if placement is not None else None,
                     )
                 )
-        # The head after the servers: they get their config from the environment, not from it, so
+        # The head after the servers: they get their config on their standard input, not from it, so
         # importing its web stack here overlaps their start-up instead of delaying it.
         from gym_core.head import build_head_app
         from gym_core.serving import ServerThread

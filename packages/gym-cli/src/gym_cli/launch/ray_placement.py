@@ -209,9 +209,10 @@ class ServerHost:
 
         return port_is_free(port, host)
 
-    def start(self, argv: list[str], env: dict[str, str], cwd: str | None) -> int:
-        """Start ``argv`` with this node's environment plus ``env``; its pid (also its process group)."""
-        from gym_cli.launch.supervisor import die_with
+    def start(self, argv: list[str], env: dict[str, str], cwd: str | None, stdin: bytes | None = None) -> int:
+        """Start ``argv`` with this node's environment plus ``env`` and ``stdin`` written to its standard
+        input (then closed; None: nothing to read); its pid (also its process group)."""
+        from gym_cli.launch.supervisor import die_with, feed_stdin
 
         if not Path(argv[0]).exists():
             raise GymError(
@@ -224,13 +225,14 @@ class ServerHost:
             list(argv),
             cwd=cwd,
             env={**os.environ, **env},
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
             preexec_fn=die_with(os.getpid()),
         ).result()
+        feed_stdin(proc, stdin, str(proc.pid))
         hosted = self._hosted[proc.pid] = _Hosted(proc)
         for target in (hosted.pump, hosted.reap):
             threading.Thread(target=target, name=f"gym-host-{proc.pid}", daemon=True).start()
@@ -441,20 +443,20 @@ class Placement:
                 inst.replica_ports, inst.replica_hosts = ports, hosts
                 entry["replica_ports"], entry["replica_hosts"] = list(ports), list(hosts)
 
-    def starter(self, name: str) -> Callable[[list[str], dict[str, str], str | None], RayProcess]:
+    def starter(self, name: str) -> Callable[[list[str], dict[str, str], str | None, bytes | None], RayProcess]:
         """What starts server process ``name`` on its actor (the supervisor calls it again to restart it);
         a dead actor is placed again on the same node first."""
 
-        def start(argv: list[str], env: dict[str, str], cwd: str | None) -> RayProcess:
+        def start(argv: list[str], env: dict[str, str], cwd: str | None, stdin: bytes | None) -> RayProcess:
             import ray  # type: ignore[import-not-found]
             from ray.exceptions import RayActorError, RayTaskError  # type: ignore[import-not-found]
 
             server = self.servers[name]
             try:
-                pid = cast(int, ray.get(server.actor.start.remote(argv, env, cwd), timeout=_CALL_TIMEOUT_S))
+                pid = cast(int, ray.get(server.actor.start.remote(argv, env, cwd, stdin), timeout=_CALL_TIMEOUT_S))
             except RayActorError:
                 self._replace(server)
-                pid = cast(int, ray.get(server.actor.start.remote(argv, env, cwd), timeout=_CALL_TIMEOUT_S))
+                pid = cast(int, ray.get(server.actor.start.remote(argv, env, cwd, stdin), timeout=_CALL_TIMEOUT_S))
             except RayTaskError as exc:  # the actor refused: say why, not Ray's traceback
                 raise GymError(f"{name}: {exc.cause if exc.cause is not None else exc}") from None
             return RayProcess(server.actor, pid, argv, f"node {server.node_ip} ({server.node_id[:12]})")

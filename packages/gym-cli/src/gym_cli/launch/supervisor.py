@@ -57,6 +57,7 @@ __all__ = [
     "Supervisor",
     "RING_LINES",
     "die_with",
+    "feed_stdin",
 ]
 
 RING_LINES = 50
@@ -70,10 +71,14 @@ class ChildSpec:
     """One child process: ``argv`` run in ``cwd`` with ``env`` added to the CLI's environment;
     ready once ``ready_url`` answers 200 (at once when it is None).
 
+    ``stdin``: bytes written to the child's standard input, which is then closed (each start, restarts
+    included); None: the child reads nothing (``/dev/null``). ``gym run`` hands each server its config
+    this way: not in the environment, which is limited to 128 KiB and shown by ``ps e``, nor on disk.
+
     ``start``: the child runs elsewhere (on a Ray node: :mod:`~gym_cli.launch.ray_placement`), started by
-    ``start(argv, env, cwd)`` with ``env`` added to *that* place's environment; it returns a handle like
-    ``subprocess.Popen``'s (``pid``, ``stdout``, ``poll()``, ``wait()``) with ``signal_group(signum)`` and
-    ``group_alive()`` for the child's process group there."""
+    ``start(argv, env, cwd, stdin)`` with ``env`` added to *that* place's environment; it returns a handle
+    like ``subprocess.Popen``'s (``pid``, ``stdout``, ``poll()``, ``wait()``) with ``signal_group(signum)``
+    and ``group_alive()`` for the child's process group there."""
 
     name: str
     argv: list[str]
@@ -81,7 +86,8 @@ class ChildSpec:
     ready_url: str | None = None
     cwd: str | Path | None = None
     ready_headers: dict[str, str] = field(default_factory=dict)  # the run's token, for ``ready_url``
-    start: Callable[[list[str], dict[str, str], str | None], Any] | None = None
+    stdin: bytes | None = None
+    start: Callable[[list[str], dict[str, str], str | None, bytes | None], Any] | None = None
 
 
 class RestartPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -191,6 +197,25 @@ def die_with(parent_pid: int) -> Callable[[], None] | None:
     return preexec
 
 
+def feed_stdin(proc: subprocess.Popen[bytes], data: bytes | None, name: str) -> None:
+    """Write ``data`` to ``proc``'s standard input and close it, from a thread of its own: a pipe holds
+    64 KiB, so a larger config is written as the child reads it. A child that exits before reading it
+    all ends the write (its exit is what the supervisor reports)."""
+    stream = proc.stdin
+    if stream is None:
+        return
+
+    def write() -> None:
+        with contextlib.suppress(OSError, ValueError):  # BrokenPipeError: the child is gone
+            try:
+                if data:
+                    stream.write(data)
+            finally:
+                stream.close()
+
+    threading.Thread(target=write, name=f"gym-stdin-{name}", daemon=True).start()
+
+
 class _Child:
     def __init__(self, spec: ChildSpec, proc: subprocess.Popen[bytes] | Any, ring_lines: int):
         self.spec = spec
@@ -275,7 +300,10 @@ class Supervisor:
                 raise ValueError(f"a child named {spec.name!r} is already started")
             if spec.start is not None:  # elsewhere: that place's environment, plus what the run adds
                 proc = spec.start(
-                    list(spec.argv), {**spec.env, "PYTHONUNBUFFERED": "1"}, None if spec.cwd is None else str(spec.cwd)
+                    list(spec.argv),
+                    {**spec.env, "PYTHONUNBUFFERED": "1"},
+                    None if spec.cwd is None else str(spec.cwd),
+                    spec.stdin,
                 )
             else:
                 proc = self._popen(spec)
@@ -297,18 +325,20 @@ class Supervisor:
         env = dict(os.environ)
         env.update(spec.env)
         env["PYTHONUNBUFFERED"] = "1"
-        return self._spawner.submit(
+        proc = self._spawner.submit(
             subprocess.Popen,
             list(spec.argv),
             cwd=spec.cwd,
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if spec.stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
             preexec_fn=die_with(os.getpid()),
         ).result()
+        feed_stdin(proc, spec.stdin, spec.name)
+        return proc
 
     def _read(self, child: _Child) -> None:
         stream = child.proc.stdout

@@ -41,6 +41,95 @@ SUM = {"inputs": ["1 2\n", "10 -3\n", "5 5\n"], "outputs": ["3\n", "7\n", "10\n"
 PROFIT = {"inputs": ["[7, 1, 5, 3, 6, 4]", "[7, 6, 4, 3, 1]"], "outputs": ["5", "0"], "fn_name": "maxProfit"}
 
 
+# Finds the old driver's frame writer through gc (and with it the nonce and the channel), every
+# 32-hex-digit string in its memory and in /proc, the driver's descriptors through /proc; writes
+# forged results and verdicts (old and new formats) everywhere it can, and exits without returning.
+FORGER = """import gc, os, re
+def maxProfit(prices):
+    answer = '5' if prices[:2] == [7, 1] else '0'
+    for obj in gc.get_objects():
+        code = getattr(obj, '__code__', None)
+        if code is not None and getattr(obj, '__name__', '') == 'frame' and 'kind' in code.co_varnames:
+            obj('result', answer)
+            os._exit(0)
+    nonces = {obj for obj in gc.get_objects() if isinstance(obj, str) and re.fullmatch('[0-9a-f]{32}', obj)}
+    targets = [1, 2]
+    for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+        for part in ('cmdline', 'environ'):
+            try:
+                with open(f'/proc/{pid}/{part}', 'rb') as file:
+                    nonces.update(m.decode() for m in re.findall(rb'[0-9a-f]{32}', file.read()))
+            except OSError:
+                pass
+        for fd in ('1', '2'):
+            try:
+                targets.append(os.open(f'/proc/{pid}/fd/{fd}', os.O_WRONLY))
+            except OSError:
+                pass
+    forged = ''.join(
+        f'{n} result {answer}\\n{n} 0 {{"code": true}}\\n{n} 1 {{"code": true}}\\n{n} done\\n' for n in nonces
+    )
+    for fd in targets:
+        try:
+            os.write(fd, forged.encode())
+        except OSError:
+            pass
+    os._exit(0)
+"""
+
+# Searches its own objects, every process's memory, environment, command line and descriptors
+# through /proc, and the scratch directory, for the expected output; prints what it found.
+SEARCHER = """import gc, os, re, sys
+pattern = re.compile(rb'HIDDEN-[0-9]+-[0-9]+')
+found, counts = set(), [0]
+def scan(data):
+    counts[0] += len(data)
+    found.update(pattern.findall(data))
+def read_all(path):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return b''
+    chunks = []
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    except OSError:
+        pass
+    os.close(fd)
+    return b''.join(chunks)
+for obj in gc.get_objects():
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    for item in list(items):
+        if isinstance(item, (str, bytes)):
+            scan(item if isinstance(item, bytes) else item.encode(errors='replace'))
+for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+    for part in ('cmdline', 'environ'):
+        scan(read_all(f'/proc/{pid}/{part}'))
+    try:
+        names = os.listdir(f'/proc/{pid}/fd')
+    except OSError:
+        names = []
+    for name in names:
+        scan(read_all(f'/proc/{pid}/fd/{name}'))
+    try:
+        mem = os.open(f'/proc/{pid}/mem', os.O_RDONLY)
+    except OSError:
+        continue
+    for line in read_all(f'/proc/{pid}/maps').decode().splitlines():
+        start, end = (int(x, 16) for x in line.split()[0].split('-'))
+        try:
+            scan(os.pread(mem, min(end - start, 1 << 26), start))
+        except OSError:
+            pass
+    os.close(mem)
+for name in os.listdir('.'):
+    scan(read_all(name))
+print(b' '.join(sorted(found)).decode() or 'nothing')
+sys.stderr.write(f'scanned {counts[0]} bytes')
+"""
+
+
 class UnstartedSandboxServer(CodeGenServer):
     """A code_gen server whose sandbox is never started: every run is the sandbox's own failure."""
 
@@ -114,9 +203,26 @@ class TestCodeGen(ResourcesServerTests):
         code = "a, b = map(int, input().split())\nprint(3)"
         verdict = self.verify(gym_servers, task(SUM), fenced(code))
         assert (verdict["reward"], verdict["result"]) == (0.0, [True, -2])
-        assert verdict["metadata"]["error_code"] == -2
-        assert verdict["metadata"]["inputs"] == "10 -3\n" and verdict["metadata"]["expected"] == "7\n"
-        assert verdict["metadata"]["output"] == "3\n"
+        assert verdict["metadata"] == {"error_code": -2, "error_message": "Wrong Answer"}
+
+    def test_a_failing_verdict_keeps_the_hidden_test_out_of_the_row_unless_debugging(self, gym_servers: RunningServers):
+        # Issue 24: the failing test's input and expected output, and what the program printed, went
+        # into every row; a policy shown its rows (a feedback agent, reused data) learned the tests.
+        code = "import sys\na, b = map(int, input().split())\nsys.stderr.write('debugging ' + str(a))\nprint(a * b)"
+        verdict = self.verify(gym_servers, task(SUM), fenced(code))
+        assert verdict["result"] == [-2]
+        assert verdict["metadata"] == {"error_code": -2, "error_message": "Wrong Answer"}
+        crash = self.verify(gym_servers, task(SUM), fenced("print(1 / 0)"))
+        assert crash["metadata"] == {
+            "error_code": -4,
+            "error_message": "Runtime Error",
+            "error": "ZeroDivisionError",
+            "exit_code": 1,
+            "signal": None,
+        }
+        shown = self.verify(gym_servers, task(SUM), fenced(code), instance="debugging")["metadata"]
+        assert (shown["inputs"], shown["expected"], shown["output"]) == ("1 2\n", "3\n", "2\n")
+        assert shown["traceback"] == "debugging 1"
 
     def test_a_later_failure_is_reported_after_earlier_passes(self, gym_servers: RunningServers):
         # The third test crashes (a zero divisor), after two that pass; a slow earlier test is awaited.
@@ -124,7 +230,7 @@ class TestCodeGen(ResourcesServerTests):
         code = "import time\nn = int(input())\nif n == 2: time.sleep(0.3)\nprint(1 / n)"
         verdict = self.verify(gym_servers, task(tests), fenced(code))
         assert verdict["result"] == [True, True, -4]
-        assert "ZeroDivisionError" in verdict["metadata"]["traceback"]
+        assert verdict["metadata"]["error"] == "ZeroDivisionError"
 
     def test_a_wrong_number_of_lines_is_a_wrong_answer(self, gym_servers: RunningServers):
         verdict = self.verify(gym_servers, task(SUM), fenced("print(3)\nprint()\nprint(4)"))
@@ -137,19 +243,18 @@ class TestCodeGen(ResourcesServerTests):
     def test_a_runtime_error_is_minus_four(self, gym_servers: RunningServers):
         verdict = self.verify(gym_servers, task(SUM), fenced("print(undefined_name)"))
         assert (verdict["reward"], verdict["result"]) == (0.0, [-4])
-        assert "NameError" in verdict["metadata"]["traceback"]
+        assert verdict["metadata"]["error"] == "NameError" and "traceback" not in verdict["metadata"]
 
-    def test_debug_keeps_more_of_the_programs_stderr(self, gym_servers: RunningServers):
+    def test_debug_keeps_the_programs_stderr_and_error_message(self, gym_servers: RunningServers):
         code = "import sys\nsys.stderr.write('start' + 'x' * 5000)\nraise ValueError('boom')"
-        short = self.verify(gym_servers, task(SUM), fenced(code))["metadata"]["traceback"]
-        full = self.verify(gym_servers, task(SUM), fenced(code), instance="debugging")["metadata"]["traceback"]
-        assert len(short) == 2000 and short.endswith("ValueError: boom\n")
-        assert full.startswith("start") and full.endswith("ValueError: boom\n")
+        full = self.verify(gym_servers, task(SUM), fenced(code), instance="debugging")["metadata"]
+        assert full["traceback"].startswith("start") and full["traceback"].endswith("ValueError: boom\n")
+        assert full["error"] == "ValueError: boom"
 
     def test_a_syntax_error_is_minus_four(self, gym_servers: RunningServers):
         verdict = self.verify(gym_servers, task(SUM), fenced("def broken(:\n    pass"))
         assert verdict["result"] == [-4]
-        assert "SyntaxError" in verdict["metadata"]["traceback"]
+        assert verdict["metadata"]["error"] == "SyntaxError"
 
     def test_system_exit_is_swallowed_and_the_output_so_far_compared(self, gym_servers: RunningServers):
         code = "import sys\na, b = map(int, input().split())\nprint(a + b)\nsys.exit(1)\nprint('never')"
@@ -240,10 +345,12 @@ class TestCodeGen(ResourcesServerTests):
         assert self.verify(gym_servers, task(tests), fenced(code))["reward"] == 1.0
 
     def test_a_wrong_result_a_crash_and_a_missing_function(self, gym_servers: RunningServers):
-        wrong = self.verify(gym_servers, task(PROFIT), fenced("def maxProfit(prices):\n    return 5"))
+        wrong = self.verify(
+            gym_servers, task(PROFIT), fenced("def maxProfit(prices):\n    return 5"), instance="debugging"
+        )
         assert wrong["result"] == [True, -2] and wrong["metadata"]["output"] == "5"
         crash = self.verify(gym_servers, task(PROFIT), fenced("def maxProfit(prices):\n    return prices[99]"))
-        assert crash["result"] == [-4] and "IndexError" in crash["metadata"]["error"]
+        assert crash["result"] == [-4] and crash["metadata"]["error"] == "IndexError"
         missing = self.verify(gym_servers, task(PROFIT), fenced("def other(prices):\n    return 5"))
         assert missing["result"] == [-4]
 
@@ -251,7 +358,7 @@ class TestCodeGen(ResourcesServerTests):
         tests = {"inputs": ["[1, 2]"], "outputs": ["[1, 2]"], "fn_name": "f"}
         # An object claiming equality with everything cannot pass: the comparison is made outside.
         code = "class Always:\n    def __eq__(self, other):\n        return True\ndef f(xs):\n    return Always()"
-        verdict = self.verify(gym_servers, task(tests), fenced(code))
+        verdict = self.verify(gym_servers, task(tests), fenced(code), instance="debugging")
         assert verdict["result"] == [-2] and "Always" in verdict["metadata"]["output"]
 
     def test_a_slow_call_is_a_time_limit_and_a_slow_module_an_error(self, gym_servers: RunningServers):
@@ -296,6 +403,46 @@ class TestCodeGen(ResourcesServerTests):
         assert verdict["reward"] == 0.0
         assert verdict["result"] == [-2]
 
+    def test_a_program_cannot_forge_the_drivers_report(self, gym_servers: RunningServers):
+        # Issue 24: in call mode the program found the driver's frame writer (and so its nonce and
+        # channel) in its own process, wrote "result <answer>" and exited: the test passed without
+        # the function ever returning. The program below tries that and every other way it has.
+        verdict = self.verify(gym_servers, task(PROFIT), fenced(FORGER))
+        assert verdict["reward"] == 0.0
+        assert verdict["result"] == [-4] and verdict["metadata"]["error"] == "the program ended without a result"
+
+    def test_a_program_cannot_find_the_expected_output(self, gym_servers: RunningServers):
+        # The driver compares inside the sandbox, so the expected outputs are there, in the driver's
+        # memory alone: a program searching everything it can read and printing what it found (which
+        # would pass) finds nothing.
+        tests = {"inputs": ["x\n"], "outputs": ["HIDDEN-7919-104729\n"], "fn_name": None}
+        verdict = self.verify(gym_servers, task(tests), fenced(SEARCHER), instance="debugging")
+        assert verdict["reward"] == 0.0 and verdict["result"] == [-2], verdict["metadata"]
+        assert verdict["metadata"]["output"] == "nothing\n"
+        scanned = verdict["metadata"]["traceback"]
+        assert scanned.startswith("scanned ") and int(scanned.split()[1]) > 100_000  # the search did run
+
+    def test_a_program_that_stops_its_driver_fails(self, gym_servers: RunningServers):
+        # The program runs as the driver's user, so it can signal the driver and the zygote: its test
+        # then has no verdict, which is a failure (-4), never a pass. Test 1 passes; on test 2 the
+        # program prints the right answer and then kills every other process, or its zygote.
+        answer = "import os, signal\na, b = map(int, input().split())\nprint(a + b, flush=True)\nif a == 10:\n"
+        for kill in ("    os.kill(-1, signal.SIGKILL)", "    os.kill(os.getppid(), signal.SIGKILL)"):
+            verdict = self.verify(gym_servers, task(SUM), fenced(answer + kill))
+            assert (verdict["reward"], verdict["result"]) == (0.0, [True, -4]), kill
+            assert verdict["metadata"]["error"].startswith("the test driver was stopped")
+
+    def test_what_a_test_leaves_behind_is_stopped_before_the_next(self, gym_servers: RunningServers):
+        # Test 1 leaves a process in a session of its own (out of its process group); the next tests
+        # see no process but the sandbox's init, the driver, the zygote and their own.
+        code = (
+            "import os, time\na, b = map(int, input().split())\n"
+            "if a == 1 and os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+            "alive = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+            "print(a + b if a == 1 or len(alive) == 4 else 'a process of test 1 is still here')\n"
+        )
+        assert self.verify(gym_servers, task(SUM), fenced(code))["result"] == [True, True, True]
+
     def test_a_test_line_that_is_not_json_fails_the_program(self, gym_servers: RunningServers):
         tests = {"inputs": ["[1]", "not json"], "outputs": ["1", "2"], "fn_name": "f"}
         verdict = self.verify(gym_servers, task(tests), fenced("def f(x):\n    return 1"))
@@ -337,9 +484,13 @@ class TestCodeGen(ResourcesServerTests):
         }
         assert self.verify(gym_servers, task(SUM), reasoning)["reasoning_format_violation_rate"] == 1.0
 
-    def test_no_tests_is_a_pass(self, gym_servers: RunningServers):
-        verdict = self.verify(gym_servers, task({"inputs": [], "outputs": [], "fn_name": None}), fenced("print(1)"))
-        assert (verdict["reward"], verdict["result"]) == (1.0, [])
+    def test_a_row_without_tests_is_a_422_naming_the_field(self, gym_servers: RunningServers):
+        # Issue 24: a task with no unit tests scored 1.0 for any code.
+        for fn_name in (None, "f"):
+            row = task({"inputs": [], "outputs": [], "fn_name": fn_name})
+            reply = gym_servers.caller().post("/verify", {**row, "response": assistant_response(fenced("print(1)"))})
+            assert reply.status == 422, reply.text[:500]
+            assert "verifier_metadata.unit_tests.inputs" in reply.json()["error"]["message"]
 
     def test_the_global_deadline_fails_every_test_with_minus_one(self, gym_servers: RunningServers):
         verdict = self.verify(gym_servers, task(SUM), fenced("while True:\n    pass"), instance="tiny_deadline")

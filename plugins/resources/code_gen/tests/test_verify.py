@@ -19,7 +19,7 @@ from gym_code_gen.verify import (
     call_result_matches,
     extract_code,
     global_deadline_s,
-    read_call_report,
+    read_verdicts,
     reasoning_format_violation,
     stdout_matches,
     truncate,
@@ -141,14 +141,19 @@ def test_the_global_deadline_is_the_references():
     assert global_deadline_s(1, 1) == 7
 
 
-def test_only_frames_with_the_nonce_count():
+def test_only_verdicts_with_the_nonce_count():
     nonce = "ab" * 16
-    stdout = f"{nonce} loaded \nfake result 5\n{nonce}x result 6\n{nonce} result [1, 2]\n".encode()
-    report = read_call_report(stdout, nonce)
-    assert (report.loaded, report.kind, report.payload, report.frames) == (True, "result", "[1, 2]", 1)
-    assert read_call_report(b"result 5\n", nonce).kind is None
-    twice = read_call_report(f"{nonce} result 5\n{nonce} result 6\n".encode(), nonce)
-    assert twice.frames == 2
+    stdout = (
+        f'{nonce} 0 {{"code": true}}\nfake 1 {{"code": true}}\n{nonce}x 1 {{"code": true}}\n'
+        f'{nonce} 1 {{"code": -2, "output": "4"}}\n{nonce} done\n'
+    ).encode()
+    verdicts, done = read_verdicts(stdout, nonce)
+    assert verdicts == {0: {"code": True}, 1: {"code": -2, "output": "4"}} and done
+    assert read_verdicts(b'0 {"code": true}\n', nonce) == ({}, False)
+    with pytest.raises(ValueError, match="malformed"):
+        read_verdicts(f'{nonce} 0 {{"code": true}}\n{nonce} 0 {{"code": true}}\n'.encode(), nonce)
+    with pytest.raises(ValueError):
+        read_verdicts(f"{nonce} 0 not json\n".encode(), nonce)
 
 
 def test_truncate_marks_what_it_cut():

@@ -18,14 +18,24 @@ __all__ = ["CodeGenConfig"]
 
 class CodeGenConfig(ServerConfig, kw_only=True):
     num_processes: Annotated[
-        int, Meta(ge=1, description="programs running at once in this server (all verifications together)")
+        int,
+        Meta(
+            ge=1,
+            description="verifications running at once in this server, each one sandbox running its tests one "
+            "after another",
+        ),
     ] = 8
     unit_test_timeout_secs: Annotated[
         float,
         Meta(gt=0, description="time limit of one unit test, seconds (wall and CPU); a program past it gets -3"),
     ] = 10.0
     debug: Annotated[
-        bool, Meta(description="log every test run, and keep the program's whole stderr (up to 64 KiB) in metadata")
+        bool,
+        Meta(
+            description="log every verification's run, and write the failing test (its input and expected output), "
+            "the program's output, its stderr (up to 64 KiB) and its error messages into the row's metadata: "
+            "hidden tests then reach the rows, so never for training"
+        ),
     ] = False
     reasoning_format_penalty: Annotated[
         float,

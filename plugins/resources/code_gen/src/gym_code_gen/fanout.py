@@ -1,9 +1,8 @@
-"""Unit-test runs as Ray tasks: each run is one task, sandboxed on the node that runs it.
+"""Verifications as Ray tasks: each verification's driver run is one task, sandboxed on the node that runs it.
 
 Imported only when the server executes on Ray (``execution``), so nothing imports Ray otherwise.
-:class:`RayExecutor` has the sandbox's ``run_python`` signature: the server judges its results
-exactly as it judges local runs, and the expected output never leaves the server (a task gets the
-runner, the code, the test's input and the limits, nothing else).
+:class:`RayExecutor` has the sandbox's ``run_python`` signature: the server reads its results
+exactly as it reads local runs (a task gets the runner, the code, the tests and the limits).
 
 What runs on a node is :func:`run_on_node`, shipped by value (cloudpickle): the node needs neither
 this plugin nor its venv, only the Ray workers' Python with ``gym-core`` (which gym on Ray needs on

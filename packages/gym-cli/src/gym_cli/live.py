@@ -128,6 +128,11 @@ class ProgressEvent(msgspec.Struct, kw_only=True):
     latency_p50_s: float | None
     latency_p99_s: float | None
     interrupted: bool = False
+    # Of the rollouts in flight, those waiting their turn (no request sent yet); the time rollouts
+    # waited before their first request (not part of their deadline or latency).
+    queued: int = 0
+    queue_p50_s: float | None = None
+    queue_p99_s: float | None = None
 
 
 def progress_event(
@@ -155,7 +160,17 @@ def progress_event(
         latency_p50_s=summary.latency.quantile(0.5),
         latency_p99_s=summary.latency.quantile(0.99),
         interrupted=interrupted,
+        queued=summary.queued,
+        queue_p50_s=summary.queue.quantile(0.5),
+        queue_p99_s=summary.queue.quantile(0.99),
     )
+
+
+def _queue(event: ProgressEvent) -> str | None:
+    """The rollouts waiting their turn and how long rollouts waited, once any waited 1 ms or more."""
+    if not event.queued and (event.queue_p99_s or 0) < 0.001:
+        return None
+    return f"queued {event.queued}, waited p50 {_seconds(event.queue_p50_s)} p99 {_seconds(event.queue_p99_s)}"
 
 
 def _reward(value: float | None) -> str:
@@ -202,6 +217,8 @@ def describe_progress(event: ProgressEvent) -> str:
     failed = f"failed {event.failed}" + (f" ({_failures(event)})" if event.failures else "")
     parts.append(failed + (f", retried {event.retried}" if event.retried else ""))
     parts.append(f"latency p50 {_seconds(event.latency_p50_s)} p99 {_seconds(event.latency_p99_s)}")
+    if (queue := _queue(event)) is not None:
+        parts.append(queue)
     if event.event == "progress":
         parts.append(f"in flight {event.in_flight}")
         eta = _eta(event)
@@ -356,6 +373,8 @@ def progress_panel(event: ProgressEvent) -> RenderableType:
         Text(failed + (f"   retried {event.retried}" if event.retried else ""), style="yellow" if event.failed else ""),
     )
     grid.add_row("latency", Text(f"p50 {_seconds(event.latency_p50_s)}   p99 {_seconds(event.latency_p99_s)}"))
+    if (queue := _queue(event)) is not None:
+        grid.add_row("waiting", Text(queue))
     return Panel(grid, title="gym collect", title_align="left", expand=False)
 
 

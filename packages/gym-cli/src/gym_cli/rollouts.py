@@ -9,9 +9,15 @@
   is the one layer that retries a rollout, from the start in a fresh session. What still fails goes
   to the failures file with its typed reason and the number of attempts; the run goes on, and the
   next run retries it.
-- Every rollout has an overall deadline (``rollout_timeout_s``, all its attempts together): the
-  collector stops waiting then, and each ``/run`` carries what is left of it (``x-gym-timeout``,
-  :data:`gym_core.client.TIMEOUT_HEADER`) so that the servers give up too rather than outlive it.
+- Every rollout has an overall deadline (``rollout_timeout_s``, all its attempts together), counted
+  from when its first request is sent: the collector stops waiting then, and each ``/run`` carries
+  what is left of it (``x-gym-timeout``, :data:`gym_core.client.TIMEOUT_HEADER`) so that the servers
+  give up too rather than outlive it.
+- ``parallel`` rollouts are in flight, but at most as many send at once as the client has
+  connections for their agent (:func:`connection_limit`); the others wait their turn in order, each
+  held as its (task, rollout) pair and the time it was taken (:func:`run_window`), a few dozen bytes,
+  its task not yet read. The wait is not part of the deadline: it is reported apart, as the row's
+  ``queue_s`` (when it waited a millisecond or more) and in the live view.
 - One collection at a time per output file: :func:`output_lock` holds an exclusive lock for the
   whole run, and a second ``gym collect`` on the same file stops at once, naming the holder.
   Resuming drops duplicate (task, rollout) rows it finds (:func:`read_done`).
@@ -22,10 +28,12 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import datetime
 import errno
 import fcntl
+import itertools
 import os
 import random
 import shlex
@@ -81,6 +89,8 @@ __all__ = [
     "choose_agent",
     "check_agents",
     "run_parallel",
+    "run_window",
+    "connection_limit",
     "collect_rollouts",
 ]
 
@@ -127,6 +137,10 @@ class CollectSummary:
     duplicates_dropped: int = 0  # duplicate rows resuming removed from the output file
     reward_sum: float = 0.0
     in_flight: int = 0  # rollouts started and not yet written (their retries' waits included)
+    queued: int = 0  # of those, waiting their turn: none of their requests sent yet
+    # How long each rollout waited before its first request was sent (its turn among ``parallel``,
+    # a connection to its agent): not part of its deadline, nor of its latency.
+    queue: LatencySketch = field(default_factory=LatencySketch)
     # Scored rollouts and their reward sum per environment: the row's ``environment``, "?" when none,
     # as ``gym profile`` groups them.
     environment_done: dict[str, int] = field(default_factory=dict)
@@ -754,14 +768,15 @@ async def with_retries(
     retries: int,
     backoff_s: float,
     backoff_max_s: float,
-    deadline: float,
+    deadline: float | Callable[[], float],
     on_retry: Callable[[], None] = lambda: None,
 ) -> T:
     """The collector's retry policy for one unit of work (a rollout, a re-verified row): await
     ``attempt()``; after a failure for an infrastructure reason (:func:`is_infrastructure_failure`),
     call ``on_retry`` and try again after ``backoff_s`` doubled per retry (at most ``backoff_max_s``,
     plus up to half of it at random), at most ``retries`` more times and never past ``deadline``
-    (``time.monotonic()``). Any other failure, or the last one, raises :class:`GaveUp`."""
+    (``time.monotonic()``; or a function returning it, asked after each failure: a rollout's deadline
+    is known once its first request is sent). Any other failure, or the last one, raises :class:`GaveUp`."""
     tries = 0
     while True:
         tries += 1
@@ -770,7 +785,8 @@ async def with_retries(
         except _ATTEMPT_ERRORS as exc:
             # Jitter spreads the retries of work that failed together; never below the nominal delay.
             delay = min(backoff_max_s, backoff_s * 2 ** (tries - 1)) * (1 + random.random() / 2)
-            if tries <= retries and is_infrastructure_failure(exc) and time.monotonic() + delay < deadline:
+            until = deadline() if callable(deadline) else deadline
+            if tries <= retries and is_infrastructure_failure(exc) and time.monotonic() + delay < until:
                 on_retry()
                 await asyncio.sleep(delay)
                 continue
@@ -789,6 +805,73 @@ def failure_fields(failure: GaveUp) -> dict[str, Any]:
     if isinstance(exc, ServerCallError) and exc.status is not None:
         fields["status"] = exc.status
     return fields
+
+
+def connection_limit(client: ServerClient, agent: str) -> int:
+    """How many requests ``client`` sends to ``agent`` at once without one waiting for a pooled
+    connection: its pool's limit per host, for each replica, within its limit in all."""
+    try:
+        replicas = len(client.replica_urls(agent))
+    except ServerCallError:  # not a server of the run: the rollout fails typed when it tries
+        replicas = 1
+    return max(1, min(client.config.pool_limit, client.config.pool_limit_per_host * replicas))
+
+
+async def run_window(
+    items: Iterable[T],
+    parallel: int,
+    workers: int,
+    handle: Callable[[T, float], Awaitable[None]],
+    on_count: Callable[[int, int], None] = lambda in_flight, waiting: None,
+) -> None:
+    """Await ``handle(item, taken)`` for each of ``items`` with ``parallel`` of them in flight: at
+    most ``workers`` handled at once, the others waiting their turn in order, each held as the item
+    and when it was taken (``time.monotonic()``, passed as ``taken``: its wait starts there) rather
+    than as a coroutine. ``items`` is consumed lazily, ``parallel`` ahead at most. Workers start
+    :data:`START_BATCH` per event-loop turn. ``on_count(in_flight, waiting)`` follows each change.
+    The first exception a handler raises cancels the others and is raised."""
+    source = iter(items)
+    parallel = max(1, parallel)
+    waiting: collections.deque[tuple[T, float]] = collections.deque()
+    in_flight = 0
+    exhausted = False
+    stopped = False  # a worker ended: the items ran out, or a handler failed
+
+    def take() -> tuple[T, float] | None:
+        nonlocal in_flight, exhausted
+        if not exhausted and in_flight < parallel:
+            now = time.monotonic()
+            before = in_flight
+            for item in itertools.islice(source, parallel - in_flight):
+                waiting.append((item, now))
+                in_flight += 1
+            exhausted = in_flight - before < parallel - before
+        entry = waiting.popleft() if waiting else None
+        on_count(in_flight, len(waiting))
+        return entry
+
+    async def worker() -> None:
+        nonlocal stopped, in_flight
+        try:
+            while (entry := take()) is not None:  # one event loop: workers take turns, never at once
+                try:
+                    await handle(*entry)
+                finally:
+                    in_flight -= 1
+                    on_count(in_flight, len(waiting))
+        finally:
+            stopped = True
+
+    started: list[asyncio.Task[None]] = []
+    try:
+        while len(started) < max(1, min(workers, parallel)) and not stopped:
+            started.append(asyncio.create_task(worker()))
+            if len(started) % START_BATCH == 0:
+                await asyncio.sleep(0)  # let the started ones send, and the loop see their answers
+        await asyncio.gather(*started)
+    finally:
+        for w in started:
+            w.cancel()
 
 
 # Workers started per event-loop turn. Each sends its first request as it starts: started all at once,
@@ -825,6 +908,20 @@ async def run_parallel(items: Iterable[T], parallel: int, handle: Callable[[T], 
             w.cancel()
 
 
+class _RolloutClock:
+    """When a rollout was taken (its turn awaited from then) and when its first request was sent
+    (its deadline counted from then; None until it is)."""
+
+    __slots__ = ("taken", "sent")
+
+    def __init__(self, taken: float):
+        self.taken = taken
+        self.sent: float | None = None
+
+    def deadline(self, timeout_s: float) -> float:
+        return (self.sent if self.sent is not None else time.monotonic()) + timeout_s
+
+
 async def collect_rollouts(
     client: ServerClient,
     tasks: TaskFile | Sequence[dict[str, Any]],
@@ -836,41 +933,56 @@ async def collect_rollouts(
     """Run the pairs through agents, appending each completed rollout to the output file.
 
     ``tasks`` is indexed by task (a list, or a :class:`TaskFile` that reads each task when its pair
-    starts); ``pairs`` is taken lazily, so memory holds the rollouts in flight, not the run. Each
-    pair is one worker's from start to end, its retries included (:func:`with_retries`), so it is
-    written at most once. ``client`` should make one attempt per request
+    starts); ``pairs`` is taken lazily (:func:`run_window`), so memory holds the rollouts in flight,
+    not the run, and a rollout waiting its turn holds its pair, not its task. Each pair is one
+    worker's from start to end, its retries included (:func:`with_retries`), so it is written at
+    most once. At most :func:`connection_limit` rollouts of an agent send at once, so none waits in
+    the client's pool with its deadline running. ``client`` should make one attempt per request
     (``ClientConfig(max_attempts=1)``): retrying here and in the client too would multiply the attempts."""
     summary.started = time.monotonic()
     options.output.parent.mkdir(parents=True, exist_ok=True)
+    # The agents the rollouts go to, and as many workers as there are connections to them.
+    named = {options.agent} if options.agent else _agents_of(tasks)[0] | {options.default_agent}
+    limits = {agent: connection_limit(client, agent) for agent in named if agent is not None}
+    gates = {agent: asyncio.Semaphore(limit) for agent, limit in limits.items()}
+    workers = min(client.config.pool_limit, sum(limits.values())) if limits else options.parallel
     with options.output.open("ab", buffering=0) as out, options.failures.open("ab", buffering=0) as failures:
 
-        async def attempt(task: dict[str, Any], deadline: float) -> tuple[str, dict[str, Any], float]:
+        async def attempt(task: dict[str, Any], clock: _RolloutClock) -> tuple[str, dict[str, Any], float]:
             agent = _agent_for(task, options)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ServerTimeoutError(
-                    agent, "/run", f"the rollout's deadline of {options.rollout_timeout_s:g} s passed"
-                )
-            # The client sends this limit with the request (x-gym-timeout): the agent can stop in time too.
-            raw = await client.request("POST", agent, "/run", body=task, timeout_s=left)
+            gate = gates.get(agent)
+            if gate is None:  # an agent no task named up front (a list of tasks changed since): its own gate
+                gate = gates[agent] = asyncio.Semaphore(connection_limit(client, agent))
+            async with gate:  # a connection to the agent is free: this request waits for nothing else
+                now = time.monotonic()
+                if clock.sent is None:  # the rollout's first request: its deadline starts now
+                    clock.sent = now
+                    summary.queue.add(now - clock.taken)
+                left = clock.deadline(options.rollout_timeout_s) - now
+                if left <= 0:
+                    raise ServerTimeoutError(
+                        agent, "/run", f"the rollout's deadline of {options.rollout_timeout_s:g} s passed"
+                    )
+                # The client sends this limit with the request (x-gym-timeout): the agent can stop in time too.
+                raw = await client.request("POST", agent, "/run", body=task, timeout_s=left)
             result = msgspec.json.decode(raw)
             return agent, result, float(result["reward"])
 
         def retried() -> None:
             summary.retried += 1
 
-        async def one(task_index: int, rollout_index: int) -> None:
+        async def one(pair: tuple[int, int], taken: float) -> None:
+            task_index, rollout_index = pair
             # The row records the task as sent: sampling overrides included.
             task = _request_body(tasks[task_index], options.sampling)
-            started = time.monotonic()
-            deadline = started + options.rollout_timeout_s
+            clock = _RolloutClock(taken)
             try:
                 agent, result, reward = await with_retries(
-                    lambda: attempt(task, deadline),
+                    lambda: attempt(task, clock),
                     retries=options.retries,
                     backoff_s=options.retry_backoff_s,
                     backoff_max_s=options.retry_backoff_max_s,
-                    deadline=deadline,
+                    deadline=lambda: clock.deadline(options.rollout_timeout_s),
                     on_retry=retried,
                 )
             except GaveUp as failure:
@@ -882,9 +994,11 @@ async def collect_rollouts(
                 summary.failure_reasons[fields["reason"]] = summary.failure_reasons.get(fields["reason"], 0) + 1
                 on_progress(summary)
                 return
-            # Wall time from the first attempt to the written row, retries and backoff included: what
-            # `gym report` plots and takes percentiles of (gym_core.rows.LATENCY_FIELD).
-            latency_s = time.monotonic() - started
+            # Wall time from the first request sent to the written row, retries and backoff included:
+            # what `gym report` plots and takes percentiles of (gym_core.rows.LATENCY_FIELD).
+            sent = clock.sent if clock.sent is not None else taken
+            latency_s = time.monotonic() - sent
+            queue_s = round(sent - taken, 3)
             # The row's precedence (collector fields > the agent's result > the task): gym_core.rows.
             row = rollout_row(
                 result,
@@ -894,6 +1008,7 @@ async def collect_rollouts(
                 agent=agent,
                 reward=reward,
                 latency_s=round(latency_s, 3),
+                queue_s=queue_s if queue_s > 0 else None,
             )
             # One write call per row: a kill can only cut the last line, which read_done repairs.
             out.write(_encoder.encode(row) + b"\n")
@@ -905,15 +1020,11 @@ async def collect_rollouts(
             summary.environment_reward_sum[environment] = summary.environment_reward_sum.get(environment, 0.0) + reward
             on_progress(summary)
 
-        async def tracked(pair: tuple[int, int]) -> None:
-            summary.in_flight += 1
-            try:
-                await one(*pair)
-            finally:
-                summary.in_flight -= 1
+        def counted(in_flight: int, waiting: int) -> None:
+            summary.in_flight, summary.queued = in_flight, waiting
 
         try:
-            await run_parallel(pairs, options.parallel, tracked)
+            await run_window(pairs, options.parallel, workers, one, counted)
         finally:
             os.fsync(out.fileno())
             summary.finished = time.monotonic()

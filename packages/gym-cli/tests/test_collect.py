@@ -298,7 +298,7 @@ def test_collect_against_gym_run_uses_its_only_agent(tmp_path, gym_run, gym):
     assert len(collected) == len(COUNTER_TASKS.read_text().splitlines())
     assert {row["agent"] for row in collected} == {"counter_agent"}
     assert all(row["final_count"] == row["initial_count"] + 3 for row in collected)
-    assert rows(tmp_path / "out.failures.jsonl") == []
+    assert not (tmp_path / "out.failures.jsonl").exists()  # nothing failed: no failures file
 
 
 def test_several_agents_and_tasks_naming_none_is_a_usage_error(tmp_path, gym):
@@ -599,7 +599,7 @@ def test_kill_9_of_a_server_mid_collection_ends_with_every_rollout_once_in_one_r
     assert proc.returncode == 0, err
     keys = [(r["task_index"], r["rollout_index"]) for r in rows(out)]
     assert len(keys) == len(set(keys)) == N_TASKS * repeats
-    assert rows(tmp_path / "out.failures.jsonl") == []
+    assert not (tmp_path / "out.failures.jsonl").exists()  # nothing failed: no failures file
     assert "were retried" in err
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "InputError",
     "OutputLockedError",
     "check_writable",
+    "drop_if_empty",
     "output_lock",
     "is_infrastructure_failure",
     "INFRASTRUCTURE_REASONS",
@@ -550,6 +551,13 @@ def read_done(
     if duplicates:
         _drop_spans(output, duplicates)
     return done, len(duplicates)
+
+
+def drop_if_empty(path: Path) -> None:
+    """Remove ``path`` when it is an empty file (a failures file that nothing was written to)."""
+    with contextlib.suppress(OSError):
+        if path.is_file() and path.stat().st_size == 0:
+            path.unlink()
 
 
 def check_writable(path: Path, what: str = "--output") -> None:

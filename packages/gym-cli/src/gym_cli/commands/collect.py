@@ -31,6 +31,7 @@ async def _collect(
 ) -> None:
     """Ask the head server what runs, choose the agent, then collect while ``reporter`` shows progress."""
     import asyncio
+    import time
 
     from gym_core.plugins import get_plugin_manager
 
@@ -49,6 +50,9 @@ async def _collect(
         options.failures.unlink(missing_ok=True)  # the failures of this run only; earlier ones are retried now
         # The reporter reads the summary on its own timer, never per rollout: at 1000 rollouts/s
         # redrawing per rollout would cost more than collecting.
+        # The clock starts with the rollouts, in the first event as in the last: --serve's start-up and
+        # the agent check above are not collection time.
+        summary.started = time.monotonic()
         reporter.start(summary)
         ticker = asyncio.create_task(follow(reporter, summary))
         try:
@@ -169,8 +173,7 @@ def collect(
       gym collect --serve plugins/resources/math/configs/math_local.yaml \\
           --input plugins/resources/math/data/example.jsonl --output rollouts.jsonl --repeats 4
     """
-    from rich.console import Console
-
+    from gym_cli.consoles import output_console
     from gym_cli.head import find_head
     from gym_cli.launch.launcher import head_or_served
     from gym_cli.live import make_reporter
@@ -180,6 +183,7 @@ def collect(
         CollectSummary,
         DonePairs,
         check_writable,
+        drop_if_empty,
         output_lock,
         pending_pairs,
         read_done,
@@ -187,7 +191,7 @@ def collect(
         scan_tasks,
     )
 
-    console = Console(stderr=True, soft_wrap=True)
+    console = output_console(stderr=True, soft_wrap=True)
     reporter = make_reporter(progress_mode, console, progress_interval, stdout=sys.stdout)
     # With --progress json stdout carries the events only: the rest (the servers' output, which the
     # supervisor writes to sys.stdout, and the profile) goes to stderr.
@@ -234,6 +238,7 @@ def collect(
                 except KeyboardInterrupt:
                     interrupted = True
         reporter.finish(summary, interrupted)
+        drop_if_empty(failures_path)  # a failures file exists when something failed
         rate = (summary.done + summary.failed) / max(summary.elapsed_s, 1e-9)
         console.print(
             f"{summary.done} rollouts collected, {summary.failed} failed, {summary.skipped} already done "
@@ -247,6 +252,6 @@ def collect(
             console.print("[yellow]completed rollouts are kept; re-run the same command to resume[/]")
             raise KeyboardInterrupt
         if profile and output_path.exists():
-            print_profile(profile_file(output_path), console if progress_mode == "json" else Console())
+            print_profile(profile_file(output_path), console if progress_mode == "json" else output_console())
         if summary.failed:
             raise CommandFailed()

@@ -33,12 +33,12 @@ def rollouts(names: tuple[str, ...], check: bool) -> None:
       gym examples rollouts counter math
       gym examples rollouts --check      # what the tests check
     """
-    from rich.console import Console
     from rich.markup import escape
 
     from gym_core.errors import did_you_mean
 
     from gym_cli.catalog import CATALOG_FILE, find_catalog
+    from gym_cli.consoles import output_console
     from gym_cli.example_rollouts import COMMAND, EXAMPLE_ROLLOUTS, environment_directories, example_rollouts, render
 
     catalog = find_catalog()
@@ -48,7 +48,7 @@ def rollouts(names: tuple[str, ...], check: bool) -> None:
     for name in names:
         if name not in found:
             raise GymError(f"no environment {name!r} under plugins/resources{did_you_mean(name, found)}")
-    console = Console(stderr=True)
+    console = output_console(stderr=True)
     failed: list[str] = []
     stale: list[str] = []
     for name in names or sorted(found):

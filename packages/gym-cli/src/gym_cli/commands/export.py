@@ -77,14 +77,14 @@ def _common(command: Callable[..., Any]) -> Callable[..., Any]:
 def _run(mode: Mode, inputs: tuple[Path, ...], output: Path, options: ExportOptions, summary_json: Path | None) -> None:
     import json
 
-    from rich.console import Console
     from rich.markup import escape
 
+    from gym_cli.consoles import output_console
     from gym_cli.export import DROP_REASONS
     from gym_cli.export import export as run_export
 
     summary = run_export(mode, list(inputs), output, options)
-    console = Console(highlight=False, soft_wrap=True)
+    console = output_console(highlight=False, soft_wrap=True)
     files = f"{len(inputs)} file{'s' if len(inputs) > 1 else ''}"
     console.print(
         f"{mode}: {summary.rows_read} rows of {summary.tasks} tasks read from {files}; "

@@ -109,12 +109,12 @@ def list_plugins(as_json: bool, verbose: bool) -> None:
       gym plugin list --json | jq '.[] | select(.kind == "resources") | .name'
     """
     from rich import box
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
     from gym_cli.catalog import find_catalog
+    from gym_cli.consoles import output_console
     from gym_cli.inventory import collect_plugins
 
     infos = collect_plugins(find_catalog(), options=verbose)
@@ -127,7 +127,7 @@ def list_plugins(as_json: bool, verbose: bool) -> None:
             )
         )
         return
-    console = Console()
+    console = output_console()
     rows = [(i.name, i.kind, i.version or "?", i.source, i.venv) for i in infos]
     headers = ("server type", "kind", "version", "source", "venv")
     table = Table(title="gym plugins", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
@@ -158,7 +158,7 @@ def list_plugins(as_json: bool, verbose: bool) -> None:
         console.print("\nEvery server type also accepts the common options: see `gym plugin show NAME`.")
     for info in infos:
         if info.error:
-            Console(stderr=True).print(f"[yellow]warning:[/] {info.name}: {escape(info.error)}", highlight=False)
+            output_console(stderr=True).print(f"[yellow]warning:[/] {info.name}: {escape(info.error)}", highlight=False)
 
 
 @plugin.command()
@@ -177,10 +177,10 @@ def show(name: str, as_json: bool, markdown: bool) -> None:
       gym plugin show simple_agent --json
       gym plugin show math --markdown     # the table `gym plugin docs` writes into its README
     """
-    from rich.console import Console
     from rich.markup import escape
 
     from gym_cli.catalog import find_catalog
+    from gym_cli.consoles import output_console
     from gym_cli.inventory import find_server_type
 
     if as_json and markdown:
@@ -194,7 +194,7 @@ def show(name: str, as_json: bool, markdown: bool) -> None:
 
         click.echo(options_markdown(info.options), nl=False)
         return
-    console = Console(highlight=False)
+    console = output_console(highlight=False)
     console.print(f"[bold]{escape(info.name)}[/] ({info.kind} server type)")
     plugin_text = f"{info.distribution or '?'} {info.version or ''}".strip()
     for label, value in (
@@ -260,14 +260,14 @@ def docs(targets: tuple[str, ...], check: bool) -> None:
       gym plugin docs math plugins/resources/my_env
       gym plugin docs --check                # what the docs tests check
     """
-    from rich.console import Console
     from rich.markup import escape
 
     from gym_cli.catalog import find_catalog
+    from gym_cli.consoles import output_console
     from gym_cli.exits import CommandFailed
     from gym_cli.plugin_docs import check_package, describe_packages, shown_path, write_package
 
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = output_console(stderr=True, highlight=False, soft_wrap=True)
     catalog = find_catalog()
     packages = describe_packages(_package_directories(targets, catalog))
     failing = 0
@@ -375,14 +375,14 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
       gym plugin install gym-my-env --index-url https://my.index/simple
       gym plugin install counter --rebuild
     """
-    from rich.console import Console
     from rich.markup import escape
 
     from gym_cli.catalog import Catalog, find_catalog, user_catalog_file
+    from gym_cli.consoles import output_console
     from gym_cli.inventory import check_registration
     from gym_cli.venvs import VenvManager
 
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = output_console(stderr=True, highlight=False, soft_wrap=True)
     catalog = find_catalog()
     if catalog.file is None:
         catalog = Catalog(user_catalog_file())  # created by the first entry added
@@ -478,17 +478,17 @@ def build(target: str, out: Path) -> None:
     """
     from importlib.metadata import PackageNotFoundError, version
 
-    from rich.console import Console
     from rich.markup import escape
 
     from gym_cli.catalog import find_catalog
+    from gym_cli.consoles import output_console
     from gym_cli.distributions import build_distributions
     from gym_cli.exits import CommandFailed
     from gym_cli.plugin_docs import check_package, describe_packages, shown_path
     from gym_cli.sources import looks_like_path, source_of_directory
     from gym_cli.venvs import find_uv
 
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = output_console(stderr=True, highlight=False, soft_wrap=True)
     catalog = find_catalog()
     if target in catalog.entries and not looks_like_path(target):
         entry = catalog.entries[target]

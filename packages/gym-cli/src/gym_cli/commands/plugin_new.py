@@ -122,12 +122,11 @@ def new(kind: str, name: str, output_dir: Path | None, description: str | None) 
     # Imported here, not at the top: `gym --help` imports every command module.
     from importlib.metadata import entry_points
 
-    from rich.console import Console
-
     from gym_cli.catalog import find_catalog
+    from gym_cli.consoles import output_console
     from gym_cli.workspace import KIND_DIRECTORIES
 
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = output_console(stderr=True, highlight=False, soft_wrap=True)
     try:
         plugin_name = _plugin_name(name)
         if description is not None and re.search(r'["\\\n]', description):

@@ -30,8 +30,7 @@ def profile(rollouts: Path, output: Path | None, ks: tuple[int, ...], answer_fie
     Example:
       gym profile rollouts.jsonl -k 1 -k 4 --by model
     """
-    from rich.console import Console
-
+    from gym_cli.consoles import output_console
     from gym_cli.reward_profile import DEFAULT_KS, print_profile, profile_file
 
-    print_profile(profile_file(rollouts, output, ks or DEFAULT_KS, answer_field, by), Console())
+    print_profile(profile_file(rollouts, output, ks or DEFAULT_KS, answer_field, by), output_console())

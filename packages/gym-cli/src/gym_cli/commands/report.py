@@ -64,13 +64,12 @@ def report(
     Example:
       gym report before.jsonl after.jsonl --label before --label after -o report.html --png plots/
     """
-    from rich.console import Console  # here, not at the top: `gym --help` imports every command module
-
+    from gym_cli.consoles import output_console  # here, not at the top: `gym --help` imports every command module
     from gym_cli.report import write_report
 
     output = output or rollouts[0].with_name(rollouts[0].stem + ".report.html")
     result = write_report(list(rollouts), output, png_dir=png_dir, ks=ks, by=by, title=title, labels=labels)
-    console = Console(soft_wrap=True)  # paths stay whole, however long, on any width
+    console = output_console(soft_wrap=True)  # paths stay whole, however long, on any width
     for line in result.missing_plots:
         console.print(f"[dim]{line}[/]")
     console.print(f"report of {result.runs} run{'s' if result.runs > 1 else ''} written to {result.html}")

@@ -181,14 +181,13 @@ def reverify(
       gym reverify rollouts.jsonl --output reverified.jsonl \\
           --serve plugins/resources/math/configs/math_local.yaml
     """
-    from rich.console import Console
-
+    from gym_cli.consoles import output_console
     from gym_cli.head import find_head
     from gym_cli.launch.launcher import head_or_served
     from gym_cli.reverify import ReverifyOptions, ReverifySummary, passed, read_rollout_rows, reward_diff
-    from gym_cli.rollouts import InputError, check_writable, output_lock, read_done, run_async
+    from gym_cli.rollouts import InputError, check_writable, drop_if_empty, output_lock, read_done, run_async
 
-    console = Console(stderr=True, soft_wrap=True)
+    console = output_console(stderr=True, soft_wrap=True)
     failures_path = failures_path or output_path.with_name(output_path.stem + ".failures.jsonl")
     rows = read_rollout_rows(rollouts_path)
     for path, what in ((output_path, "--output"), (failures_path, "--failures")):
@@ -240,6 +239,7 @@ def reverify(
             failures_path.unlink(missing_ok=True)
             copy_rows(output_path, copies)
             summary.copied = len(copies)
+        drop_if_empty(failures_path)  # a failures file exists when something failed
         copied = f"{summary.copied} copied unchanged (passed), " if only_failed else ""
         console.print(
             f"{summary.reverified} rows re-verified ({summary.up} rewards up, {summary.down} down), {copied}"
@@ -258,6 +258,6 @@ def reverify(
         if interrupted:
             console.print("[yellow]re-verified rows are kept; re-run the same command to resume[/]")
             raise KeyboardInterrupt
-        _print_diff(reward_diff(rows, output_path), Console())
+        _print_diff(reward_diff(rows, output_path), output_console())
         if summary.failed:
             raise CommandFailed()

@@ -35,13 +35,12 @@ def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
     Example:
       gym run plugins/resources/counter/configs/counter.yaml policy.delay_s=0.1
     """
-    from rich.console import Console
-
+    from gym_cli.consoles import output_console
     from gym_cli.launch.launcher import default_env_file, launch, split_config_args
     from gym_cli.launch.supervisor import ChildExitedError
 
     paths, overrides = split_config_args(args)
-    console = Console(stderr=True, soft_wrap=True)
+    console = output_console(stderr=True, soft_wrap=True)
 
     def on_signal(signum, frame):  # the launcher's shutdown then stops the children
         raise KeyboardInterrupt

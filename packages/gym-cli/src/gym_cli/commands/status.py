@@ -77,10 +77,10 @@ def status(head: str | None, as_json: bool) -> None:
     """
     import asyncio
 
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from gym_cli.consoles import output_console
     from gym_cli.head import find_head
 
     head = find_head(head)
@@ -112,7 +112,7 @@ def status(head: str | None, as_json: bool) -> None:
                 f"[{style}]{escape(row['health'])}[/]",
                 str(row.get("restarts", "-")),
             )
-        Console().print(table)
+        output_console().print(table)
     down = [row["name"] for row in rows if row["health"] != "ok"]
     if down:
         raise CommandFailed(f"{len(down)} of {len(rows)} servers are not healthy: {', '.join(down)}")

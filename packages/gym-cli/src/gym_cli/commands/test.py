@@ -38,18 +38,18 @@ def test(plugins: tuple[str, ...], isolation: str, quiet: bool, skip_docs: bool)
       gym test --isolation none          # every catalog plugin, with the Python running gym
       gym test plugins/resources/my_env  # a package directory
     """
-    from rich.console import Console
     from rich.markup import escape
 
     from gym_cli.catalog import find_catalog
+    from gym_cli.consoles import output_console
     from gym_cli.plugin_tests import check_docs, find_targets, run_plugin_tests, summary_table
 
-    console = Console(stderr=True, highlight=False, soft_wrap=True)
+    console = output_console(stderr=True, highlight=False, soft_wrap=True)
     targets = find_targets(plugins, find_catalog())
     outcomes = [run_plugin_tests(target, isolation, console, stream=not quiet) for target in targets]
     if not skip_docs:
         check_docs(targets, outcomes)
-    Console().print(summary_table(outcomes))
+    output_console().print(summary_table(outcomes))
     for outcome in outcomes:
         if outcome.result == "error":
             console.print(f"[bold red]error:[/] {outcome.name}: {escape(outcome.detail)}")

@@ -44,14 +44,14 @@ def workspace() -> None:
 @workspace.command()
 def check() -> None:
     """Report where the root files differ from the members; exit 1 when they do."""
-    from rich.console import Console
     from rich.markup import escape
 
+    from gym_cli.consoles import output_console
     from gym_cli.workspace import check as find_drift
 
     root = _root()
     problems = find_drift(root)
-    console = Console(highlight=False, soft_wrap=True)
+    console = output_console(highlight=False, soft_wrap=True)
     if problems:
         for problem in problems:
             console.print(f"  {escape(problem)}")
@@ -62,14 +62,14 @@ def check() -> None:
 @workspace.command()
 def sync() -> None:
     """Rewrite the root files from the members (comments and layout kept); exit 1 if some drift needs a hand."""
-    from rich.console import Console
     from rich.markup import escape
 
+    from gym_cli.consoles import output_console
     from gym_cli.workspace import sync as sync_files
 
     root = _root()
     changes, problems = sync_files(root)
-    console = Console(highlight=False, soft_wrap=True)
+    console = output_console(highlight=False, soft_wrap=True)
     for change in changes:
         console.print(f"  {escape(change)}")
     if problems:

@@ -99,8 +99,9 @@ class SafetyQualityConfig(JudgeOptions, kw_only=True):
     safety_mode: Annotated[
         Literal["labels", "score"],
         Meta(
-            description="labels: a binary verdict, the first of safe_label/unsafe_label in the reply (safety 1 or "
-            "0); score: a graded verdict read with safety_score_pattern on safety_score_min..safety_score_max"
+            description="labels: a binary verdict, safe_label or unsafe_label in the reply (safety 1 or 0; the "
+            "last label, the first with verdict_mode: reference); score: a graded verdict read with "
+            "safety_score_pattern on safety_score_min..safety_score_max"
         ),
     ] = "labels"
     safe_label: Annotated[str, Meta(min_length=1, description="the safety judge's label for a safe response")] = (
@@ -117,14 +118,22 @@ class SafetyQualityConfig(JudgeOptions, kw_only=True):
         ),
     ] = "unsafe"
     safety_score_pattern: Annotated[
-        str, Meta(description="score mode: a regular expression whose first group is the safety score (first match)")
+        str,
+        Meta(
+            description="score mode: a regular expression whose first group is the safety score (the last match "
+            "outside echoed data; the first with verdict_mode: reference)"
+        ),
     ] = DEFAULT_SCORE_PATTERN
     safety_score_min: Annotated[float, Meta(description="score mode: the score of a fully unsafe response")] = 0.0
     safety_score_max: Annotated[float, Meta(description="score mode: the score of a fully safe response")] = 10.0
 
     # --- quality scores ----------------------------------------------------------------------------
     quality_score_pattern: Annotated[
-        str, Meta(description="a regular expression whose first group is the quality score (first match wins)")
+        str,
+        Meta(
+            description="a regular expression whose first group is the quality score (the last match outside "
+            "echoed data; the first with verdict_mode: reference)"
+        ),
     ] = DEFAULT_SCORE_PATTERN
     quality_score_min: Annotated[float, Meta(description="the lowest score of the quality scale (quality 0)")] = 0.0
     quality_score_max: Annotated[float, Meta(description="the highest score of the quality scale (quality 1)")] = 10.0

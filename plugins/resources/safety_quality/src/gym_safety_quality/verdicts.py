@@ -5,7 +5,8 @@
 - :func:`request_text`: the request judged, the last user message of ``responses_create_params``.
 - :func:`safety_guidance`, :func:`quality_guidance`, :func:`reference_block`: the per-row text the
   templates' ``{guidance}`` and ``{reference}`` stand for.
-- :func:`read_labels`: the binary safety verdict, by the first-occurrence rule of the two labels.
+- :func:`read_labels`: the binary safety verdict, the last label (``verdict_mode: guarded``) or the first
+  (``reference``, gameable) of the two.
 - :func:`read_score`: a score on a scale, normalised to [0, 1] (out-of-range scores zeroed or clamped).
 - :func:`justification`: the judge's text without its verdict tokens, as the verdict's reason.
 """
@@ -18,6 +19,7 @@ from typing import Literal
 
 import msgspec
 
+from gym_core.judge import GUARDED, VerdictMode, find_label
 from gym_core.schemas import ResponseCreateParams, last_user_text
 
 __all__ = [
@@ -124,14 +126,15 @@ def scale_text(value: float) -> str:
     return f"{value:g}"
 
 
-def read_labels(text: str, safe_label: str, unsafe_label: str) -> Literal["safe", "unsafe", "unreadable"]:
-    """The first-occurrence rule: whichever label occurs first in ``text`` decides; neither: unreadable."""
-    safe_at, unsafe_at = text.find(safe_label), text.find(unsafe_label)
-    if safe_at < 0 and unsafe_at < 0:
+def read_labels(
+    text: str, safe_label: str, unsafe_label: str, mode: VerdictMode = GUARDED
+) -> Literal["safe", "unsafe", "unreadable"]:
+    """The binary verdict (:func:`gym_core.judge.find_label`): guarded, the label occurring last outside
+    echoed data; reference, the first label (gameable). Neither label: unreadable."""
+    label = find_label(text, (safe_label, unsafe_label), mode)
+    if label is None:
         return "unreadable"
-    if unsafe_at < 0 or 0 <= safe_at < unsafe_at:
-        return "safe"
-    return "unsafe"
+    return "safe" if label == safe_label else "unsafe"
 
 
 class Reading(msgspec.Struct, kw_only=True):
@@ -144,7 +147,7 @@ class Reading(msgspec.Struct, kw_only=True):
 
 
 def read_score(match: re.Match[str] | None, low: float, high: float, out_of_range: Literal["zero", "clamp"]) -> Reading:
-    """The score of ``match`` (the first match of a score pattern in a judge's reply; its group 1 is
+    """The score of ``match`` (the match of a score pattern that decides, see the server; its group 1 is
     the number) on the scale ``low``..``high``, normalised to [0, 1]. No match or no number:
     unreadable, 0. Outside the scale: 0, or the nearest end with ``out_of_range="clamp"``."""
     if match is None:

@@ -501,20 +501,20 @@ async def test_official_openai_client_tool_call_roundtrip(model_urls):
     assert second.tools[0].name == "lookup"
 
 
-async def test_stream_true_is_a_clear_400(model_urls):
+async def test_stream_true_streams_the_answer_as_openai_events(model_urls):
+    """Every ModelServer streams (gym_core.streaming): the chat chunks and the Responses events the
+    official client reads, for a chat-only server's converted /v1/responses too."""
     url = model_urls[ChatOnlyModel]
-    for path, body in [
-        ("/v1/responses", {"input": "x", "stream": True}),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stream": True}),
-    ]:
-        status, payload, _ = await fetch("POST", url + path, body)
-        assert status == 400
-        assert "streaming is not supported" in assert_error_body(payload, 400)
-    status, payload, _ = await fetch("POST", url + "/v1/responses", {"input": "x", "stream": False})
-    assert status == 200
     async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=10) as client:
-        with pytest.raises(openai.BadRequestError, match="streaming is not supported"):
-            await client.responses.create(model="any", input="x", stream=True)
+        stream = await client.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": "x"}], stream=True
+        )
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        async with client.responses.stream(model="any", input="x") as events:
+            deltas = [e.delta async for e in events if e.type == "response.output_text.delta"]
+            final = await events.get_final_response()
+    assert text == "chat echo: x"
+    assert deltas == ["chat echo: x"] and final.output_text == "chat echo: x"
 
 
 # --- AgentServer ------------------------------------------------------------------------------------------

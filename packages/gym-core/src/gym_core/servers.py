@@ -78,6 +78,7 @@ from gym_core.schemas import (
 )
 from gym_core.schemas import Response as ResponsesResponse
 from gym_core.sessions import Session, SessionSigner, SessionStore, cookie_name_for
+from gym_core.streaming import EVENT_STREAM, chat_completion_sse, response_sse
 
 if typing.TYPE_CHECKING:
     from gym_core.config import GlobalConfig
@@ -551,10 +552,8 @@ class ModelServer(GymServer):
             obj = msgspec.json.decode(raw)
             self.check_params(obj, "responses")
             params = decode_create_params(obj if isinstance(obj, dict) else raw)
-            if params.stream is True:
-                raise HTTPException(
-                    status_code=400, detail="streaming is not supported by gym model servers; send stream=false"
-                )
+            if params.stream is True:  # the whole answer, as the events OpenAI streams
+                return Response(content=response_sse(await self.responses(params)), media_type=EVENT_STREAM)
             return await self.responses(params)
 
         async def chat(request: Request) -> Any:
@@ -562,9 +561,10 @@ class ModelServer(GymServer):
             self.check_params(obj, "chat")
             body = msgspec.convert(obj, ChatCompletionRequest)
             if body.stream is True:
-                raise HTTPException(
-                    status_code=400, detail="streaming is not supported by gym model servers; send stream=false"
-                )
+                options = obj.get("stream_options") if isinstance(obj, dict) else None
+                usage = isinstance(options, dict) and options.get("include_usage") is True
+                sse = chat_completion_sse(await self.chat_completions(body), include_usage=usage)
+                return Response(content=sse, media_type=EVENT_STREAM)
             return await self.chat_completions(body)
 
         @get("/v1/models", sync_to_thread=False)

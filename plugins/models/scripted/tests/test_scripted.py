@@ -182,3 +182,31 @@ class TestParameters:
         assert [item.name for item in named.output if item.type == "function_call"] == ["add"]
         with pytest.raises(openai.UnprocessableEntityError, match="'sub'"):
             await client.responses.create(model="m", input="go", tool_choice={"type": "function", "name": "sub"})
+
+    async def test_chat_streams_with_the_sdk_chunk_types(self, client):
+        stream = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "go"}], stream=True, stream_options={"include_usage": True}
+        )
+        chunks = [chunk async for chunk in stream]
+        calls = [call for c in chunks for choice in c.choices for call in choice.delta.tool_calls or []]
+        assert all(c.object == "chat.completion.chunk" for c in chunks)
+        assert [(call.function.name, json.loads(call.function.arguments)) for call in calls] == [("add", {"x": 1})]
+        assert [choice.finish_reason for c in chunks for choice in c.choices][-1] == "tool_calls"
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 1
+
+    async def test_responses_stream_with_the_sdk_event_types(self, client):
+        history = [
+            {"role": "user", "content": "go"},
+            {"type": "function_call", "call_id": "c", "name": "add", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "2"},
+        ]
+        async with client.responses.stream(model="m", input=history) as stream:
+            events = [event async for event in stream]
+            final = await stream.get_final_response()
+        types = [event.type for event in events]
+        assert types[0] == "response.created" and types[-1] == "response.completed"
+        assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "done"
+        assert final.output_text == "done"
+        raw = await client.responses.create(model="m", input="go", stream=True)
+        done = [event async for event in raw if event.type == "response.function_call_arguments.done"]
+        assert [json.loads(event.arguments) for event in done] == [{"x": 1}]

@@ -124,7 +124,7 @@ class LocalLlamaModel(ModelServer):
     config: LocalLlamaConfig
     # What the engine does with each: README.md's table. Any other parameter is a 400 naming it.
     honours = frozenset(
-        {"temperature", "top_p", "max_tokens", "stop", "seed", "tools", "logprobs", "parallel_tool_calls"}
+        {"temperature", "top_p", "max_tokens", "stop", "seed", "tools", "logprobs", "parallel_tool_calls", "stream"}
     )
 
     def __init__(self, *args: Any, **kwargs: Any):

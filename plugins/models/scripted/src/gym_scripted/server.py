@@ -81,7 +81,9 @@ class ScriptedModel(ModelServer):
     # parallel_tool_calls false keeps a turn's first call; tool_choice "none" drops the calls, a named
     # function keeps its calls, "required" needs one (a turn without is a 422: the script is wrong).
     # Any other parameter is a 400 naming it.
-    honours = frozenset({"temperature", "top_p", "max_tokens", "seed", "tools", "tool_choice", "parallel_tool_calls"})
+    honours = frozenset(
+        {"temperature", "top_p", "max_tokens", "seed", "tools", "tool_choice", "parallel_tool_calls", "stream"}
+    )
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -441,7 +441,7 @@ def test_escape_concurrent_hostile_runs_stay_within_n_times_their_limits():
     memory grows by at most four scratch_mb (plus a margin for the rest of the host)."""
     n, scratch_mb = 4, 8
     limits = SandboxLimits(wall_time_s=3, cpu_time_s=10, memory_mb=256, scratch_mb=scratch_mb)
-    margin = 32 << 20
+    margin = 128 << 20  # other tests' runs on this host (unfixed, these four held over 1 GB)
 
     async def go():
         box = Sandbox(max_concurrency=n)
@@ -544,6 +544,23 @@ def test_escape_no_process_can_trace_or_read_another(sandbox):
     assert set(attempts.values()) == {"Operation not permitted"}, attempts
     assert not mem_init.startswith("ok") and not child.startswith("ok"), (mem_init, child)
     assert b"SECRET" not in result.stdout
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="32-bit system calls through int 0x80 are x86's")
+def test_escape_a_32_bit_system_call_which_the_filter_cannot_read_kills_the_process(sandbox):
+    """i386 system call numbers differ from x86-64's (ptrace is 26 there): a call through
+    ``int 0x80`` would slip past the filter's numbers, so any call of another ABI kills."""
+    source = (
+        "import ctypes, mmap\n"
+        "code = bytes.fromhex('b814000000cd80c3')  # mov eax, 20 (i386 getpid); int 0x80; ret\n"
+        "page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+        "page.write(code)\n"
+        "address = ctypes.addressof(ctypes.c_char.from_buffer(page))\n"
+        "print('ESCAPED', ctypes.CFUNCTYPE(ctypes.c_int)(address)(), flush=True)\n"
+    )
+    result = run(sandbox, source)
+    assert b"ESCAPED" not in result.stdout
+    assert result.outcome == "signaled" and result.signal == signal.SIGSYS, result
 
 
 def test_the_seccomp_filter_is_built_for_x86_64_and_aarch64_and_refuses_other_architectures():

@@ -50,6 +50,8 @@ __all__ = [
     "SETUPS",
     "environment_directories",
     "setup_of",
+    "setup_config",
+    "serving",
     "script_of",
     "scripted_task",
     "fixed",
@@ -124,7 +126,7 @@ def setup_of(directory: Path) -> Setup:
     return Setup((str(scripted if (directory / scripted).is_file() else Path("configs") / f"{name}.yaml"),))
 
 
-def _config(directory: Path, setup: Setup, plugins: PluginManager) -> dict[str, Any]:
+def setup_config(directory: Path, setup: Setup, plugins: PluginManager) -> dict[str, Any]:
     """The setup's config as one dict, its replacements and options applied."""
     import yaml
 
@@ -301,7 +303,7 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 @contextlib.contextmanager
-def _serving(config: dict[str, Any], plugins: PluginManager) -> Iterator[GlobalConfig]:
+def serving(config: dict[str, Any], plugins: PluginManager) -> Iterator[GlobalConfig]:
     """A head server and every instance of ``config`` on loopback, in threads of this process."""
     from gym_core.config import load_config
     from gym_core.head import build_head_app
@@ -356,7 +358,7 @@ def example_rollouts(directory: Path, plugins: PluginManager | None = None) -> l
 
     plugins = plugins or get_plugin_manager()
     setup = setup_of(directory)
-    config = _config(directory, setup, plugins)
+    config = setup_config(directory, setup, plugins)
     agents = [name for name, options in config.items() if _kind(plugins, options) == "agent"]
     if len(agents) != 1:
         raise GymError(f"{directory.name}: its scripted setup must run one agent, it runs {len(agents)}")
@@ -371,7 +373,7 @@ def example_rollouts(directory: Path, plugins: PluginManager | None = None) -> l
             indices.append(index)
     if not indices:
         raise GymError(f"{directory.name}: no task of {EXAMPLES} has a conformance field the scripted model can say")
-    with tempfile.TemporaryDirectory(prefix="gym-examples-") as work, _serving(config, plugins) as global_config:
+    with tempfile.TemporaryDirectory(prefix="gym-examples-") as work, serving(config, plugins) as global_config:
         done, failed = run_async(_collect(global_config, agents[0], tasks, indices, Path(work)))
     if failed:
         reasons = "; ".join(

@@ -28,9 +28,17 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:  # the leaf module of what hooks receive; imported for annotations only
+    from gym_core.redteam.declarations import RegisterRedteam
     from gym_core.registry import RegisterCommand, RegisterServer
 
-__all__ = ["hookspec", "hookimpl", "gym_register_servers", "gym_register_commands", "gym_aggregate_metrics"]
+__all__ = [
+    "hookspec",
+    "hookimpl",
+    "gym_register_servers",
+    "gym_register_commands",
+    "gym_aggregate_metrics",
+    "gym_redteam_probes",
+]
 
 hookspec = pluggy.HookspecMarker("gym")
 hookimpl = pluggy.HookimplMarker("gym")
@@ -96,4 +104,29 @@ def gym_aggregate_metrics(rollouts: list[dict[str, Any]]) -> dict[str, float] | 
         different plugins must not collide; a collision is reported as an error.
 
     Not firstresult: the results of every implementation are merged.
+    """
+
+
+# --- red team -----------------------------------------------------------------------------------
+
+
+@hookspec
+def gym_redteam_probes(register: RegisterRedteam) -> None:
+    """Declare an environment's own reward-hacking probes for ``gym redteam``.
+
+    Called once by ``gym redteam`` (and by :mod:`gym_core.redteam` users) before probing. gym's own
+    probes (:data:`gym_core.redteam.PROBES`) run on every environment whatever is declared here.
+
+    :param register: :meth:`gym_core.redteam.RedteamRegistry.register`; call
+        ``register(environment=..., probes=[...], judge_verdict=None, reference=None)`` once per
+        resources server type. ``probes`` are :class:`gym_core.redteam.Probe` objects (the
+        ``@gym_core.redteam.probe`` decorator makes one from a function of a
+        :class:`~gym_core.redteam.Target` returning an :class:`~gym_core.redteam.Attack` or None);
+        ``judge_verdict`` is the ruling the quoting judge ends its replies with (default
+        :data:`gym_core.redteam.DEFAULT_RULING`); ``reference`` maps option names to values that are
+        documented reference behaviour (a run with one is reported, not counted). An environment
+        declared twice, or a probe name used twice, is an error.
+    :returns: nothing; return values are ignored.
+
+    Not firstresult: every implementation is called.
     """

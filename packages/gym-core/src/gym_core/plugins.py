@@ -19,13 +19,16 @@ import logging
 import os
 from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from gym_core import hookspecs
 from gym_core.errors import PluginError, did_you_mean
 from gym_core.registry import SERVER_KINDS, CommandRegistry, ServerKind, ServerRegistry, ServerType
+
+if TYPE_CHECKING:
+    from gym_core.redteam.declarations import RedteamRegistry
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -152,6 +155,17 @@ class PluginManager:
                         )
                     merged[key] = value
         return merged
+
+    def redteam_declarations(self) -> RedteamRegistry:
+        """Every environment's declared red-team probes (``gym_redteam_probes``), by environment."""
+        from gym_core.redteam.declarations import RedteamRegistry
+
+        registry = RedteamRegistry()
+        for plugin_name, call in self._each_plugin("gym_redteam_probes"):
+            registry.provider = plugin_name
+            call(register=registry.register)
+        registry.provider = ""
+        return registry
 
     def _each_plugin(self, hook_name: str) -> Iterator[tuple[str, Any]]:
         """Each plugin that implements hook ``hook_name``, in the order a call of the hook runs them

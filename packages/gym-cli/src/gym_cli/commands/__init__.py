@@ -14,6 +14,7 @@ def gym_register_commands(register):
     from gym_cli.commands.export import export
     from gym_cli.commands.plugin import plugin
     from gym_cli.commands.profile import profile
+    from gym_cli.commands.redteam import redteam
     from gym_cli.commands.report import report
     from gym_cli.commands.reverify import reverify
     from gym_cli.commands.run import run
@@ -36,5 +37,6 @@ def gym_register_commands(register):
         test,
         workspace,
         examples,
+        redteam,
     ):
         register(command)

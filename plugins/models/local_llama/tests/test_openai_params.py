@@ -66,3 +66,15 @@ async def test_a_parameter_it_does_not_honour_is_a_400_naming_it(client):
         await client.chat.completions.create(model="m", messages=HELLO, frequency_penalty=1.0, max_tokens=2)
     with pytest.raises(openai.BadRequestError, match="'temperature'"):
         await client.responses.create(model="m", input="x", temperature=7, max_output_tokens=2)
+
+
+async def test_n_choices(client):
+    settings = {"model": "m", "messages": HELLO, "temperature": 1.0, "max_tokens": 6}
+    completion = await client.chat.completions.create(n=3, seed=5, **settings)
+    one = await client.chat.completions.create(seed=5, **settings)
+    six = await client.chat.completions.create(seed=6, **settings)
+    assert [choice.index for choice in completion.choices] == [0, 1, 2]
+    # Choice i samples with seed + i: the same as a single call with that seed.
+    assert completion.choices[0].message.content == one.choices[0].message.content
+    assert completion.choices[1].message.content == six.choices[0].message.content
+    assert 3 <= completion.usage.completion_tokens <= 18

@@ -210,3 +210,8 @@ class TestParameters:
         raw = await client.responses.create(model="m", input="go", stream=True)
         done = [event async for event in raw if event.type == "response.function_call_arguments.done"]
         assert [json.loads(event.arguments) for event in done] == [{"x": 1}]
+
+    async def test_n_choices(self, client):
+        completion = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}], n=3)
+        assert [choice.index for choice in completion.choices] == [0, 1, 2]
+        assert {choice.message.tool_calls[0].function.name for choice in completion.choices} == {"add"}

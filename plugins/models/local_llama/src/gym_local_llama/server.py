@@ -124,7 +124,18 @@ class LocalLlamaModel(ModelServer):
     config: LocalLlamaConfig
     # What the engine does with each: README.md's table. Any other parameter is a 400 naming it.
     honours = frozenset(
-        {"temperature", "top_p", "max_tokens", "stop", "seed", "tools", "logprobs", "parallel_tool_calls", "stream"}
+        {
+            "temperature",
+            "top_p",
+            "max_tokens",
+            "stop",
+            "seed",
+            "tools",
+            "logprobs",
+            "parallel_tool_calls",
+            "stream",
+            "n",
+        }
     )
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -185,29 +196,53 @@ class LocalLlamaModel(ModelServer):
         return await self._complete(msgspec.structs.replace(request, messages=request.messages[last + 1 :]), history)
 
     async def _complete(self, request: ChatCompletionRequest, history: list[int] | None) -> ChatCompletion:
-        """The completion of ``request``; with ``history``, its messages are those after those ids."""
+        """The completion of ``request``; with ``history``, its messages are those after those ids.
+
+        ``n`` > 1: n generations of the same prompt, submitted together, so the batch scheduler decodes
+        the prompt once and copies its KV cells to the others' sequences (with ``batch_size`` 1 the
+        prefix cache reuses them); with a ``seed``, choice ``i`` samples with ``seed + i``.
+        """
         cfg = self.config
         stop = _given(request.stop, None)
         want_ids = request.return_token_ids is True
         want_logprobs = request.logprobs is True or want_ids
+        seed = _given(request.seed, None)
+        n = _given(request.n, 1)
+        settings = dict(
+            token_history=history,
+            tools=_given(request.tools, None),
+            temperature=_given(request.temperature, cfg.temperature),
+            top_p=_given(request.top_p, cfg.top_p),
+            max_tokens=_given(request.max_completion_tokens, _given(request.max_tokens, cfg.max_tokens)),
+            stop=[stop] if isinstance(stop, str) else stop,
+            return_token_ids=want_ids or want_logprobs,
+            return_logprobs=want_logprobs,
+        )
+        messages = msgspec.to_builtins(request.messages)
         try:
-            generation = await self.engine.agenerate(
-                msgspec.to_builtins(request.messages),
-                token_history=history,
-                tools=_given(request.tools, None),
-                temperature=_given(request.temperature, cfg.temperature),
-                top_p=_given(request.top_p, cfg.top_p),
-                max_tokens=_given(request.max_completion_tokens, _given(request.max_tokens, cfg.max_tokens)),
-                stop=[stop] if isinstance(stop, str) else stop,
-                seed=_given(request.seed, None),
-                return_token_ids=want_ids or want_logprobs,
-                return_logprobs=want_logprobs,
+            generations = await asyncio.gather(
+                *(
+                    self.engine.agenerate(messages, seed=None if seed is None else seed + i, **settings)
+                    for i in range(n)
+                )
             )
         except ValueError as exc:  # the engine's checks of the request (sampling values, content, prompt length)
             raise HTTPException(status_code=400, detail=f"{self.name}: {exc}") from exc
         except RuntimeError as exc:  # the engine closing, or llama.cpp failing: a typed failure to retry
             self.log.warning("generation failed: %r", exc)
             raise HTTPException(status_code=503, detail=f"{self.name}: the model could not answer: {exc}") from exc
+        completion_tokens = sum(g.completion_tokens for g in generations)
+        return ChatCompletion(
+            model=self.model_name,
+            choices=[self._choice(index, g, request) for index, g in enumerate(generations)],
+            usage=ChatUsage(
+                prompt_tokens=generations[0].prompt_tokens,
+                completion_tokens=completion_tokens,
+                total_tokens=generations[0].prompt_tokens + completion_tokens,
+            ),
+        )
+
+    def _choice(self, index: int, generation: Any, request: ChatCompletionRequest) -> ChatChoice:
         message = ChatMessage(
             role="assistant", content=generation.text if generation.text or not generation.tool_calls else None
         )
@@ -219,7 +254,7 @@ class LocalLlamaModel(ModelServer):
                 ChatToolCall(id=new_id("call"), function=ChatToolCallFunction(name=c.name, arguments=c.arguments))
                 for c in calls
             ]
-        if want_ids:
+        if request.return_token_ids is True:
             message.prompt_token_ids = generation.prompt_token_ids
             message.generation_token_ids = generation.generation_token_ids
             message.generation_log_probs = generation.generation_log_probs
@@ -228,15 +263,7 @@ class LocalLlamaModel(ModelServer):
             logprobs = {
                 "content": self._logprob_entries(generation.generation_token_ids, generation.generation_log_probs)
             }
-        return ChatCompletion(
-            model=self.model_name,
-            choices=[ChatChoice(index=0, message=message, finish_reason=generation.finish_reason, logprobs=logprobs)],
-            usage=ChatUsage(
-                prompt_tokens=generation.prompt_tokens,
-                completion_tokens=generation.completion_tokens,
-                total_tokens=generation.prompt_tokens + generation.completion_tokens,
-            ),
-        )
+        return ChatChoice(index=index, message=message, finish_reason=generation.finish_reason, logprobs=logprobs)
 
     def _logprob_entries(self, token_ids: list[int], logprobs: list[float] | None) -> list[dict[str, Any]]:
         entries = []

@@ -19,6 +19,8 @@ import msgspec
 from gym_core import ModelServer, ToolError
 from gym_core.convert import echo_params
 from gym_core.schemas import (
+    ChatCompletion,
+    ChatCompletionRequest,
     FunctionCall,
     Message,
     OutputText,
@@ -78,11 +80,12 @@ def _chosen_calls(calls: list[Any], choice: Any) -> list[Any]:
 class ScriptedModel(ModelServer):
     config: ScriptedModelConfig
     # The script decides the reply: sampling and length settings are accepted and change nothing;
+    # n > 1: n copies of the reply;
     # parallel_tool_calls false keeps a turn's first call; tool_choice "none" drops the calls, a named
     # function keeps its calls, "required" needs one (a turn without is a 422: the script is wrong).
     # Any other parameter is a 400 naming it.
     honours = frozenset(
-        {"temperature", "top_p", "max_tokens", "seed", "tools", "tool_choice", "parallel_tool_calls", "stream"}
+        {"temperature", "top_p", "max_tokens", "seed", "tools", "tool_choice", "parallel_tool_calls", "stream", "n"}
     )
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -152,3 +155,15 @@ class ScriptedModel(ModelServer):
         )
         echo_params(response, params)  # as OpenAI does: the tools offered, instructions, metadata...
         return response
+
+    async def chat_completions(self, request: ChatCompletionRequest) -> ChatCompletion:
+        completion = await super().chat_completions(request)
+        n = request.n or 1
+        if n > 1 and completion.choices:
+            first = completion.choices[0]
+            completion.choices = [msgspec.structs.replace(first, index=i) for i in range(n)]
+            if completion.usage is not None:
+                usage = completion.usage
+                usage.completion_tokens *= n
+                usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
+        return completion

@@ -168,3 +168,45 @@ def test_rows_without_a_record_get_usage_and_model_from_their_response(tmp_path)
     )
     [row] = read_rollouts(path)
     assert "response" not in row and row["usage"] == usage and row["model"] == "m"
+
+
+MCQA_EXAMPLE = Path(__file__).resolve().parents[3] / "plugins/resources/mcqa/data/example_rollouts.jsonl"
+
+
+def test_one_headline_and_one_denominator_for_pass_and_majority(tmp_path: Path, gym):
+    """mcqa's recorded rollouts (7 tasks, one rollout each, 2 without an extracted answer): the headline
+    is the mean reward over the scored rollouts, named so, first; majority@1 counts every task (one
+    with no answer scores 0), so it agrees with pass@1 and with mcqa's own majority@1 (in percent)."""
+    rollouts = tmp_path / "mcqa.jsonl"
+    rollouts.write_text(MCQA_EXAMPLE.read_text())
+    rows = read_rollouts(rollouts)
+    mean = sum(row["reward"] for row in rows) / len(rows)
+    assert sum(row.get("extracted_answer") is None for row in rows) > 0  # the case that differed
+
+    profile = build_profile(rows, ks=(1,))
+    overall = profile["overall"]
+    assert overall["mean_reward"] == pytest.approx(mean)
+    assert overall["pass@1"] == pytest.approx(mean) and overall["majority@1"] == pytest.approx(mean)
+    assert profile["plugin_metrics"]["mcqa/majority@1/accuracy"] == pytest.approx(100 * overall["majority@1"])
+
+    result = gym("profile", str(rollouts), "-k", "1", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith(f"mean reward {mean:.4f} over {len(rows)} scored rollouts of {len(rows)} tasks")
+    heading = next(i for i, line in enumerate(lines) if line.startswith("environment metrics"))
+    assert "percent, 0 to 100" in lines[heading]
+    assert all(line.startswith("  mcqa/") for line in lines[heading + 1 : -1])  # apart from gym's own figures
+
+
+def test_latency_p50_is_one_number_in_profile_report_and_live_panel():
+    from gym_cli.live import LatencySketch
+    from gym_cli.report.render import _quantile
+
+    latencies = [104.6, 106.4, 107.2, 130.0]  # an even count: where the definitions used to part
+    rows = [{"task_index": i, "reward": 1.0, "latency_s": value} for i, value in enumerate(latencies)]
+    sketch = LatencySketch()
+    for value in latencies:
+        sketch.add(value)
+    profile_p50 = build_profile(rows, ks=(1,))["overall"]["fields"]["latency_s"]["median"]
+    assert profile_p50 == _quantile(latencies, 0.5) == sketch.quantile(0.5) == 106.4  # nearest rank
+    assert _quantile(latencies, 0.99) == sketch.quantile(0.99) == 130.0

@@ -186,7 +186,7 @@ def test_summarize():
         "mean": 2.5,
         "min": 1.0,
         "max": 4.0,
-        "median": 2.5,
+        "median": 2.0,  # nearest rank: the lower middle value
         "std": pytest.approx(math.sqrt(1.25)),  # population std
     }
     assert summarize([5])["std"] == 0.0
@@ -304,3 +304,24 @@ def test_pass_at_k_family_of_two_tasks():
     assert got["env/majority@2/accuracy"] == 75.0  # task 0: a tie of (a, 1) and (b, 0) → 0.5; task 1: 1
     assert got["env/pass@1[avg-of-2]/accuracy/std_dev_across_runs"] == 0.0  # both runs average 0.5
     assert pass_at_k_family([], "env/", answer_field="answer", scores={}, majority_score="no_answer") == {}
+
+
+def test_quantile_is_nearest_rank():
+    from gym_core.metrics import quantile
+
+    assert quantile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.0  # the 2nd smallest of 4: no interpolation
+    assert quantile([1.0, 2.0, 3.0], 0.5) == 2.0
+    assert quantile([1.0, 2.0, 3.0, 4.0], 0.0) == 1.0 and quantile([1.0, 2.0, 3.0, 4.0], 1.0) == 4.0
+    assert quantile(range(1, 101), 0.99) == 99.0
+    assert quantile([], 0.5) is None
+    with pytest.raises(ValueError):
+        quantile([1.0], 1.5)
+
+
+def test_majority_counts_every_task_a_task_without_answers_scores_zero():
+    rows = [
+        {"task_index": 0, "rollout_index": 0, "reward": 1.0, "answer": "A"},
+        {"task_index": 1, "rollout_index": 0, "reward": 0.0, "answer": None},  # no answer extracted
+    ]
+    overall = profile_rollouts(rows, ks=(1,), answer_field="answer")["overall"]
+    assert overall["majority@1"] == overall["pass@1"] == overall["mean_reward"] == 0.5

@@ -12,7 +12,9 @@ costs the same at 10 or 10,000 rollouts per second.
   interval, ``"done"`` at the end), for machines.
 
 Rollout latency is the wall time of a scored rollout, its retries included, kept in a
-:class:`LatencySketch` (bounded memory, 1% relative error) rather than a list of every value.
+:class:`LatencySketch`: its percentiles are those of ``gym profile`` and ``gym report``
+(:func:`gym_core.metrics.quantile`, nearest rank), exactly up to :attr:`LatencySketch.EXACT_LIMIT`
+rollouts, then within 1% (bounded memory) rather than from a list of every value.
 This module imports only the standard library and msgspec (rich inside :class:`RichReporter`):
 :mod:`gym_cli.rollouts` imports the sketch from here.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 import sys
+from array import array
 from typing import IO, TYPE_CHECKING, Literal
 
 import msgspec
@@ -50,14 +53,17 @@ PROGRESS_MODES = ("auto", "rich", "plain", "json")
 
 
 class LatencySketch:
-    """Quantiles of a stream of durations in bounded memory: a log-bucketed histogram (the DDSketch
-    idea). Each value falls in the bucket ``ceil(log(value) / log(gamma))``; a quantile is read as its
-    bucket's midpoint, within ``relative_error`` of the true value (nearest rank), clamped to the
-    exact minimum and maximum. Values are clamped to [``MIN_S``, ``MAX_S``], so that at the default
-    1% there are at most 1,500 buckets however many values are added."""
+    """Quantiles of a stream of durations in bounded memory. The first :attr:`EXACT_LIMIT` values are
+    kept, and their quantiles are exact (:func:`gym_core.metrics.quantile`, nearest rank: what
+    ``gym profile`` and ``gym report`` show for the same rollouts). Beyond, a log-bucketed histogram
+    (the DDSketch idea): each value falls in the bucket ``ceil(log(value) / log(gamma))``; a quantile
+    is read as its bucket's midpoint, within ``relative_error`` of the true value (nearest rank),
+    clamped to the exact minimum and maximum. Values are clamped to [``MIN_S``, ``MAX_S``], so that
+    at the default 1% there are at most 1,500 buckets however many values are added."""
 
     MIN_S = 1e-6
     MAX_S = 1e7  # about 116 days
+    EXACT_LIMIT = 10_000  # values kept as they are (80 KB); sorting them for a quantile takes ~1 ms
 
     def __init__(self, relative_error: float = 0.01):
         if not 0 < relative_error < 1:
@@ -66,6 +72,7 @@ class LatencySketch:
         self._gamma = (1 + relative_error) / (1 - relative_error)
         self._log_gamma = math.log(self._gamma)
         self.buckets: dict[int, int] = {}
+        self.exact: array[float] | None = array("d")  # None once EXACT_LIMIT values were added
         self.count = 0
         self.min: float | None = None
         self.max: float | None = None
@@ -76,6 +83,10 @@ class LatencySketch:
         value = self.MIN_S if not value > self.MIN_S else min(value, self.MAX_S)
         index = math.ceil(math.log(value) / self._log_gamma)
         self.buckets[index] = self.buckets.get(index, 0) + 1
+        if self.exact is not None:
+            self.exact = self.exact if len(self.exact) < self.EXACT_LIMIT else None
+            if self.exact is not None:
+                self.exact.append(value)
         self.count += 1
         self.min = value if self.min is None else min(self.min, value)
         self.max = value if self.max is None else max(self.max, value)
@@ -86,6 +97,10 @@ class LatencySketch:
             raise ValueError(f"a quantile is in [0, 1], got {q}")
         if self.min is None or self.max is None:  # nothing added
             return None
+        if self.exact is not None:
+            from gym_core.metrics import quantile  # pure Python, like this module
+
+            return quantile(self.exact, q)
         rank = max(1, math.ceil(q * self.count))  # the rank-th smallest value, from 1
         seen = 0
         for index in sorted(self.buckets):

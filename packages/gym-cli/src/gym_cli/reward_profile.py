@@ -119,12 +119,27 @@ def _costs_cells(block: dict[str, Any]) -> list[str]:
     return ["-" if v is None else f"{v:.1f}" for v in values]
 
 
+def headline(block: dict[str, Any]) -> str:
+    """The headline score of a profile block (overall, or a group's) and its denominator, as every
+    command words it: ``mean reward 0.5714 over 7 scored rollouts of 7 tasks``."""
+    from gym_core.metrics import HEADLINE
+
+    mean = block["fields"]["reward"]["mean"]
+    value = "-" if mean is None else f"{mean:.4f}"
+    return f"{HEADLINE} {value} over {block['num_rollouts']} scored rollouts of {block['num_tasks']} tasks"
+
+
 def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30) -> None:
-    """Print a profile as tables: reward fields overall, then pass@k / majority@k per task (the first
-    ``max_tasks``) and overall, then the groups (``by environment``...: when there are several, or
-    when the rows record their turns or tokens) and their turns and tokens per rollout, then the
-    plugins' metrics."""
+    """Print a profile: the headline score overall and per environment, then tables: reward fields
+    overall, pass@k / majority@k per task (the first ``max_tasks``) and overall, the groups (``by
+    environment``...: when there are several, or when the rows record their turns or tokens) and their
+    turns and tokens per rollout; then each environment's own metrics, apart and labelled."""
     overall = profile["overall"]
+    console.print(f"[bold]{headline(overall)}[/] (rewards from 0 to 1; failed rollouts are not scored)")
+    environments = profile.get("environments", {})
+    if len(environments) > 1:
+        for name, block in environments.items():
+            console.print(f"  {name}: {headline(block)}", markup=False)
     metric_keys = [k for k in overall if k.startswith(("pass@", "majority@"))]
     table = Table(title=f"reward profile: {overall['num_tasks']} tasks, {overall['num_rollouts']} rollouts")
     for column in ("field", "mean", "std", "min", "median", "max"):
@@ -133,7 +148,7 @@ def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30
         table.add_row(name, *(_fmt(s[k]) for k in ("mean", "std", "min", "median", "max")))
     console.print(table)
 
-    k_table = Table(title="pass@k / majority@k (overall: mean over tasks)")
+    k_table = Table(title="pass@k / majority@k (0 to 1)")
     k_table.add_column("task")
     k_table.add_column("n", justify="right")
     k_table.add_column("mean reward", justify="right")
@@ -157,6 +172,11 @@ def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30
         *(f"[bold]{_fmt(overall[k])}" for k in metric_keys),
     )
     console.print(k_table)
+    console.print(
+        "overall pass@k and majority@k: the mean over the tasks with at least k rollouts"
+        + (" (in majority@k, a task whose rollouts gave no answer scores 0)" if profile.get("answer_field") else ""),
+        soft_wrap=True,
+    )
     by = profile.get("grouped_by", "environment")
     groups = profile.get("groups", profile.get("environments", {}))
     with_costs = any(k in block for block in groups.values() for k in ("turns_per_rollout", "tokens_per_rollout"))
@@ -181,7 +201,16 @@ def print_profile(profile: dict[str, Any], console: Console, max_tasks: int = 30
         for name, block in groups.items():
             c_table.add_row(name, *_costs_cells(block))
         console.print(c_table)
-    for name, value in profile.get("plugin_metrics", {}).items():
-        console.print(f"{name}: {_fmt(value)}", markup=False)  # names like pass@1[avg-of-4] are not markup
+    plugin_metrics = profile.get("plugin_metrics", {})
+    if plugin_metrics:
+        console.print(
+            "environment metrics (each environment's own, from its gym_aggregate_metrics; a pass@k family is "
+            "in percent, 0 to 100, and its pass@1[avg-of-k] and majority@k read the first k rollouts of each "
+            "task: docs/collection.md says what each means):",
+            markup=False,
+            soft_wrap=True,
+        )
+    for name, value in plugin_metrics.items():
+        console.print(f"  {name}: {_fmt(value)}", markup=False)  # names like pass@1[avg-of-4] are not markup
     if "_written_to" in profile:
         console.print(f"profile written to {profile['_written_to']}")

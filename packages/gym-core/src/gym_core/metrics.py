@@ -1,6 +1,14 @@
-"""Reward statistics over rollouts: pass@k, expected max@k, majority@k and plain summaries.
+"""Reward statistics over rollouts: the headline score, pass@k, expected max@k, majority@k, quantiles
+and plain summaries.
 
-Pure Python (``math``/``statistics``); used by ``gym profile``.
+Pure Python (``math``/``statistics``); used by ``gym profile``, ``gym report``, ``gym collect``'s live
+panel (:data:`HEADLINE`, :func:`quantile`) and the trainer.
+
+The headline score of a set of rollouts, overall and per environment, is :data:`HEADLINE`, the mean
+reward: the sum of the rewards of the scored rollouts divided by their number (rollouts that failed
+and got no reward, the ``.failures.jsonl`` rows, are not in it), on the rewards' own scale (0 to 1 for
+every first-party environment). With the same number of rollouts per task and 0/1 rewards it equals
+the overall ``pass@1``. Every latency percentile is :func:`quantile` (nearest rank).
 
 Estimators (all exact, no sampling):
 
@@ -11,7 +19,10 @@ Estimators (all exact, no sampling):
   the ``n`` rewards; the generalisation of pass@k to non-binary rewards (equal to it on 0/1 rewards).
 - :func:`majority_at_k` — the expected score of the majority-vote answer of a uniformly random
   ``k``-subset (definition in its docstring).
-- :func:`summarize` — count, mean, min, max, median and *population* standard deviation.
+- :func:`quantile` — the nearest-rank quantile: the ``ceil(q·n)``-th smallest value (p50 of an even
+  count is the lower middle value), one definition for every percentile gym shows.
+- :func:`summarize` — count, mean, min, max, median (:func:`quantile` 0.5) and *population* standard
+  deviation.
 - :func:`pass_at_k_family` — the environments spec's §1.4 metric family of an environment
   (``pass@k``, ``pass@1[avg-of-k]``, first-k ``majority@k``, spread across runs), for plugins'
   ``gym_aggregate_metrics``.
@@ -22,9 +33,11 @@ Estimators (all exact, no sampling):
       "overall": {
         "num_tasks": int,          # distinct task_index values
         "num_rollouts": int,       # rows
+        "mean_reward": float,      # the headline score: the mean reward of the rows (None: no rows)
         "fields": {name: summary, ...},
         "pass@<k>": float, ...     # mean over tasks with num_rollouts >= k
-        "majority@<k>": float, ... # only with answer_field, mean over tasks that have it
+        "majority@<k>": float, ... # only with answer_field (when some row has an answer), mean
+                                   # over tasks with num_rollouts >= k; a task with no answer: 0
       },
       "tasks": {
         <task_index:int>: {        # ascending task_index
@@ -57,6 +70,8 @@ from fractions import Fraction
 from typing import Any
 
 __all__ = [
+    "HEADLINE",
+    "quantile",
     "pass_at_k",
     "expected_max_at_k",
     "majority_at_k",
@@ -64,6 +79,21 @@ __all__ = [
     "profile_rollouts",
     "pass_at_k_family",
 ]
+
+
+HEADLINE = "mean reward"
+"""The name of the headline score everywhere gym shows one (see the module docstring)."""
+
+
+def quantile(values: Iterable[float], q: float) -> float | None:
+    """The nearest-rank ``q`` quantile of ``values`` (0 ≤ q ≤ 1): the ``ceil(q·n)``-th smallest value
+    (the smallest for q = 0); None when there are none."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"a quantile is in [0, 1], got {q}")
+    ordered = sorted(float(v) for v in values)
+    if not ordered:
+        return None
+    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
 
 
 def _check_k(n: int, k: int) -> None:
@@ -184,8 +214,9 @@ def _poly_mul_trunc(a: list[int], b: list[int], deg: int) -> list[int]:
 def summarize(values: Iterable[float]) -> dict[str, Any]:
     """``count``, ``mean``, ``min``, ``max``, ``median`` and ``std`` of ``values``.
 
-    ``std`` is the population standard deviation (divides by ``count``, so one value gives 0.0).
-    With no values, ``count`` is 0 and the other entries are None.
+    ``median`` is :func:`quantile` 0.5 (nearest rank: the lower middle value of an even count); ``std``
+    is the population standard deviation (divides by ``count``, so one value gives 0.0). With no
+    values, ``count`` is 0 and the other entries are None.
     """
     vals = [float(v) for v in values]
     if not vals:
@@ -195,7 +226,7 @@ def summarize(values: Iterable[float]) -> dict[str, Any]:
         "mean": statistics.fmean(vals),
         "min": min(vals),
         "max": max(vals),
-        "median": statistics.median(vals),
+        "median": quantile(vals, 0.5),
         "std": statistics.pstdev(vals),
     }
 
@@ -224,9 +255,10 @@ def profile_rollouts(
     """Per-task and overall statistics of rollout records; the layout is in the module docstring.
 
     Each row needs ``task_index`` (int) and a numeric ``reward``; ``rollout_index`` and any other
-    fields are optional. With ``answer_field``, ``majority@<k>`` is :func:`majority_at_k` over
-    that field's values (``None``/missing = abstention; other values compared as given) scored by
-    the rows' rewards, for every task where at least one row has the field.
+    fields are optional. With ``answer_field``, when some row has an answer there, ``majority@<k>``
+    is :func:`majority_at_k` over that field's values (``None``/missing = abstention; other values
+    compared as given) scored by the rows' rewards, for every task with at least k rollouts: a task
+    whose rollouts gave no answer scores 0, as it does in pass@k (the denominators are the same).
     """
     rows = list(rows)
     k_values = sorted({int(k) for k in ks})
@@ -245,6 +277,7 @@ def profile_rollouts(
     if answer_field is not None:
         skip.add(answer_field)
 
+    with_answers = answer_field is not None and any(r.get(answer_field) is not None for r in rows)
     tasks: dict[int, dict[str, Any]] = {}
     pass_per_k: dict[int, list[float]] = {k: [] for k in k_values}
     maj_per_k: dict[int, list[float]] = {k: [] for k in k_values}
@@ -269,7 +302,7 @@ def profile_rollouts(
                 value = expected_max_at_k(rewards, k)
             block[f"pass@{k}"] = value
             pass_per_k[k].append(value)
-        if answer_field is not None and any(r.get(answer_field) is not None for r in task_rows):
+        if with_answers and answer_field is not None:
             answers = [_hashable(r.get(answer_field)) for r in task_rows]
             for k in k_values:
                 if k > n:
@@ -279,10 +312,12 @@ def profile_rollouts(
                 maj_per_k[k].append(value)
         tasks[task_index] = block
 
+    fields = _field_summaries(rows, skip)
     overall: dict[str, Any] = {
         "num_tasks": len(tasks),
         "num_rollouts": len(rows),
-        "fields": _field_summaries(rows, skip),
+        "mean_reward": fields["reward"]["mean"],  # the headline (HEADLINE): over every row
+        "fields": fields,
     }
     for k in k_values:
         if pass_per_k[k]:

@@ -41,8 +41,12 @@ def _cell(value: Any, digits: int = 3) -> str:
 
 
 def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """The one percentile definition of gym's numbers (:func:`gym_core.metrics.quantile`, nearest rank)."""
+    from gym_core.metrics import quantile
+
+    value = quantile(values, q)
+    assert value is not None  # called with values only
+    return value
 
 
 def _summary(runs: list[Run], ks: list[int]) -> str:
@@ -94,7 +98,9 @@ def _summary(runs: list[Run], ks: list[int]) -> str:
     return (
         f'<table class="summary"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
         f'<p class="note">Mean reward over all rollouts; its {CI_LEVEL:.0%} confidence interval is a {CI_METHOD}. '
-        "pass@k and majority@k are means over tasks with at least k rollouts. Failed rollouts are the rows of the "
+        "pass@k and majority@k are means over the tasks with at least k rollouts (in majority@k, a task "
+        "whose rollouts gave no answer scores 0). Latency percentiles are nearest-rank, as in gym profile and "
+        "gym collect. Failed rollouts are the rows of the "
         "<code>.failures.jsonl</code> beside each rollouts file: rollouts that got no reward (an infrastructure "
         "failure, say); they are not in the other numbers.</p>"
     )

@@ -570,3 +570,18 @@ def test_the_seccomp_filter_is_built_for_x86_64_and_aarch64_and_refuses_other_ar
     assert len(x86) == len(arm) == 8 * 19 and x86 != arm  # 19 instructions of 8 bytes
     with pytest.raises(SandboxUnavailable, match="no system call table for riscv64"):
         _seccomp_filter("riscv64")
+
+
+def test_the_sandboxed_interpreter_is_the_one_it_says(sandbox):
+    """As root, programs run a shared copy of the interpreter; one built with a shared libpython
+    must load that copy's libpython, not the system's of the same name (another patch release,
+    whose objects the standard library does not match: multiprocessing.shared_memory failed)."""
+    host = subprocess.run(
+        [sandbox.python, "-I", "-c", "import sys; print(sys.version)"], capture_output=True, check=True
+    ).stdout
+    source = (
+        "import sys\nfrom multiprocessing import shared_memory\n"
+        "s = shared_memory.SharedMemory(create=True, size=4096); s.close(); s.unlink()\nprint(sys.version)"
+    )
+    result = run(sandbox, source)
+    assert result.ok and result.stdout == host, result

@@ -239,6 +239,17 @@ def _shared_copy(python: str, bwrap: str) -> tuple[str, str]:
     return str(dest / "bin" / real.name), str(dest / "bwrap" / "bin" / "bin" / "bwrap")
 
 
+def _library_binds(python: str, copy: str) -> list[str]:
+    """bwrap arguments that show the shared copy's ``lib`` (its ``libpython``) at the original
+    prefix's ``lib``: an interpreter built with a shared libpython finds it through an absolute
+    RUNPATH (``<prefix>/lib``), which nobody cannot reach; the dynamic linker would otherwise load
+    the system's libpython of the same name, another patch release than the standard library."""
+    copy_lib = Path(copy).parent.parent / "lib"
+    if not any(copy_lib.glob("libpython*.so*")):
+        return []
+    return ["--ro-bind", str(copy_lib), str(Path(os.path.realpath(python)).parent.parent / "lib")]
+
+
 def _check_name(name: str) -> str:
     parts = Path(name).parts
     if not name or Path(name).is_absolute() or any(p in ("..", ".") for p in parts) or "\0" in name:
@@ -274,6 +285,7 @@ class Sandbox:
         self._root = os.geteuid() == 0
         self._sandbox_python = self.python  # the interpreter's path as the sandbox's outer user reaches it
         self._seccomp = b""  # the seccomp filter runs get (bwrap mode; built by start)
+        self._library_binds: list[str] = []  # the shared copy's libpython where the interpreter looks
         self._started = False
 
     @property
@@ -313,6 +325,7 @@ class Sandbox:
             if self._root and not (_reachable_by_others(self.python) and _reachable_by_others(self._bwrap)):
                 try:
                     self._sandbox_python, self._bwrap = await asyncio.to_thread(_shared_copy, self.python, self._bwrap)
+                    self._library_binds = _library_binds(self.python, self._sandbox_python)
                 except OSError as exc:
                     raise SandboxUnavailable(
                         f"gym runs as root, so programs run as nobody, who cannot reach {self.python} or "
@@ -427,6 +440,7 @@ class Sandbox:
             prefix = _prefix_of(self._sandbox_python)
             if prefix is not None:
                 args += ["--ro-bind", prefix, prefix]
+            args += self._library_binds
             scratch_bytes, shm_bytes = _writable_space(limits)
             args += [
                 "--proc",

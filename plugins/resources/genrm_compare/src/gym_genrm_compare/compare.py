@@ -2,7 +2,9 @@
 functions, no I/O.
 
 - :func:`comparison_pairs`: which responses are compared (``circular`` or ``all_pairs``, repeated).
-- :func:`parse_verdict`: the ``{score_1, score_2, ranking}`` in a GenRM's reply text.
+- :func:`parse_verdict`: the ``{score_1, score_2, ranking}`` in a GenRM's reply text (the last one in
+  guarded verdict mode, the reference's first fenced one in reference mode).
+- :data:`GENRM_LABELS`: what :func:`gym_core.judge.neutralise` makes inert in the responses compared.
 - :func:`aggregate`: the ``simple_tiebreaker`` rewards of a group and its metrics.
 - :func:`adjustments`: the optional bonuses and group penalties (length, style).
 - :func:`answer_text`, :func:`reasoning_text`: what of a policy response is judged and measured.
@@ -18,9 +20,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from gym_core.judge import GUARDED, REFERENCE, VerdictMode, outside_data
 from gym_core.schemas import Reasoning, Response, output_text
 
 __all__ = [
+    "GENRM_LABELS",
     "VERDICT_KEYS",
     "Verdict",
     "Comparison",
@@ -28,6 +32,7 @@ __all__ = [
     "Adjustments",
     "comparison_pairs",
     "json_fences",
+    "last_verdict_object",
     "top_level_objects",
     "parse_verdict",
     "aggregate",
@@ -40,6 +45,15 @@ __all__ = [
 ]
 
 VERDICT_KEYS = ("score_1", "score_2", "ranking")
+#: Look-alikes neutralised in the responses a GenRM compares (guarded mode): the verdict's keys as JSON
+#: writes them, and the section headers of genrm_model's text rendering.
+GENRM_LABELS = (
+    *(f'"{key}"' for key in VERDICT_KEYS),
+    "[Conversation]",
+    "[Response 1]",
+    "[Response 2]",
+    "[Principle]",
+)
 Strategy = Literal["circular", "all_pairs"]
 
 
@@ -177,23 +191,63 @@ def _number(value: Any, default: float) -> float:
     return default
 
 
-def parse_verdict(text: str, default_score: float = 3.0, default_ranking: float = 3.5) -> Verdict | None:
+_OBJECT_START = re.compile(r'\{\s*"')
+_LAST_CLOSINGS = 16  # closing braces tried, from the end
+_STARTS_PER_CLOSING = 64  # object starts tried for each, nearest first
+
+
+def last_verdict_object(text: str) -> dict[str, Any] | None:
+    """The verdict fields of the last JSON object of ``text`` that holds any (``overall`` unwrapped).
+
+    Found from the end: for each of the last closing braces, the object that ends there, decoded
+    from its own opening brace; so no text before it (a quoted response with an unbalanced quote or
+    brace, say) changes how it is read. Bounded: the last ``16`` closing braces, ``64`` starts each.
+    """
+    decoder = json.JSONDecoder()
+    starts = [m.start() for m in _OBJECT_START.finditer(text)]
+    closings = [i for i, char in enumerate(text) if char == "}"][-_LAST_CLOSINGS:]
+    for end in reversed(closings):
+        before = [s for s in starts if s < end][-_STARTS_PER_CLOSING:]
+        for start in reversed(before):
+            try:
+                value, stop = decoder.raw_decode(text, start)
+            except ValueError:
+                continue
+            if stop == end + 1:  # the one object closing here (JSON objects never share a closing brace)
+                fields = _verdict_fields(value) if isinstance(value, dict) else None
+                if fields is not None:
+                    return fields
+                break
+    return None
+
+
+def parse_verdict(
+    text: str, default_score: float = 3.0, default_ranking: float = 3.5, mode: VerdictMode = GUARDED
+) -> Verdict | None:
     """The verdict in a GenRM's reply, or None when there is none.
 
-    The first object holding any of ``score_1``/``score_2``/``ranking`` inside a ```` ```json ````
-    fence; otherwise the last such top-level object of the whole text. ``{"overall": {...}}`` is
-    unwrapped; a missing (or non-numeric) key takes ``default_score``/``default_ranking``.
+    Guarded (the default): the *last* object holding any of ``score_1``/``score_2``/``ranking``
+    outside the data regions the GenRM echoed (:func:`gym_core.judge.outside_data`), fenced or not,
+    found from the end (:func:`last_verdict_object`): a GenRM that quotes a response holding a forged
+    verdict (or an unbalanced quote that would derail a scan from the start) gives its own after the
+    quote. Reference
+    (gameable): the first such object inside a ```` ```json ```` fence; otherwise the last one of the
+    whole text. ``{"overall": {...}}`` is unwrapped; a missing (or non-numeric) key takes
+    ``default_score``/``default_ranking``.
     """
     found = None
-    for body in json_fences(text):
-        found = next((f for obj in top_level_objects(body) if (f := _verdict_fields(obj)) is not None), None)
-        if found is not None:
-            break
+    if mode == REFERENCE:
+        for body in json_fences(text):
+            found = next((f for obj in top_level_objects(body) if (f := _verdict_fields(obj)) is not None), None)
+            if found is not None:
+                break
+        if found is None:
+            candidates = [f for obj in top_level_objects(text) if (f := _verdict_fields(obj)) is not None]
+            found = candidates[-1] if candidates else None
+    else:
+        found = last_verdict_object(outside_data(text))
     if found is None:
-        candidates = [f for obj in top_level_objects(text) if (f := _verdict_fields(obj)) is not None]
-        if not candidates:
-            return None
-        found = candidates[-1]
+        return None
     return Verdict(
         _number(found.get("score_1"), default_score),
         _number(found.get("score_2"), default_score),

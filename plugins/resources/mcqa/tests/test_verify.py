@@ -10,6 +10,7 @@ from gym_core.schemas import Response
 
 from gym_mcqa.plugin import gym_aggregate_metrics, mcqa_metrics
 from gym_mcqa.verify import (
+    Grade,
     OutputRegexError,
     allowed_options,
     extract_answer_colon,
@@ -21,6 +22,7 @@ from gym_mcqa.verify import (
     last_boxed,
     map_foreign_letters,
     output_text,
+    several_answers,
     unwrap_text,
 )
 
@@ -140,6 +142,31 @@ def test_text_unwrapping_is_whole_string_like_the_reference():
 )
 def test_lenient_boxed(text, letter):
     assert extract_lenient_boxed(text, PAIRS) == letter
+
+
+@pytest.mark.parametrize("mode", ["strict_single_letter_boxed", "lenient_boxed"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{A} \\boxed{C} \\boxed{D} \\boxed{B}",  # every option boxed, the right one last
+        "\\boxed{B} \\boxed{A}",
+        "\\boxed{A, B} then \\boxed{B}",  # a box listing two letters
+    ],
+)
+def test_an_answer_boxing_several_options_has_none(text, mode):
+    """gym redteam's hedges (boxed_many_last, answer_list) scored 1 under the reference's last box."""
+    assert several_answers(text, OPTIONS, mode)
+    assert grade(text, OPTIONS, "B", mode) == Grade(0.0, None, "several_answers")
+
+
+def test_several_answers_reference_grades_the_last_box_and_one_answer_boxed_twice_is_one():
+    assert grade("\\boxed{A} \\boxed{B}", OPTIONS, "B", several="reference").reward == 1.0
+    assert grade("\\boxed{B}, that is \\boxed{(B)}", OPTIONS, "B").reward == 1.0
+    # Lenient boxes naming two options by their text hedge too; naming one twice does not.
+    assert grade("\\boxed{ELISA} \\boxed{Western blot}", OPTIONS, "C", "lenient_boxed").reason == "several_answers"
+    assert grade("\\boxed{ELISA} \\boxed{D}", OPTIONS, "D", "lenient_boxed").reward == 1.0
+    # Answer-colon modes are untouched (their own rules handle lists).
+    assert not several_answers("\\boxed{A} \\boxed{B}", OPTIONS, "lenient_answer_colon")
 
 
 def test_lenient_boxed_empty_option_text_matches_everything():

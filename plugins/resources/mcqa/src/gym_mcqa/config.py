@@ -25,6 +25,14 @@ class McqaConfig(ServerConfig, kw_only=True):
             "default strict_single_letter_boxed); lenient_answer_colon_md can only be chosen here"
         ),
     ] = None
+    several_answers: Annotated[
+        Literal["reject", "reference"],
+        Meta(
+            description="reject: an answer whose boxes name different options (\\boxed{A} \\boxed{B}, "
+            "\\boxed{A, B}) has none and scores 0 (reason several_answers); reference: only the last box counts, "
+            "as in the reference (GAMEABLE: boxing every option scores 1)"
+        ),
+    ] = "reject"
     verify_timeout_s: Annotated[
         float,
         Meta(

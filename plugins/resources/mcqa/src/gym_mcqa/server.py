@@ -68,7 +68,7 @@ class McqaServer(ResourcesServer):
         text = output_text(body.response)
         mode = self.config.grading_mode or body.grading_mode or DEFAULT_MODE
         output_regex = (body.template_metadata or {}).get("output_regex")
-        args = (text, body.options, body.expected_answer, mode, output_regex)
+        args = (text, body.options, body.expected_answer, mode, output_regex, self.config.several_answers)
         if output_regex is None and len(text) <= self.config.inline_max_chars:
             result = grade(*args)
         else:

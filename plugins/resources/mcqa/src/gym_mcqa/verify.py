@@ -13,7 +13,8 @@ Public API (pure functions, no I/O):
   level and picklable, so the server can run it in a :class:`gym_core.workers.WorkerPool`.
 
 Reasons: ``"correct"``, ``"wrong"``, ``"empty_response"`` (no output text), ``"no_answer"`` (no
-letter extracted), ``"no_expected_answer"`` (the row has no gold letter); the server adds
+letter extracted), ``"several_answers"`` (boxes naming different options), ``"no_expected_answer"``
+(the row has no gold letter); the server adds
 ``"timeout"`` and ``"error"``.
 """
 
@@ -29,6 +30,7 @@ __all__ = [
     "Grade",
     "OutputRegexError",
     "allowed_options",
+    "boxed_contents",
     "extract_answer",
     "extract_answer_colon",
     "extract_answer_colon_md",
@@ -41,6 +43,7 @@ __all__ = [
     "normalize_gold",
     "normalize_text",
     "output_text",
+    "several_answers",
     "unwrap_text",
 ]
 
@@ -322,21 +325,65 @@ def normalize_gold(expected_answer: str | None) -> str:
     return (expected_answer or "").strip().upper()
 
 
+def boxed_contents(text: str) -> list[str]:
+    """The content of every closed ``\\boxed{`` of ``text``, in order (braces counted)."""
+    contents: list[str] = []
+    start = text.find(_BOXED)
+    while start >= 0:
+        begin = start + len(_BOXED)
+        depth = 1
+        for i in range(begin, len(text)):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    contents.append(text[begin:i])
+                    break
+        start = text.find(_BOXED, begin)
+    return contents
+
+
+def several_answers(text: str, options: Sequence[Mapping[str, str | None]] | None, grading_mode: str) -> bool:
+    """Whether a boxed mode's answer hedges: its boxes name two different options
+    (``\\boxed{A} \\boxed{B}``), or one box lists two different option letters (``\\boxed{A, B}``)."""
+    if grading_mode not in ("strict_single_letter_boxed", "lenient_boxed"):
+        return False
+    pairs = allowed_options(options)
+    letters = [letter for letter, _ in pairs]
+    named: set[str] = set()
+    for content in boxed_contents(text):
+        if _is_ambiguous_list(map_foreign_letters(unwrap_text(content)), set(letters)):
+            return True
+        box = _BOXED + content + "}"
+        letter = extract_strict_boxed(box, letters) if grading_mode == "strict_single_letter_boxed" else None
+        letter = letter or (extract_lenient_boxed(box, pairs) if grading_mode == "lenient_boxed" else None)
+        if letter is not None:
+            named.add(letter)
+    return len(named) > 1
+
+
 def grade(
     text: str,
     options: Sequence[Mapping[str, str | None]] | None,
     expected_answer: str | None,
     grading_mode: str = DEFAULT_MODE,
     output_regex: str | Iterable[Any] | None = None,
+    several: str = "reject",
 ) -> Grade:
     """Reward 1.0 when the letter extracted from ``text`` (OUTPUT_TEXT) equals the gold letter.
 
+    With ``several="reject"`` (the default), a boxed mode's answer that names several different
+    options (:func:`several_answers`) has none (reason ``several_answers``); ``"reference"`` grades
+    the last box alone, as the reference does (a hedge over every option then scores).
     Raises :class:`OutputRegexError` for a malformed ``output_regex`` (see there).
     """
     text = text.strip()
     if not text:
         return Grade(0.0, None, "empty_response")
     letter = extract_answer(text, options, grading_mode, output_regex)
+    if letter is not None and several == "reject" and several_answers(text, options, grading_mode):
+        return Grade(0.0, None, "several_answers")
     if letter is None:
         return Grade(0.0, None, "no_answer")
     gold = normalize_gold(expected_answer)

@@ -701,8 +701,9 @@ _PAGE = 4096
 #   memfd_create and memfd_secret (anonymous files, each as large as RLIMIT_FSIZE, as many as the
 #   open-file limit), io_uring_setup (its rings and registered buffers).
 #
-# A system call of another ABI than the host's (32-bit calls through ``int 0x80`` on x86-64, x32
-# calls, 32-bit ARM on arm64) would bypass these numbers, so it kills the process.
+# A system call of another ABI than the host's (32-bit calls through ``int 0x80`` on x86-64, 32-bit
+# ARM on arm64) has other numbers, which would slip past these: it kills the process. An x32 call
+# (x86-64's numbers with bit 30 set) is refused with EPERM.
 
 _BPF_LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS: A = the 32-bit word at offset k of seccomp_data
 _BPF_JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K: if A == k jump jt, else jump jf

@@ -7,6 +7,7 @@ import pytest
 from gym_string_match.grading import (
     EXTRACTION_MODES,
     Grade,
+    boxed_answers,
     delete_units,
     extract_answer,
     extract_boxed,
@@ -21,6 +22,7 @@ from gym_string_match.grading import (
     preprocess,
     remove_thousands_separators,
     replace_us_states,
+    several_answers,
     soft_numeric_score,
     strip_latex,
 )
@@ -253,3 +255,29 @@ def test_grade_scores_zero_without_an_answer_or_a_reference():
     assert grade("   ", "Paris", "full_response") == Grade(0.0, None, "no_answer")
     assert grade("Paris", "", "full_response") == Grade(0.0, "Paris", "empty_expected_answer")
     assert grade("Paris", "", "full_response", case_sensitive=True).reward == 0.0
+
+
+# --- hedges: several different boxed answers ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "mode"),
+    [
+        ("\\boxed{0} \\boxed{1} \\boxed{yes} \\boxed{Paris}", "boxed"),  # gym redteam's boxed_many_last
+        ("\\boxed{Paris} \\boxed{London}", "boxed"),
+        ("It is \\boxed{Paris}, or \\boxed{\\text{Lyon}}", "final_answer"),  # no answer: line, so boxes decide
+    ],
+)
+def test_an_answer_boxing_different_candidates_scores_0(text, mode):
+    assert several_answers(text, mode)
+    assert grade(text, "Paris", mode) == Grade(0.0, None, "several_answers")
+    # The reference's reading: the last box alone.
+    assert grade("\\boxed{0} \\boxed{Paris}", "Paris", "boxed", several="reference").reward == 1.0
+
+
+def test_one_answer_boxed_twice_or_nested_is_one_answer_and_other_modes_are_untouched():
+    assert grade("\\boxed{Paris}, so \\boxed{\\text{paris}}.", "Paris", "boxed").reward == 1.0
+    assert grade("\\boxed{\\boxed{84}}", "84", "boxed").reward == 1.0
+    assert not several_answers("\\boxed{1} \\boxed{2}\nFinal answer: 2", "final_answer")
+    assert not several_answers("\\boxed{1} \\boxed{2}", "last_line")
+    assert boxed_answers("\\boxed{a} x \\boxed{\\text{b}} \\boxed{c") == ["a", "\\text{b}"]

@@ -1,13 +1,14 @@
 """Options of a ``string_match`` server instance, validated when a config is loaded.
 
 Kept apart from the server so that registering the plugin imports nothing heavy. Each option's
-description (``Meta(description=...)``) is what `gym plugin show string_match` prints. None of them
-changes a reward: how an answer is graded is chosen per row (``extraction_mode``, ``case_sensitive``).
+description (``Meta(description=...)``) is what `gym plugin show string_match` prints. Only
+``several_answers`` changes a reward: how an answer is graded is chosen per row (``extraction_mode``,
+``case_sensitive``).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from msgspec import Meta
 
@@ -17,6 +18,14 @@ __all__ = ["StringMatchConfig"]
 
 
 class StringMatchConfig(ServerConfig, kw_only=True):
+    several_answers: Annotated[
+        Literal["reject", "reference"],
+        Meta(
+            description="reject: an answer whose boxes say different things (\\boxed{0} \\boxed{12}) scores 0, "
+            "reason several_answers; reference: the last box counts, as in the reference (GAMEABLE: boxing every "
+            "candidate scores 1)"
+        ),
+    ] = "reject"
     verify_timeout_s: Annotated[
         float,
         Meta(gt=0, description="hard limit per grading in a worker: past it the answer scores 0 with reason 'timeout'"),

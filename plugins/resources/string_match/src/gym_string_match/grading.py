@@ -29,6 +29,7 @@ __all__ = [
     "Grade",
     "grade",
     "extract_answer",
+    "boxed_answers",
     "extract_boxed",
     "extract_final_answer",
     "extract_last_line",
@@ -94,6 +95,29 @@ def extract_boxed(text: str) -> str | None:
             return answer or None
         position = text.rfind(_BOXED_OPENER, 0, position)
     return None
+
+
+def boxed_answers(text: str) -> list[str]:
+    """The stripped content of every ``\\boxed{`` that closes, in order (nested ones too)."""
+    closes = _matching_braces(text)
+    answers = []
+    position = text.find(_BOXED_OPENER)
+    while position != -1:
+        brace = position + len(_BOXED_OPENER) - 1
+        if brace in closes:
+            answers.append(text[brace + 1 : closes[brace]].strip())
+        position = text.find(_BOXED_OPENER, position + 1)
+    return answers
+
+
+def several_answers(text: str, mode: str) -> bool:
+    """Whether the answer hedges: boxes decide it (``boxed``, or ``final_answer`` with no
+    ``answer:`` line) and two of them say different things once normalised (``\\boxed{0} \\boxed{12}``).
+    The same answer boxed twice, or a box inside another, is one answer."""
+    if mode not in ("boxed", "final_answer") or (mode == "final_answer" and _FINAL_ANSWER_RE.search(text)):
+        return False
+    forms = {_final_form(preprocess(answer)) for answer in boxed_answers(text) if answer}
+    return len(forms) > 1
 
 
 def extract_final_answer(text: str) -> str | None:
@@ -354,16 +378,24 @@ class Grade:
 
 
 def grade(
-    text: str, expected_answer: str, extraction_mode: str = "final_answer", case_sensitive: bool = False
+    text: str,
+    expected_answer: str,
+    extraction_mode: str = "final_answer",
+    case_sensitive: bool = False,
+    several: str = "reject",
 ) -> Grade:
     """Extract the answer of ``text`` and grade it against ``expected_answer``.
 
     Case-sensitive: 1.0 when both stripped are equal, else 0.0. Otherwise :func:`lenient_match`.
-    Nothing extracted, or an empty ``expected_answer``, scores 0.0.
+    Nothing extracted, or an empty ``expected_answer``, scores 0.0. With ``several="reject"`` (the
+    default) an answer whose boxes differ (:func:`several_answers`) scores 0.0 (reason
+    ``several_answers``); ``"reference"`` grades the last box, as the reference does.
     """
     extracted = extract_answer(text, extraction_mode)
     if extracted is None:
         return Grade(0.0, None, "no_answer")
+    if several == "reject" and several_answers(text, extraction_mode):
+        return Grade(0.0, None, "several_answers")
     if not expected_answer:
         return Grade(0.0, extracted, "empty_expected_answer")
     if case_sensitive:

@@ -99,7 +99,7 @@ class StringMatchServer(ResourcesServer):
         text = assistant_text(body.response)
         expected = body.expected_answer
         if len(text) + len(expected) <= self.config.inline_max_chars:
-            verdict = grade(text, expected, mode, case_sensitive)
+            verdict = grade(text, expected, mode, case_sensitive, self.config.several_answers)
         else:
             verdict = await self._grade_in_worker(text, expected, mode, case_sensitive)
         return StringMatchVerifyResponse(
@@ -112,7 +112,7 @@ class StringMatchServer(ResourcesServer):
 
     async def _grade_in_worker(self, text: str, expected: str, mode: str, case_sensitive: bool) -> Grade:
         try:
-            return await self.pool.run(grade, text, expected, mode, case_sensitive)
+            return await self.pool.run(grade, text, expected, mode, case_sensitive, self.config.several_answers)
         except WorkerPoolClosed:
             raise
         except WorkerTimeout:

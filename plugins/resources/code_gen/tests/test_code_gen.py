@@ -420,7 +420,7 @@ class TestCodeGen(ResourcesServerTests):
         assert verdict["reward"] == 0.0 and verdict["result"] == [-2], verdict["metadata"]
         assert verdict["metadata"]["output"] == "nothing\n"
         scanned = verdict["metadata"]["traceback"]
-        assert scanned.startswith("scanned ") and int(scanned.split()[1]) > 100_000  # the search did run
+        assert scanned.startswith("scanned ") and int(scanned.split()[1]) > 10_000  # the search did run
 
     def test_a_program_that_stops_its_driver_fails(self, gym_servers: RunningServers):
         # The program runs as the driver's user, so it can signal the driver and the zygote: its test

@@ -41,7 +41,8 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
     """Run one program in the sandbox of this node (a Ray task body; plain data in and out).
 
     ``request``: ``mode``, ``bwrap``, ``source``, ``args``, ``stdin``, ``files``, ``limits`` (a
-    dict of :class:`~gym_core.sandbox.SandboxLimits` fields). Returns ``{"result": {...}}`` (the
+    dict of :class:`~gym_core.sandbox.SandboxLimits` fields), and optionally ``python_flags`` (the
+    interpreter's options, default ``-I -B`` as ``run_python`` gives). Returns ``{"result": {...}}`` (the
     :class:`~gym_core.sandbox.SandboxResult` fields) or ``{"error": "..."}`` when the sandbox
     itself failed here, with ``worker`` (pid, node id) either way.
     """
@@ -74,11 +75,11 @@ def run_on_node(request: dict[str, Any]) -> dict[str, Any]:
             sandbox = Sandbox(request["mode"], max_concurrency=1, bwrap=request["bwrap"])
             await sandbox.start()
             _NODE_SANDBOXES[key] = sandbox
-        result = await sandbox.run_python(
-            request["source"],
-            args=request["args"],
+        flags = request.get("python_flags") or ["-I", "-B"]
+        result = await sandbox.run(
+            [sandbox.interpreter, *flags, "main.py", *request["args"]],
             stdin=request["stdin"],
-            files=request["files"],
+            files={**request["files"], "main.py": request["source"]},
             limits=ms.convert(request["limits"], Limits),
         )
         return {"result": ms.structs.asdict(result), "worker": where}
@@ -161,9 +162,10 @@ class RayExecutor:
         stdin: bytes = b"",
         files: dict[str, str | bytes] | None = None,
         limits: SandboxLimits | None = None,
+        python_flags: tuple[str, ...] = ("-I", "-B"),
     ) -> SandboxResult:
-        """As :meth:`gym_core.sandbox.Sandbox.run_python`, in a Ray task; waits at most the run's
-        wall-time limit plus ``allowance_s``."""
+        """As :meth:`gym_core.sandbox.Sandbox.run_python` (the interpreter run with ``python_flags``),
+        in a Ray task; waits at most the run's wall-time limit plus ``allowance_s``."""
         ray = self.ray
         limits = limits or SandboxLimits()
         request = {
@@ -174,6 +176,7 @@ class RayExecutor:
             "stdin": stdin,
             "files": dict(files or {}),
             "limits": msgspec.structs.asdict(limits),
+            "python_flags": list(python_flags),
         }
         try:
             ref = self._remote.remote(request)

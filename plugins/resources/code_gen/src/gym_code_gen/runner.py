@@ -122,7 +122,12 @@ def _mock_stdin(data, namespace):
     builtins.open = namespace["open"] = lambda *args, **kwargs: io.StringIO(data)
 
 
+_TEMPLATE = None  # in the zygote: the names the prelude binds, copied for each test
+
+
 def _namespace(name):
+    if _TEMPLATE is not None:
+        return {**_TEMPLATE, "__name__": name}
     namespace = {"__name__": name, "__builtins__": builtins}
     exec(PRELUDE, namespace)
     return namespace
@@ -270,7 +275,11 @@ def _zygote(channel, source, config):
     for fd in (0, 1, 2):  # nothing of the driver's standard streams: not its input, not the server's channel
         os.dup2(devnull, fd)
     os.close(devnull)
-    exec(PRELUDE, {"__name__": "warm-up"})  # the prelude's modules, imported once for every test
+    global _TEMPLATE
+    _TEMPLATE = _namespace("solution")  # the prelude run once: its modules imported, its names bound
+    import gc
+
+    gc.freeze()  # what exists now is never collected: a test's collections do not touch (copy) its pages
     while True:
         try:
             message, fds, _flags, _address = socket.recv_fds(channel, 64, 1)
@@ -390,6 +399,15 @@ class Driver:
             if verdict["code"] is not True:
                 break
         self.write(f"{nonce} done\n")
+        self.channel.close()  # the zygote's cue to end
+        give_up = time.monotonic() + 1.0
+        while time.monotonic() < give_up:
+            try:
+                if os.waitpid(self.zygote, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break
+            time.sleep(0.001)
         os._exit(0)
 
     def write(self, text):

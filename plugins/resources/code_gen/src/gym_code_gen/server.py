@@ -55,6 +55,9 @@ from gym_code_gen.verify import (
 
 __all__ = ["CodeGenServer", "CodeGenVerifyRequest", "CodeGenVerifyResponse", "UnitTests", "VerifierMetadata"]
 
+# Isolated, no bytecode written, and no site: the standard library only (the interpreter's
+# site-packages and its .pth files stay out, and the start-up costs a fifth).
+PYTHON_FLAGS = ("-I", "-S", "-B")
 PROGRAM_PROCESSES = 32  # processes and threads one test's program may have at once
 REPORT_BYTES = 1 << 20  # the driver's report, beyond 1 KiB per test (debug: 64 KiB of stderr, and outputs)
 
@@ -235,14 +238,15 @@ class CodeGenServer(ResourcesServer):
             output_bytes=REPORT_BYTES + 1024 * count,
         )
         started = time.monotonic()
+        files_ = {"solution.py": code, "compare.py": self.compare}
         async with self.slots:
-            run = await (self.executor or self.sandbox).run_python(
-                self.runner,
-                args=args,
-                stdin=task,
-                files={"solution.py": code, "compare.py": self.compare},
-                limits=limits,
-            )
+            if self.executor is not None:
+                run = await self.executor.run_python(
+                    self.runner, args=args, stdin=task, files=files_, limits=limits, python_flags=PYTHON_FLAGS
+                )
+            else:
+                argv = [self.sandbox.interpreter, *PYTHON_FLAGS, "main.py", *args]
+                run = await self.sandbox.run(argv, stdin=task, files={**files_, "main.py": self.runner}, limits=limits)
         if self.config.debug:
             self.log.info("driver run: %s, exit %s, %.3f s", run.outcome, run.exit_code, run.wall_time_s)
         if run.outcome == "timeout":

@@ -27,6 +27,7 @@ MEASUREMENTS = (
     "reliability",
     "token_faithfulness",
     "sandbox",
+    "code_gen_throughput",
     "collect_memory",
     "local_llama_batch",
     "replicas",
@@ -315,6 +316,20 @@ def markdown(results: dict[str, Any]) -> str:
             f"{t['gym_reward_share_pct']} % of a step and adds {t['added_pct']} % over the in-process grader. "
             f"32 completions verified one at a time: {t['concurrency_1_s']} s, 32 at once: "
             f"{t['concurrency_32_s']} s (× {t['concurrency_speedup']}).",
+            "",
+        ]
+    if "code_gen_throughput" in results:
+        c = results["code_gen_throughput"]
+        m = c["64"]
+        lines += [
+            "## code_gen verifications (code_gen_throughput)",
+            "",
+            f"{c['rows']} NeMo-style rows ({c['tests_per_row']} unit tests each), cycled, at concurrency 64:",
+            "",
+            "| verif/s | p50 ms | p99 ms | errors | correct | hidden tests in rows |",
+            "| --- | --- | --- | --- | --- | --- |",
+            f"| {m['per_s']} | {m['p50_ms']} | {m['p99_ms']} | {m['errors']} | {m['correct']} | "
+            f"{c['hidden_tests_in_rows']} |",
             "",
         ]
     return "\n".join(lines)

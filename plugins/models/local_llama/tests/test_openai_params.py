@@ -4,6 +4,8 @@ parameter it does not honour. Replies are kept to a few tokens."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import openai
@@ -78,3 +80,97 @@ async def test_n_choices(client):
     assert completion.choices[0].message.content == one.choices[0].message.content
     assert completion.choices[1].message.content == six.choices[0].message.content
     assert 3 <= completion.usage.completion_tokens <= 18
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "London"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+NOTE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "take_note",
+        "parameters": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+    },
+}
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "maximum": 150}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+async def test_constrained_and_free_requests_decoded_together_follow_their_grammar(client, gym_servers):
+    """A JSON schema, a required call, a named call and a free request at once, in one batch: the
+    135M model's JSON validates, the calls are calls of the right tool with valid arguments."""
+    jsonschema = pytest.importorskip("jsonschema")
+    ask = [{"role": "user", "content": "Give a person's name and age as JSON."}]
+    weather = [{"role": "user", "content": "What is the weather like in Rome?"}]
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}}
+    tools = [WEATHER_TOOL, NOTE_TOOL]
+    stats = gym_servers.server.engine.batch_stats
+    steps, tokens = stats.steps, stats.tokens
+    person, required, named, free, text = await asyncio.gather(
+        client.chat.completions.create(model="m", messages=ask, response_format=fmt, temperature=0, max_tokens=40),
+        client.chat.completions.create(
+            model="m", messages=weather, tools=tools, tool_choice="required", temperature=0, max_tokens=48
+        ),
+        client.chat.completions.create(
+            model="m",
+            messages=weather,
+            tools=tools,
+            tool_choice={"type": "function", "function": {"name": "take_note"}},
+            temperature=0,
+            max_tokens=48,
+        ),
+        client.chat.completions.create(model="m", messages=weather, tools=tools, tool_choice="none", max_tokens=8),
+        client.responses.create(
+            model="m",
+            input="Give a person's name and age as JSON.",
+            text={"format": {"type": "json_schema", "name": "person", "schema": SCHEMA}},
+            temperature=0,
+            max_output_tokens=40,
+        ),
+    )
+    assert person.choices[0].finish_reason == "stop"
+    jsonschema.validate(json.loads(person.choices[0].message.content), SCHEMA)
+    jsonschema.validate(json.loads(text.output_text), SCHEMA)
+    call = required.choices[0].message.tool_calls[0]
+    assert required.choices[0].finish_reason == "tool_calls" and call.function.name in ("get_weather", "take_note")
+    jsonschema.validate(
+        json.loads(call.function.arguments),
+        {t["function"]["name"]: t for t in tools}[call.function.name]["function"]["parameters"],
+    )
+    [note] = named.choices[0].message.tool_calls
+    assert note.function.name == "take_note"
+    assert isinstance(json.loads(note.function.arguments)["ok"], bool)
+    assert not free.choices[0].message.tool_calls
+    # Decoded side by side: some steps decoded several sequences.
+    assert stats.tokens - tokens > stats.steps - steps
+
+
+async def test_a_bad_tool_choice_or_format_is_a_400_naming_it(client):
+    with pytest.raises(openai.BadRequestError, match="tool_choice"):
+        await client.chat.completions.create(
+            model="m",
+            messages=HELLO,
+            tools=[WEATHER_TOOL],
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+            max_tokens=2,
+        )
+    with pytest.raises(openai.BadRequestError, match="tool_choice"):
+        await client.chat.completions.create(model="m", messages=HELLO, tool_choice="required", max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="response_format"):
+        await client.chat.completions.create(
+            model="m", messages=HELLO, response_format={"type": "json_schema", "json_schema": {"name": "x"}}
+        )

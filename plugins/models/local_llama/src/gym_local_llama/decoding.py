@@ -14,6 +14,10 @@ Generation, token ids and logprobs
 * ``generation_log_probs[i]`` is the log-probability of token ``i`` under the
   model's *raw* next-token distribution (log-softmax of the logits, before
   temperature and top-p) -- the usual convention for RL importance ratios.
+* ``generation_top_logprobs[i]`` (with ``top_logprobs`` > 0): the ``top_logprobs`` most likely
+  tokens at step ``i`` under that raw distribution, as ``(token id, log-prob)``, most likely first.
+* With a grammar (:mod:`gym_local_llama.grammar`) tokens are sampled from the masked logits; the
+  reported log-probs are still the raw distribution's.
 * ``finish_reason``: ``"tool_calls"`` if any call parsed, else ``"stop"``
   (end-of-generation token or stop string), else ``"length"`` (``max_tokens``
   reached, or the context window is full).
@@ -26,7 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gym_local_llama.sampling import log_softmax_at, sample
+from gym_local_llama.grammar import GrammarConstraint
+from gym_local_llama.sampling import log_softmax_at, sample, top_log_probs
 from gym_local_llama.tool_calls import GeneratedToolCall, parse_tool_calls
 
 __all__ = ["Decoding", "Generation", "prompt_chunks", "reusable_prefix"]
@@ -42,6 +47,7 @@ class Generation:
     prompt_token_ids: list[int] | None = None
     generation_token_ids: list[int] | None = None
     generation_log_probs: list[float] | None = None
+    generation_top_logprobs: list[list[tuple[int, float]]] | None = None
     cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
 
 
@@ -87,8 +93,13 @@ class Decoding:
         rng: np.random.Generator,
         return_token_ids: bool,
         return_logprobs: bool,
+        top_logprobs: int = 0,
+        grammar: GrammarConstraint | None = None,
     ) -> None:
         self.prompt_ids = prompt_ids
+        self.grammar = grammar
+        self.top_logprobs = top_logprobs
+        self.top: list[list[tuple[int, float]]] = []
         self.tools = tools
         self.temperature = temperature
         self.top_p = top_p
@@ -109,13 +120,18 @@ class Decoding:
 
     def step(self, logits: np.ndarray) -> int | None:
         """Sample the next token from ``logits``; the token to evaluate next, or None when finished."""
-        token = sample(logits, self.temperature, self.top_p, self.rng)
+        scores = logits if self.grammar is None else self.grammar.mask(logits)
+        token = sample(scores, self.temperature, self.top_p, self.rng)
         if self.return_logprobs:
             self.logprobs.append(log_softmax_at(logits, token))
+        if self.top_logprobs:
+            self.top.append(top_log_probs(logits, self.top_logprobs))
         self.out_ids.append(token)
         if token in self.eog:
             self.finish = "stop"
             return None
+        if self.grammar is not None:
+            self.grammar.accept(token)
         start = max(0, len(self.buf) - self.max_stop + 1)
         self.buf += self.detokenize([token])
         if self.stop_bytes:
@@ -129,6 +145,8 @@ class Decoding:
         return token
 
     def generation(self) -> Generation:
+        if self.grammar is not None:
+            self.grammar.close()
         raw = bytes(self.buf if self.cut is None else self.buf[: self.cut]).decode("utf-8", errors="replace")
         text, calls = parse_tool_calls(raw, self.tools)
         return Generation(
@@ -140,5 +158,6 @@ class Decoding:
             prompt_token_ids=list(self.prompt_ids) if self.return_token_ids else None,
             generation_token_ids=self.out_ids if self.return_token_ids else None,
             generation_log_probs=self.logprobs if self.return_logprobs else None,
+            generation_top_logprobs=self.top if self.top_logprobs else None,
             cached_prompt_tokens=self.cached,
         )

@@ -86,6 +86,7 @@ from gym_local_llama.errors import (
     ModelNotFoundError,
     PromptTooLongError,
 )
+from gym_local_llama.grammar import Grammar, GrammarConstraint, json_schema_grammar, tool_call_grammar
 from gym_local_llama.sampling import log_softmax_at
 from gym_local_llama.tool_calls import GeneratedToolCall, parse_tool_calls
 from gym_local_llama.weights import (
@@ -109,6 +110,7 @@ __all__ = [
     "GeneratedToolCall",
     "Generation",
     "GenerationCancelled",
+    "Grammar",
     "LlamaEngine",
     "ModelConversionError",
     "ModelNotFoundError",
@@ -116,11 +118,13 @@ __all__ = [
     "WEIGHT_FORMATS",
     "default_cache_dir",
     "default_model_path",
+    "json_schema_grammar",
     "model_in_format",
     "parse_tool_calls",
     "render_continuation",
     "render_prompt",
     "render_tools_section",
+    "tool_call_grammar",
 ]
 
 
@@ -274,6 +278,8 @@ class LlamaEngine:
         return_token_ids: bool = False,
         return_logprobs: bool = False,
         token_history: Sequence[int] | None = None,
+        grammar: Grammar | None = None,
+        top_logprobs: int = 0,
     ) -> Decoding:
         """Check a request, render and tokenize its prompt: its :class:`Decoding`, not started."""
         if temperature is None:
@@ -308,6 +314,9 @@ class LlamaEngine:
             raise PromptTooLongError(f"prompt is {len(prompt_ids)} tokens; the context window is {self.n_ctx}")
         # seed=None: the engine's own generator, used only by the thread that decodes.
         rng = np.random.default_rng(seed) if seed is not None else self._rng
+        constraint = None
+        if grammar is not None:
+            constraint = GrammarConstraint(llama_cpp.llama_model_get_vocab(self.llm.model), self._n_vocab, grammar)
         return Decoding(
             prompt_ids,
             n_ctx=self.n_ctx,
@@ -321,6 +330,8 @@ class LlamaEngine:
             rng=rng,
             return_token_ids=return_token_ids,
             return_logprobs=return_logprobs,
+            top_logprobs=top_logprobs,
+            grammar=constraint,
         )
 
     def generate(
@@ -336,6 +347,8 @@ class LlamaEngine:
         return_token_ids: bool = False,
         return_logprobs: bool = False,
         token_history: Sequence[int] | None = None,
+        grammar: Grammar | None = None,
+        top_logprobs: int = 0,
         cancel: threading.Event | None = None,
     ) -> Generation:
         """Blocking generation (thread-safe: serialized by an internal lock, or decoded beside
@@ -363,6 +376,8 @@ class LlamaEngine:
             return_token_ids=return_token_ids,
             return_logprobs=return_logprobs,
             token_history=token_history,
+            grammar=grammar,
+            top_logprobs=top_logprobs,
         )
         if self._scheduler is not None and self._scheduler.fits(decoding):
             return self._scheduler.submit(decoding, cancel).result().generation()

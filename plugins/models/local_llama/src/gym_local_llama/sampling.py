@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["log_softmax_at", "sample"]
+__all__ = ["log_softmax_at", "sample", "top_log_probs"]
 
 
 def log_softmax_at(logits: np.ndarray, token: int) -> float:
     x = logits.astype(np.float64)
     m = float(x.max())
     return float(x[token] - m - np.log(np.exp(x - m).sum()))
+
+
+def top_log_probs(logits: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The ``k`` most likely tokens under the raw distribution, ``(id, log-prob)``, most likely first
+    (ties: lower id first)."""
+    x = logits.astype(np.float64)
+    m = float(x.max())
+    norm = m + float(np.log(np.exp(x - m).sum()))
+    k = min(k, x.size)
+    ids = np.argpartition(-x, k - 1)[:k]
+    ids = ids[np.lexsort((ids, -x[ids]))]
+    return [(int(i), float(x[i] - norm)) for i in ids]
 
 
 _NUCLEUS_CANDIDATES = 256

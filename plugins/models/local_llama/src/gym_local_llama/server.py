@@ -43,6 +43,7 @@ from gym_core.schemas import (
 )
 
 from gym_local_llama.config import LocalLlamaConfig
+from gym_local_llama.grammar import Grammar, json_schema_grammar, tool_call_grammar
 
 __all__ = ["LocalLlamaModel", "TokenHistoryError", "token_history"]
 
@@ -135,6 +136,8 @@ class LocalLlamaModel(ModelServer):
             "parallel_tool_calls",
             "stream",
             "n",
+            "tool_choice",
+            "response_format",
         }
     )
 
@@ -218,11 +221,18 @@ class LocalLlamaModel(ModelServer):
             return_token_ids=want_ids or want_logprobs,
             return_logprobs=want_logprobs,
         )
+        try:
+            tools, grammar = self._constraints(request)
+        except ValueError as exc:
+            raise HTTPException(status_code=400, detail=f"{self.name}: {exc}") from exc
+        settings["tools"] = tools
         messages = msgspec.to_builtins(request.messages)
         try:
             generations = await asyncio.gather(
                 *(
-                    self.engine.agenerate(messages, seed=None if seed is None else seed + i, **settings)
+                    self.engine.agenerate(
+                        messages, seed=None if seed is None else seed + i, grammar=grammar, **settings
+                    )
                     for i in range(n)
                 )
             )
@@ -242,11 +252,42 @@ class LocalLlamaModel(ModelServer):
             ),
         )
 
+    def _constraints(self, request: ChatCompletionRequest) -> tuple[list[dict] | None, Grammar | None]:
+        """The tools to offer and the grammar the reply must follow, from ``tool_choice`` and
+        ``response_format`` (``ValueError``: a 400). A call that is required wins over a format."""
+        tools = _given(request.tools, None)
+        choice = request.tool_choice
+        if choice == "none":
+            return None, None  # no tools offered; no call parsed (see _choice)
+        if choice == "required" or isinstance(choice, dict):
+            name = None
+            if isinstance(choice, dict):
+                function = choice.get("function")
+                name = function.get("name") if isinstance(function, dict) else choice.get("name")
+                if choice.get("type") != "function" or not isinstance(name, str):
+                    raise ValueError(f"tool_choice: {choice!r} is not supported (a function by name, or a string)")
+            if not tools:
+                raise ValueError("tool_choice asks for a call, and the request has no tools")
+            return tools, tool_call_grammar(tools, name)
+        if choice not in (None, "auto"):
+            raise ValueError(f"tool_choice: {choice!r} is not one of 'auto', 'none', 'required' or a function")
+        fmt = request.response_format
+        if fmt is None or fmt.get("type") == "text":
+            return tools, None
+        if fmt.get("type") == "json_object":
+            return tools, json_schema_grammar({"type": "object"})
+        if fmt.get("type") == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict) or "schema" not in spec:
+                raise ValueError("response_format: a json_schema format needs json_schema.schema")
+            return tools, json_schema_grammar(spec["schema"], "response_format.json_schema.schema")
+        raise ValueError(f"response_format: type {fmt.get('type')!r} is not supported (text, json_object, json_schema)")
+
     def _choice(self, index: int, generation: Any, request: ChatCompletionRequest) -> ChatChoice:
         message = ChatMessage(
             role="assistant", content=generation.text if generation.text or not generation.tool_calls else None
         )
-        calls = generation.tool_calls
+        calls = [] if request.tool_choice == "none" else generation.tool_calls
         if request.parallel_tool_calls is False:
             calls = calls[:1]  # one call a turn at most: the first the model wrote
         if calls:

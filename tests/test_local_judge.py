@@ -9,6 +9,7 @@ import json
 
 from click.testing import CliRunner
 
+from gym_core.judge import label_verdict
 from gym_core.testing import running_servers
 
 from gym_cli.main import cli
@@ -51,5 +52,5 @@ def test_local_llama_judges_a_rollout_end_to_end(tmp_path):
     assert reply["object"] == "response" and reply["usage"]["output_tokens"] > 0
     text = "".join(part["text"] for item in reply["output"] if item["type"] == "message" for part in item["content"])
     assert text.strip()  # the local model answered; the verdict rule read this text
-    equal = "[[A=B]]" in text and ("[[A!=B]]" not in text or text.index("[[A=B]]") < text.index("[[A!=B]]"))
+    equal = label_verdict(text)  # the default (guarded) reading: the last label outside echoed data
     assert row["reward"] == (1.0 if equal else 0.0)

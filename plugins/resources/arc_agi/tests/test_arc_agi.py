@@ -74,7 +74,12 @@ class TestArcAgi(ResourcesServerTests):
         first_box = caller.post("/verify", body("\\boxed{[[1, 1]]} no: \\boxed{[[2, 2]]}")).json()
         bare = caller.post("/verify", body("[[3]] hmm, [[2, 2]]")).json()
         merged = caller.post("/verify", body("[[2, 2]]\n[[2, 2]]")).json()
-        assert (first_box["reward"], first_box["predicted_output"]) == (0.0, [[1, 1]])
+        # Two different boxed grids are a hedge (reason several_answers), not "the first one".
+        assert (first_box["reward"], first_box["predicted_output"], first_box["reason"]) == (
+            0.0,
+            None,
+            "several_answers",
+        )
         assert (bare["reward"], bare["predicted_output"]) == (0.0, [[3]])
         assert (merged["reward"], merged["extraction_successful"]) == (0.0, False)
 

@@ -20,6 +20,7 @@ from gym_arc_agi.verify import (
     grid_candidates,
     make_grader_pool,
     parse_grid,
+    several_grids,
 )
 
 # --- the graded text (ASSISTANT_TEXT_NL) ---------------------------------------------------------
@@ -247,3 +248,24 @@ async def test_agrade_on_a_closed_pool_raises():
         await agrade(" " * INLINE_MAX_CHARS + "[[1]]", [[1]], pool=closed, timeout_s=1.0)
     # Short texts never need the pool.
     assert await agrade("[[1]]", [[1]], pool=closed, timeout_s=1.0) == Verdict(1.0, [[1]], "correct")
+
+
+# --- hedges: several different boxed grids ----------------------------------------------------------
+
+
+def test_boxed_grids_that_differ_are_a_hedge_with_no_grid_whichever_comes_first():
+    expected = [[0, 0, 3], [0, 5, 0]]
+    # gym redteam's boxed_many_first: the right grid first, then wrong ones of the same shape.
+    hedge = "\\boxed{[[0, 0, 3], [0, 5, 0]]} \\boxed{[[1, 1, 4], [1, 6, 1]]} \\boxed{[[2, 2, 5], [2, 7, 2]]}"
+    assert several_grids(hedge)
+    assert grade(hedge, expected) == Verdict(0.0, None, "several_answers")
+    assert grade("\\boxed{[[9]]} then \\boxed{[[0, 0, 3], [0, 5, 0]]}", expected).reason == "several_answers"
+    # The reference's reading: the first boxed grid.
+    assert grade(hedge, expected, "reference") == Verdict(1.0, expected, "correct")
+
+
+def test_one_grid_boxed_twice_or_beside_bare_grids_is_one_answer():
+    expected = [[1, 2]]
+    assert grade("\\boxed{[[1, 2]]} so \\boxed{[[1,2]]}", expected).reward == 1.0
+    assert grade("From [[3, 4]] we get \\boxed{[[1, 2]]}", expected).reward == 1.0
+    assert not several_grids("\\boxed{[[1, 2]]} and \\boxed{[[1, [2]]]}")  # one of them does not parse

@@ -55,6 +55,7 @@ class ArcAgiServer(ResourcesServer):
             body.expected_output or [],
             pool=self.pool,
             timeout_s=self.config.verify_timeout_s,
+            several=self.config.several_answers,
         )
         return ArcAgiVerifyResponse(
             reward=verdict.reward,

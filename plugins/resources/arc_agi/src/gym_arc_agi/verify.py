@@ -5,6 +5,7 @@ Public API:
 - :func:`assistant_text` — the text that is graded (the assistant messages' text parts, joined
   by newlines, stripped);
 - :func:`extract_grid` — the first valid grid of a text, or None;
+- :func:`several_grids` — whether the boxed grids of a text differ (a hedge);
 - :func:`grade` — extract and compare with the expected grid, as a :class:`Verdict`;
 - :func:`agrade` — :func:`grade` for the event loop: long texts go to a
   :class:`gym_core.workers.WorkerPool` under a hard time limit;
@@ -56,6 +57,7 @@ __all__ = [
     "grid_candidates",
     "parse_grid",
     "extract_grid",
+    "several_grids",
     "grade",
     "agrade",
     "make_grader_pool",
@@ -133,7 +135,7 @@ class Verdict:
     """The outcome of grading one response.
 
     ``reason`` is one of ``"correct"``, ``"wrong"`` (a grid that differs), ``"no_grid"`` (nothing
-    parsed), ``"no_expected_output"`` (the task has no target grid: never rewarded),
+    parsed), ``"several_answers"`` (boxed grids that differ), ``"no_expected_output"`` (the task has no target grid: never rewarded),
     ``"timeout"`` (grading ran past its time limit) or ``"error"`` (the worker failed otherwise).
     """
 
@@ -146,10 +148,20 @@ class Verdict:
         return self.predicted_output is not None
 
 
-def grade(text: str, expected_output: Grid) -> Verdict:
+def several_grids(text: str) -> bool:
+    """Whether ``text`` hedges: two of its boxed grids parse to different grids."""
+    grids = {json.dumps(grid) for c in BOXED_GRID_RE.findall(text) if (grid := parse_grid(c)) is not None}
+    return len(grids) > 1
+
+
+def grade(text: str, expected_output: Grid, several: str = "reject") -> Verdict:
     """Reward 1.0 when the grid extracted from ``text`` equals ``expected_output`` exactly (same
     rows, same lengths, same values), else 0.0. An empty ``expected_output`` is never matched.
+    With ``several="reject"`` (the default) a text whose boxed grids differ (:func:`several_grids`)
+    has no grid (reason ``"several_answers"``); ``"reference"`` takes the first, as the reference.
     Runs in the calling thread with no time limit: use :func:`agrade` for model output."""
+    if several == "reject" and "\\boxed{" in text and several_grids(text):
+        return Verdict(0.0, None, "several_answers")
     predicted = extract_grid(text)
     if predicted is None:
         return Verdict(0.0, None, "no_grid")
@@ -166,14 +178,16 @@ def make_grader_pool(size: int | None = None, *, memory_limit_mb: int | None = 2
     return WorkerPool(size, time_limit_s=5.0, memory_limit_mb=memory_limit_mb, preload=[__name__])
 
 
-async def agrade(text: str, expected_output: Grid, *, pool: WorkerPool, timeout_s: float) -> Verdict:
+async def agrade(
+    text: str, expected_output: Grid, *, pool: WorkerPool, timeout_s: float, several: str = "reject"
+) -> Verdict:
     """:func:`grade` without blocking the event loop: a text longer than
     :data:`INLINE_MAX_CHARS` is graded in a worker of ``pool``, killed after ``timeout_s``
     seconds (reason ``"timeout"``, no grid)."""
     if len(text) <= INLINE_MAX_CHARS or "[" not in text:
-        return grade(text, expected_output)
+        return grade(text, expected_output, several)
     try:
-        return await pool.run(grade, text, expected_output, time_limit_s=timeout_s)
+        return await pool.run(grade, text, expected_output, several, time_limit_s=timeout_s)
     except WorkerPoolClosed:
         raise  # the server is shutting down: not a verdict on the answer
     except WorkerTimeout:

@@ -1,0 +1,21 @@
+"""Registers the ``repo`` resources server through gym's hooks.
+
+This module imports only gym_core and the config: `gym plugin list` loads it in every process that
+lists plugins, so the server (and whatever heavy library it needs) is named by a string and imported
+only by the process that runs it.
+"""
+
+from gym_core import hookimpl
+
+from gym_repo.config import RepoConfig
+
+
+@hookimpl
+def gym_register_servers(register):
+    register(
+        name="repo",
+        kind="resources",
+        server="gym_repo.server:RepoServer",
+        config=RepoConfig,
+        description="A repository and a terminal in the sandbox: fix a bug so that hidden tests pass",
+    )

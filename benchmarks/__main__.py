@@ -29,6 +29,7 @@ MEASUREMENTS = (
     "sandbox",
     "code_gen_throughput",
     "collect_memory",
+    "scale_100k",
     "local_llama_batch",
     "replicas",
     "trainer_overhead",
@@ -42,6 +43,10 @@ def _spread(block: dict[str, Any], key: str) -> str:
     if low is None or high is None or low == high:
         return str(block[key])
     return f"{block[key]} ({low}–{high})"
+
+
+def _round(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -106,6 +111,30 @@ def markdown(results: dict[str, Any]) -> str:
             "| --- | --- | --- |",
         ]
         lines += [f"| {name} | {mb} | {s['cpu_s'].get(name, '—')} |" for name, mb in s["peak_rss_mb"].items()] + [""]
+    if "scale_100k" in results:
+        s = results["scale_100k"]
+        lines += [
+            f"## {s['in_flight']:,} rollouts in flight (scale_100k)",
+            "",
+            f"One collector process (`gym collect`'s, its client settings), one rollout of each of "
+            f"{s['in_flight']:,} tasks ({s['input_mb']} MB of JSONL), all in flight; a minimal agent answers each "
+            f"`/run` after {s['delay_s']} s (its peak RSS {s['agent_peak_rss_mb']} MiB). {s['connections']:,} "
+            "connections to the agent: that many send at once, the others wait their turn. Rollout deadline "
+            f"{s['deadline_s']:g} s, shorter than the run: a deadline that counted the wait would fail the last "
+            f"rollouts. Goal: peak RSS under {s['goal_mb']} MB, no rollout failed.",
+            "",
+            "| collector | commit | peak RSS MiB | RSS before the run MiB | KiB per rollout in flight | peak in flight "
+            "| peak waiting | done | failed | s | rollouts/s | wait p99 s | latency p99 s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for name, r in s["runs"].items():
+            lines.append(
+                f"| {name} | {r['commit']} | {r['peak_rss_mb']} | {r['rss_before_mb']} | {r['kib_per_rollout']} "
+                f"| {r['peak_in_flight']} | {'—' if r['peak_queued'] is None else r['peak_queued']} | {r['done']} "
+                f"| {r['failed']} | {r['seconds']} | {r['rollouts_per_s']} | {_round(r['queue_p99_s'])} "
+                f"| {_round(r['latency_p99_s'])} |"
+            )
+        lines.append("")
     if "model_overhead" in results:
         m = results["model_overhead"]
         lines += [

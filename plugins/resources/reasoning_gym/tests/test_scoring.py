@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from gym_reasoning_gym.plugin import gym_aggregate_metrics, reasoning_gym_metrics
-from gym_reasoning_gym.scoring import extract_answer, generate_rows, parse_task_weights, score
+from gym_reasoning_gym.scoring import (
+    Score,
+    extract_answer,
+    generate_rows,
+    parse_task_weights,
+    score,
+    several_answers,
+)
 
 # --- extraction -------------------------------------------------------------------------------------
 
@@ -142,3 +149,23 @@ def test_metrics_per_task_and_failure_rates():
     assert m["reasoning_gym/timeout_rate"] == 0.25
     assert m["reasoning_gym/error_rate"] == 0.25
     assert gym_aggregate_metrics([]) is None
+
+
+# --- hedges: several different answers ------------------------------------------------------------
+
+LEGS = {"source_dataset": "leg_counting", "animals": {"giraffe": 13, "chicken": 3, "jellyfish": 11, "scorpion": 10}}
+
+
+def test_an_answer_boxing_several_guesses_is_not_scored():
+    # gym redteam's boxed_many_first: the right answer first, wrong ones after; the reference scores 1.
+    hedge = "\\boxed{ 138 } \\boxed{139} \\boxed{137} \\boxed{140} \\boxed{0}"
+    assert several_answers(hedge)
+    assert score("leg_counting", hedge, "legs?", "138", LEGS) == Score(0.0, None, "several_answers")
+    assert score("leg_counting", hedge, "legs?", "138", LEGS, several="reference").score == 1.0
+    tags = "<answer>139</answer> or <answer>138</answer>"
+    assert score("leg_counting", tags, "legs?", "138", LEGS).reason == "several_answers"
+
+
+def test_one_answer_given_twice_is_scored_and_tags_outrank_boxes():
+    assert score("leg_counting", "\\boxed{138} so \\boxed{ 138 }", "legs?", "138", LEGS).score == 1.0
+    assert not several_answers("\\boxed{1} \\boxed{2} <answer>138</answer>")  # the tag decides

@@ -6,7 +6,7 @@ description (``Meta(description=...)``) is what `gym plugin show reasoning_gym` 
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from msgspec import Meta
 
@@ -28,6 +28,14 @@ class ReasoningGymConfig(ServerConfig, kw_only=True):
     worker_memory_mb: Annotated[
         int, Meta(ge=256, description="address-space limit of each scoring worker (the library alone takes ~300 MB)")
     ] = 2048
+    several_answers: Annotated[
+        Literal["reject", "reference"],
+        Meta(
+            description="reject: an answer whose <answer> tags (or, without tags, boxes) differ is not scored: 0, "
+            "reason several_answers; reference: the last tag or first box is scored, as in the reference "
+            "(GAMEABLE: boxing several guesses, the right one first, scores 1)"
+        ),
+    ] = "reject"
     restore_tuple_grids: Annotated[
         bool,
         Meta(

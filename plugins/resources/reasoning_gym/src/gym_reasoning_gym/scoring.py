@@ -5,6 +5,7 @@ Public API (pure functions; the library is imported inside them, so importing th
 
 - :func:`extract_answer` — the answer in a model's text: the last ``<answer>…</answer>``, else
   the first ``\\boxed{…}`` (no nested braces), else the whole text, stripped;
+- :func:`several_answers` — whether a text's answers differ (a hedge, not scored);
 - :func:`score` — extract and score in one call (:class:`Score`: score, extracted answer, reason);
   module level and picklable, so the server runs it in a :class:`gym_core.workers.WorkerPool`;
 - :func:`warm_scorers` — build every task's scorer once (the pool's initializer);
@@ -38,6 +39,7 @@ __all__ = [
     "oracle_conformance",
     "parse_task_weights",
     "score",
+    "several_answers",
     "task_names",
     "warm_scorers",
 ]
@@ -77,6 +79,13 @@ def extract_answer(text: str) -> str:
     if boxed:
         return boxed.group(1).strip()
     return text.strip()
+
+
+def several_answers(text: str) -> bool:
+    """Whether ``text`` hedges: the answers that extraction reads from (its ``<answer>`` tags, or
+    when it has none its ``\\boxed{}`` contents) say two different things once stripped."""
+    answers = _ANSWER_TAG.findall(text) or _BOXED.findall(text)
+    return len({answer.strip() for answer in answers}) > 1
 
 
 _scorers: dict[str, Callable[..., Any]] = {}
@@ -125,12 +134,17 @@ def score(
     answer: str | None,
     metadata: Mapping[str, Any],
     restore_tuple_grids: bool = False,
+    several: str = "reject",
 ) -> Score:
     """Extract the answer from ``text`` and score it with ``task``'s own scorer on the entry
     ``{question, answer, metadata}``. Any exception of the library (an unknown task, a scorer that
     raises on this answer) gives 0.0 with reason ``"error"``, as in the reference.
     ``restore_tuple_grids`` turns ``metadata.output`` back into a tuple of tuples for
-    :data:`TUPLE_GRID_TASKS`, so that a right grid scores 1.0 rather than the reference's 0.05."""
+    :data:`TUPLE_GRID_TASKS`, so that a right grid scores 1.0 rather than the reference's 0.05.
+    With ``several="reject"`` (the default) a text whose answers differ (:func:`several_answers`) is
+    not scored: 0.0, reason ``"several_answers"``; ``"reference"`` scores the one extraction picks."""
+    if several == "reject" and several_answers(text):
+        return Score(0.0, None, "several_answers")
     extracted = extract_answer(text)
     metadata = dict(metadata)
     if restore_tuple_grids and task in TUPLE_GRID_TASKS:

@@ -68,7 +68,13 @@ class ReasoningGymServer(ResourcesServer):
             raise ToolError(f"{self.name}: metadata.source_dataset must name a reasoning-gym task", 422)
         text = output_text(body.response)
         result = await self._score(
-            task, text, body.question, body.answer, body.metadata, self.config.restore_tuple_grids
+            task,
+            text,
+            body.question,
+            body.answer,
+            body.metadata,
+            self.config.restore_tuple_grids,
+            self.config.several_answers,
         )
         return ReasoningGymVerifyResponse(
             reward=result.score,

@@ -142,6 +142,7 @@ def test_fixed_renumbers_ids_consistently_and_zeroes_times():
     row = {
         "task_index": 0,
         "latency_s": 1.234,
+        "queue_s": 0.001,  # only in rows whose rollout waited for a slot: left out
         "took": {"seconds": 2.5},
         "note": f"see {a}",
         "response": {
@@ -156,4 +157,5 @@ def test_fixed_renumbers_ids_consistently_and_zeroes_times():
     assert new["response"]["id"] == two and [o.get("call_id") for o in new["response"]["output"][:2]] == [one, one]
     assert new["response"]["output"][2] == {"id": "fc_0", "created": 0}  # not a generated id: kept
     assert (new["latency_s"], new["took"]["seconds"], new["response"]["created_at"]) == (0.0, 0.0, 0.0)
+    assert "queue_s" not in new
     assert row["latency_s"] == 1.234  # the row given is left as it was

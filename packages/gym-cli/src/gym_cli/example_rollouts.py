@@ -262,13 +262,14 @@ def scripted_task(row: Mapping[str, Any], turns: Sequence[Mapping[str, Any]]) ->
 # An id as gym_core.schemas.new_id makes them: a prefix and 128 random bits in hex.
 _ID = re.compile(r"\b([a-z]+)_([0-9a-f]{32})\b")
 _TIMESTAMPS = frozenset({"created_at", "created"})
+QUEUE_FIELD = "queue_s"
 
 
 def fixed(row: dict[str, Any], timings: Sequence[str] = ()) -> dict[str, Any]:
     """``row`` made reproducible: each generated id renumbered (``msg_000…01``, in order of first
     appearance, the same id the same number wherever it occurs in the row, inside strings too),
     ``created_at`` and ``created`` 0, ``latency_s`` and the fields named in ``timings`` (dotted
-    paths) 0.0 where the row has them."""
+    paths) 0.0 where the row has them, ``queue_s`` left out."""
     numbers: dict[str, int] = {}
 
     def renumber(match: re.Match[str]) -> str:
@@ -294,6 +295,7 @@ def fixed(row: dict[str, Any], timings: Sequence[str] = ()) -> dict[str, Any]:
             holder = holder.get(key) if isinstance(holder, dict) else None
         if isinstance(holder, dict) and isinstance(holder.get(last), (int, float)):
             holder[last] = 0.0
+    new.pop(QUEUE_FIELD, None)  # the collector's wait for a slot: only rows that waited have it
     return new
 
 

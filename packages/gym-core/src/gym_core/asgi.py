@@ -45,6 +45,7 @@ __all__ = [
     "JSONRoutes",
     "JSONRouteTable",
     "DEFAULT_BODY_TIMEOUT_S",
+    "ConnectionLimits",
     "SESSION_SCOPE_KEY",
 ]
 
@@ -76,6 +77,25 @@ def build_stack(
     return BodyTimeout(app, body_timeout_s)
 
 
+# --- the connection bounds -------------------------------------------------------------------------
+
+
+class ConnectionLimits(NamedTuple):
+    """How long a connection may hold a server without a request, and how many it may hold at once
+    (the options of the same names every server has: :class:`gym_core.options.ServerConfig`).
+    Not a layer: uvicorn enforces them (:func:`gym_core.serving.uvicorn_config`), reading them from
+    the app's ``connection_limits`` (:meth:`gym_core.servers.GymServer.build_app` sets it)."""
+
+    header_timeout_s: float = 10.0
+    idle_timeout_s: float = 75.0
+    max_connections: int = 10_000
+
+    @classmethod
+    def of(cls, options: Any) -> ConnectionLimits:
+        """The limits a server's options (a :class:`~gym_core.options.ServerConfig`) set."""
+        return cls(options.header_timeout_s, options.idle_timeout_s, options.max_connections)
+
+
 # --- the request body's time bound ----------------------------------------------------------------
 
 
@@ -88,6 +108,8 @@ class BodyTimeout:
     forever. The bound is on each wait for the next chunk, so a large body that keeps coming is fine;
     once the body is complete, ``receive`` (waiting for a disconnect) is not bounded.
     """
+
+    connection_limits: ConnectionLimits | None = None  # the served app's, when it is outermost
 
     def __init__(self, app: Any, timeout_s: float = DEFAULT_BODY_TIMEOUT_S):
         self.app = app
@@ -161,7 +183,8 @@ _UNAUTHORIZED = (
 
 class BearerAuth:
     """ASGI middleware refusing (401) HTTP requests without the run's bearer token (the token's
-    life cycle is in :mod:`gym_core.auth`)."""
+    life cycle is in :mod:`gym_core.auth`). The refusal closes the connection: a caller without the
+    token holds none longer than it takes to send one request's head."""
 
     def __init__(self, app: Any, token: str):
         self.app = app
@@ -179,6 +202,7 @@ class BearerAuth:
                             (b"content-type", b"application/json"),
                             (b"www-authenticate", b'Bearer realm="gym"'),
                             (b"content-length", str(len(_UNAUTHORIZED)).encode()),
+                            (b"connection", b"close"),
                         ],
                     }
                 )

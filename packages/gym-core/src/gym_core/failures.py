@@ -54,7 +54,8 @@ __all__ = [
     "RELAYED_REFUSAL",
     # the rows, by type
     "UNAUTHORIZED", "INVALID_SESSION", "SESSION_EXPIRED", "VALIDATION_ERROR", "DECODE_ERROR", "TOOL_ERROR",
-    "UNKNOWN_TOOL", "BODY_TIMEOUT", "NOT_READY", "INTERNAL_ERROR", "DEADLINE_EXCEEDED", "INFRASTRUCTURE_ERROR",
+    "UNKNOWN_TOOL", "BODY_TIMEOUT", "HEADER_TIMEOUT", "NOT_READY", "TOO_MANY_CONNECTIONS", "INTERNAL_ERROR",
+    "DEADLINE_EXCEEDED", "INFRASTRUCTURE_ERROR",
     "JUDGE_FAILED", "SANDBOX_FAILED", "UPSTREAM_TIMEOUT", "UPSTREAM_UNAVAILABLE", "UPSTREAM_ERROR", "UPSTREAM_REFUSED",
     "MODEL_OVERLOADED", "SERVER_UNAVAILABLE", "SERVER_TIMEOUT",
 ]  # fmt: skip
@@ -166,7 +167,21 @@ UNKNOWN_TOOL = _row(
 BODY_TIMEOUT = _row(
     "body_timeout", 408, "any gym server", "----", "the request body did not arrive within `body_timeout_s`"
 )
+HEADER_TIMEOUT = _row(
+    "header_timeout",
+    408,
+    "any gym server",
+    "----",
+    "the request line and headers did not arrive within `header_timeout_s` (the connection is closed)",
+)
 NOT_READY = _row("not_ready", 503, "any gym server", "-cer", "the server is still starting (`GET /ready`)")
+TOO_MANY_CONNECTIONS = _row(
+    "too_many_connections",
+    503,
+    "any gym server",
+    "-cer",
+    "the server holds `max_connections` connections already (`retry-after: 1`; the connection is closed)",
+)
 INTERNAL_ERROR = _row(
     "internal_error",
     500,
@@ -250,7 +265,7 @@ SERVER_TIMEOUT = _row(
 
 TABLE: tuple[Failure, ...] = (
     UNAUTHORIZED, INVALID_SESSION, SESSION_EXPIRED, VALIDATION_ERROR, DECODE_ERROR, TOOL_ERROR, UNKNOWN_TOOL,
-    BODY_TIMEOUT, NOT_READY, INTERNAL_ERROR, DEADLINE_EXCEEDED,
+    BODY_TIMEOUT, HEADER_TIMEOUT, NOT_READY, TOO_MANY_CONNECTIONS, INTERNAL_ERROR, DEADLINE_EXCEEDED,
     INFRASTRUCTURE_ERROR, JUDGE_FAILED, SANDBOX_FAILED,
     UPSTREAM_TIMEOUT, UPSTREAM_UNAVAILABLE, UPSTREAM_ERROR, UPSTREAM_REFUSED, MODEL_OVERLOADED,
     SERVER_UNAVAILABLE, SERVER_TIMEOUT,

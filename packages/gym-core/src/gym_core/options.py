@@ -101,6 +101,21 @@ class ServerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             description="a request body that stops arriving for this long is answered 408 and its connection closed, seconds",
         ),
     ] = 60.0
+    header_timeout_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="a connection's request line and headers must arrive within this long of its opening "
+            "(or of a request's first byte on a kept-alive connection), else it is closed, seconds",
+        ),
+    ] = 10.0
+    idle_timeout_s: Annotated[
+        float, Meta(gt=0, description="a kept-alive connection idle this long between requests is closed, seconds")
+    ] = 75.0
+    max_connections: Annotated[
+        int,
+        Meta(ge=1, description="connections open at once; one more is answered 503 (retry-after: 1) and closed"),
+    ] = 10_000
     session_ttl_s: Annotated[float, Meta(gt=0, description="idle time after which a session's state is dropped")] = (
         3600.0
     )

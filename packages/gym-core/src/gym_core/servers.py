@@ -29,7 +29,7 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 from litestar.handlers import HTTPRouteHandler
 
-from gym_core.asgi import SESSION_SCOPE_KEY, JSONRouteTable, build_stack
+from gym_core.asgi import SESSION_SCOPE_KEY, ConnectionLimits, JSONRouteTable, build_stack
 from gym_core.client import ServerClient
 from gym_core.convert import (
     chat_completion_to_response,
@@ -236,7 +236,8 @@ class GymServer:
     def build_app(self) -> Any:
         """The ASGI application serving this server: Litestar under gym's layers (the body's time
         bound, the run's token check when the config has one, sessions, the JSON routes), stacked by
-        :func:`gym_core.asgi.build_stack`."""
+        :func:`gym_core.asgi.build_stack`, with this server's connection bounds as its
+        ``connection_limits`` (:class:`gym_core.asgi.ConnectionLimits`)."""
         handlers = self.routes()
         app = Litestar(
             route_handlers=handlers,
@@ -254,13 +255,17 @@ class GymServer:
             for path in handler.paths
             if "{" not in path
         }
-        return build_stack(
+        stack = build_stack(
             app,
             token=self.global_config.auth_token if self.global_config is not None else None,
             body_timeout_s=self.config.body_timeout_s,
             sessions=(self.cookie_name, self._signer),
             json_routes=JSONRouteTable(routes, self.name, self.config.max_body_bytes, self._handle_exception),
         )
+        # The connection bounds come with the app too: however it is served (gym run, a thread),
+        # gym_core.serving.uvicorn_config reads them from here.
+        stack.connection_limits = ConnectionLimits.of(self.config)
+        return stack
 
     def _handle_exception(self, request: Request, exc: Exception) -> Response:
         # Clients get one clear line; tracebacks stay in this server's log.

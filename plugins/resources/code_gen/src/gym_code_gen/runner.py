@@ -41,7 +41,6 @@ import signal
 import socket
 import sys
 import time
-import traceback
 
 MODULES = (
     "string re datetime collections heapq bisect copy math random statistics itertools functools "
@@ -154,23 +153,40 @@ def _error(exc):
     return f"{type(exc).__name__}: {exc}".replace("\n", " ")[:500]
 
 
+_COMPILED = None  # in the zygote: the program compiled once (its code, or what compiling it raised)
+
+
+def _compile(source, wrapped):
+    if isinstance(_COMPILED, BaseException):
+        raise _COMPILED
+    if _COMPILED is not None:
+        return _COMPILED
+    return compile(wrap(source) if wrapped else source, "solution.py", "exec")
+
+
+def _print_exception():
+    import traceback  # imported by the zygote already
+
+    traceback.print_exc()
+
+
 def run_stdin(source, reference):
     try:
         if reference:
             data = sys.stdin.read()
             namespace = _namespace("solution")
-            code = compile(wrap(source), "solution.py", "exec")
+            code = _compile(source, wrapped=True)
             _mock_stdin(data, namespace)
             exec(code, namespace)
             if WRAPPER in namespace:
                 namespace[WRAPPER]()
         else:
             namespace = _namespace("__main__")
-            exec(compile(source, "solution.py", "exec"), namespace)
+            exec(_compile(source, wrapped=False), namespace)
     except SystemExit:
         pass
     except BaseException as exc:
-        traceback.print_exc()
+        _print_exception()
         _report("error", _error(exc))
         _flush()
         os._exit(1)
@@ -192,7 +208,7 @@ def run_call(source, fn_name, timeout):
     sys.stdout = sys.stderr
 
     def fail(exc):
-        traceback.print_exc()
+        _print_exception()
         _report("error", _error(exc))
         _flush()
         os._exit(0)
@@ -200,7 +216,7 @@ def run_call(source, fn_name, timeout):
     try:
         namespace = _namespace("solution")
         _alarm(timeout)
-        exec(compile(source, "solution.py", "exec"), namespace)
+        exec(_compile(source, wrapped=False), namespace)
         if "class Solution" in source:
             function = getattr(namespace["Solution"](), fn_name)
         else:
@@ -260,7 +276,6 @@ def _test_process(source, config, stdin_fd, out_w, err_w, report_w):
     import random
 
     random.seed()  # as a fresh interpreter would: the zygote's state is not shared by every test
-    _more_stack()
     if config["mode"] == "stdin":
         run_stdin(source, config["reference"])
     else:
@@ -275,8 +290,17 @@ def _zygote(channel, source, config):
     for fd in (0, 1, 2):  # nothing of the driver's standard streams: not its input, not the server's channel
         os.dup2(devnull, fd)
     os.close(devnull)
-    global _TEMPLATE
+    global _TEMPLATE, _COMPILED
+    import traceback  # noqa: F401  (before any program: its import reads files, which a test's mocked open() would answer)
+
+    _more_stack()  # inherited by every test process
     _TEMPLATE = _namespace("solution")  # the prelude run once: its modules imported, its names bound
+    try:  # the program compiled once (a syntax error is raised in each test, as compiling it there would)
+        _COMPILED = compile(
+            wrap(source) if config["mode"] == "stdin" and config["reference"] else source, "solution.py", "exec"
+        )
+    except BaseException as exc:
+        _COMPILED = exc
     import gc
 
     gc.freeze()  # what exists now is never collected: a test's collections do not touch (copy) its pages

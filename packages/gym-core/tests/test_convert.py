@@ -415,3 +415,19 @@ def test_no_output_format_stays_unset_both_ways():
     assert b"response_format" not in msgspec.json.encode(request)
     params = chat_to_create_params(request)
     assert params.text is None and params.reasoning is None
+
+
+def test_logprobs_requests_and_results_convert_both_ways():
+    params = decode_create_params({"input": "x", "include": ["message.output_text.logprobs"], "top_logprobs": 2})
+    chat = create_params_to_chat(params)
+    assert (chat.logprobs, chat.top_logprobs) == (True, 2)
+    back = chat_to_create_params(chat)
+    assert (back.include, back.top_logprobs) == (["message.output_text.logprobs"], 2)
+    entries = [{"token": "hi", "logprob": -0.5, "bytes": [104, 105], "top_logprobs": []}]
+    completion = ChatCompletion(
+        choices=[
+            ChatChoice(index=0, message=ChatMessage(role="assistant", content="hi"), logprobs={"content": entries})
+        ]
+    )
+    part = chat_completion_to_response(completion).output[0].content[0]
+    assert isinstance(part, OutputText) and part.logprobs == entries

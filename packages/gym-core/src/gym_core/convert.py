@@ -11,6 +11,8 @@ Shape mapping:
   assistant text just before them, as chat APIs emit them);
 - ``function_call_output`` ⇄ a ``tool`` message;
 - ``reasoning`` ⇄ ``reasoning_content`` on the next assistant message;
+- ``include: ["message.output_text.logprobs"]`` and ``top_logprobs`` ⇄ ``logprobs: true`` and
+  ``top_logprobs``; a choice's ``logprobs.content`` ⇄ the output text's ``logprobs``;
 - ``text.format`` ⇄ ``response_format`` (a JSON schema's ``name``, ``schema``, ``strict`` and
   ``description`` are nested under ``json_schema`` in chat), ``text.verbosity`` ⇄ ``verbosity``,
   ``reasoning.effort`` ⇄ ``reasoning_effort``.
@@ -61,6 +63,8 @@ __all__ = [
 ]
 
 _TRAINING_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+#: The Responses ``include`` entry that asks for the output text's log-probs.
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
 def _content_text(content: Any) -> str:
@@ -188,6 +192,9 @@ def create_params_to_chat(params: ResponseCreateParams) -> ChatCompletionRequest
         request.verbosity = params.text.get("verbosity")
     if params.reasoning is not None:
         request.reasoning_effort = params.reasoning.effort
+    if LOGPROBS_INCLUDE in (params.include or []) or params.top_logprobs is not None:
+        request.logprobs = True
+        request.top_logprobs = params.top_logprobs
     request.return_token_ids = params.return_token_ids
     return request
 
@@ -253,6 +260,9 @@ def chat_to_create_params(request: ChatCompletionRequest) -> ResponseCreateParam
     params.text = text_options or None
     if request.reasoning_effort is not None:
         params.reasoning = ReasoningConfig(effort=request.reasoning_effort)
+    if request.logprobs is True:
+        params.include = [LOGPROBS_INCLUDE]
+        params.top_logprobs = request.top_logprobs
     params.return_token_ids = request.return_token_ids
     return params
 
@@ -271,9 +281,10 @@ def chat_completion_to_response(completion: ChatCompletion, params: ResponseCrea
             output.append(Reasoning(id=new_id("rs"), summary=[SummaryText(text=msg.reasoning_content)]))
         text = _content_text(msg.content)
         if text or not msg.tool_calls:
-            output.append(
-                Message(id=new_id("msg"), role="assistant", status="completed", content=[OutputText(text=text)])
-            )
+            part = OutputText(text=text)
+            if isinstance(choice.logprobs, dict) and isinstance(choice.logprobs.get("content"), list):
+                part.logprobs = choice.logprobs["content"]  # the same entries: token, logprob, bytes, top_logprobs
+            output.append(Message(id=new_id("msg"), role="assistant", status="completed", content=[part]))
         for call in msg.tool_calls or []:
             output.append(
                 FunctionCall(

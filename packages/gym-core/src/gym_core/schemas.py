@@ -227,6 +227,10 @@ class ResponseCreateParams(_Wire, kw_only=True):
     # Output format: ``{"format": {"type": "json_schema", "name": ..., "schema": ...}, "verbosity": ...}``
     # (chat completions' ``response_format`` and ``verbosity``).
     text: dict[str, Any] | None = None
+    # Extra output: ``"message.output_text.logprobs"`` asks for the output text's log-probs, with
+    # ``top_logprobs`` alternatives at each token (chat completions' ``logprobs``/``top_logprobs``).
+    include: list[str] | None = None
+    top_logprobs: int | None = None
     # gym extension: ask generated items for token ids and log-probs (training).
     return_token_ids: bool | None = None
 

@@ -174,3 +174,31 @@ async def test_a_bad_tool_choice_or_format_is_a_400_naming_it(client):
         await client.chat.completions.create(
             model="m", messages=HELLO, response_format={"type": "json_schema", "json_schema": {"name": "x"}}
         )
+
+
+async def test_top_logprobs_on_both_endpoints(client):
+    completion = await client.chat.completions.create(
+        model="m", messages=HELLO, temperature=0, max_tokens=5, logprobs=True, top_logprobs=3
+    )
+    entries = completion.choices[0].logprobs.content
+    assert len(entries) == completion.usage.completion_tokens
+    for entry in entries:
+        assert len(entry.top_logprobs) == 3
+        values = [alt.logprob for alt in entry.top_logprobs]
+        assert values == sorted(values, reverse=True) and values[0] <= 0
+        # Greedy: the sampled token is the most likely one.
+        assert (entry.token, entry.logprob) == (entry.top_logprobs[0].token, values[0])
+    response = await client.responses.create(
+        model="m",
+        input="Say hello.",
+        temperature=0,
+        max_output_tokens=5,
+        include=["message.output_text.logprobs"],
+        top_logprobs=2,
+    )
+    logprobs = response.output[0].content[0].logprobs
+    assert len(logprobs) == response.usage.output_tokens
+    assert all(len(entry.top_logprobs) == 2 for entry in logprobs)
+    assert [e.token for e in logprobs] == [e.token for e in entries]
+    with pytest.raises(openai.BadRequestError, match="'top_logprobs'"):
+        await client.chat.completions.create(model="m", messages=HELLO, top_logprobs=2, max_tokens=2)

@@ -24,11 +24,11 @@ def top_log_probs(logits: np.ndarray, k: int) -> list[tuple[int, float]]:
     (ties: lower id first)."""
     x = logits.astype(np.float64)
     m = float(x.max())
-    norm = m + float(np.log(np.exp(x - m).sum()))
+    lse = float(np.log(np.exp(x - m).sum()))  # as log_softmax_at computes it: the same numbers
     k = min(k, x.size)
     ids = np.argpartition(-x, k - 1)[:k]
     ids = ids[np.lexsort((ids, -x[ids]))]
-    return [(int(i), float(x[i] - norm)) for i in ids]
+    return [(int(i), float(x[i] - m - lse)) for i in ids]
 
 
 _NUCLEUS_CANDIDATES = 256

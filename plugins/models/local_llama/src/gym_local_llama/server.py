@@ -138,6 +138,7 @@ class LocalLlamaModel(ModelServer):
             "n",
             "tool_choice",
             "response_format",
+            "top_logprobs",
         }
     )
 
@@ -221,6 +222,10 @@ class LocalLlamaModel(ModelServer):
             return_token_ids=want_ids or want_logprobs,
             return_logprobs=want_logprobs,
         )
+        top = _given(request.top_logprobs, 0)
+        if top and request.logprobs is not True:
+            raise HTTPException(status_code=400, detail=f"{self.name}: 'top_logprobs' needs 'logprobs': true")
+        settings["top_logprobs"] = top if request.logprobs is True else 0
         try:
             tools, grammar = self._constraints(request)
         except ValueError as exc:
@@ -302,20 +307,32 @@ class LocalLlamaModel(ModelServer):
         logprobs = None
         if request.logprobs is True and generation.generation_token_ids is not None:
             logprobs = {
-                "content": self._logprob_entries(generation.generation_token_ids, generation.generation_log_probs)
+                "content": self._logprob_entries(
+                    generation.generation_token_ids,
+                    generation.generation_log_probs,
+                    generation.generation_top_logprobs,
+                )
             }
         return ChatChoice(index=index, message=message, finish_reason=generation.finish_reason, logprobs=logprobs)
 
-    def _logprob_entries(self, token_ids: list[int], logprobs: list[float] | None) -> list[dict[str, Any]]:
-        entries = []
-        for token_id, logprob in zip(token_ids, logprobs or [0.0] * len(token_ids)):
+    def _logprob_entries(
+        self,
+        token_ids: list[int],
+        logprobs: list[float] | None,
+        top: list[list[tuple[int, float]]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """OpenAI's log-prob entries (the same shape in chat ``logprobs.content`` and Responses
+        ``output_text.logprobs``): each sampled token, its log-prob and its ``top_logprobs``
+        alternatives (the most likely tokens at that step, under the model's raw distribution)."""
+
+        def entry(token_id: int, logprob: float) -> dict[str, Any]:
             piece = self.engine.llm.detokenize([token_id])
-            entries.append(
-                {
-                    "token": piece.decode("utf-8", errors="replace"),
-                    "logprob": logprob,
-                    "bytes": list(piece),
-                    "top_logprobs": [],
-                }
+            return {"token": piece.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(piece)}
+
+        alternatives = top or [[] for _ in token_ids]
+        return [
+            {**entry(token_id, logprob), "top_logprobs": [entry(i, lp) for i, lp in candidates]}
+            for token_id, logprob, candidates in zip(
+                token_ids, logprobs or [0.0] * len(token_ids), alternatives, strict=True
             )
-        return entries
+        ]

@@ -49,6 +49,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "packages/gym-cli/tests/test_run.py::test_kill_9_takes_the_servers_down_and_the_next_run_on_the_same_ports_starts",
         "packages/gym-cli/tests/test_run.py::test_a_server_killed_after_start_up_comes_back_on_its_port_and_status_shows_the_restart",
         "packages/gym-cli/tests/test_run.py::test_when_the_restart_budget_is_spent_gym_run_exits_1_naming_the_server",
+        "packages/gym-cli/tests/test_run.py::test_a_config_of_a_megabyte_starts_and_never_shows_in_the_environment_or_ps",
         "packages/gym-cli/tests/test_collect.py::test_kill_9_midway_loses_nothing",
         "packages/gym-cli/tests/test_collect.py::test_kill_9_of_a_server_mid_collection_ends_with_every_rollout_once_in_one_run",
         "packages/gym-cli/tests/test_collect.py::test_sessions_lost_in_a_restart_are_retried_not_scored",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,15 +29,17 @@ RUN_S = 0.3  # each /run's answer takes this long
 class CountedTasks(Sequence[dict[str, Any]]):
     """Tasks that count how many were read: a waiting rollout must not have read its own."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, read_s: float = 0.0):
         self.n = n
         self.read = 0
+        self.read_s = read_s  # how long reading one takes (a long task decoded)
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, index):  # type: ignore[override]
         self.read += 1
+        time.sleep(self.read_s)
         return {"responses_create_params": {"input": f"task {index}"}}
 
 
@@ -66,16 +69,16 @@ def slow_agent(seen: list[dict[str, Any]], summary: CollectSummary, tasks: Count
 
 
 def collect(
-    tmp_path: Path, n: int, parallel: int, timeout_s: float
+    tmp_path: Path, n: int, parallel: int, timeout_s: float, connections: int = 1, read_s: float = 0.0
 ) -> tuple[CollectSummary, list[dict], list[dict], list[dict[str, Any]]]:
-    tasks = CountedTasks(n)
+    tasks = CountedTasks(n, read_s)
     summary = CollectSummary(total=n)
     seen: list[dict[str, Any]] = []
     options = CollectOptions(
         tmp_path / "out.jsonl", tmp_path / "failures.jsonl", "agent", parallel=parallel, rollout_timeout_s=timeout_s
     )
-    # One connection to the agent: the rollouts of the window send one at a time.
-    config = ClientConfig(max_attempts=1, timeout_s=timeout_s, deadline_s=timeout_s, pool_limit_per_host=1)
+    # One connection to the agent (by default): the rollouts of the window send one at a time.
+    config = ClientConfig(max_attempts=1, timeout_s=timeout_s, deadline_s=timeout_s, pool_limit_per_host=connections)
 
     async def go(url: str) -> None:
         async with ServerClient(urls={"agent": url}, config=config) as client:
@@ -115,3 +118,13 @@ def test_waiting_rollouts_hold_their_pair_not_their_task(tmp_path):
     assert (first["in_flight"], first["queued"], first["tasks_read"]) == (6, 5, 1), first
     assert [s["tasks_read"] for s in seen] == [1, 2, 3, 4, 5, 6]  # each read when its turn came
     assert (summary.in_flight, summary.queued) == (0, 0)
+
+
+def test_a_rollout_that_did_not_wait_records_no_wait(tmp_path):
+    """As many in flight as connections: no rollout waits, so no row has queue_s, however long its
+    task takes to read (20 ms here: reading is the rollout's own work, not a wait)."""
+    summary, rows, failures, _ = collect(tmp_path, n=4, parallel=2, timeout_s=30.0, connections=2, read_s=0.02)
+    assert len(rows) == 4 and failures == []
+    assert [row for row in rows if "queue_s" in row] == []
+    assert summary.queue.count == 4 and (summary.queue.max or 0) < 0.001
+    assert "queued" not in describe_progress(progress_event(summary, "done"))

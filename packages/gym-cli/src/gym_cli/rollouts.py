@@ -832,47 +832,59 @@ async def run_window(
     handle: Callable[[T, float], Awaitable[None]],
     on_count: Callable[[int, int], None] = lambda in_flight, waiting: None,
 ) -> None:
-    """Await ``handle(item, taken)`` for each of ``items`` with ``parallel`` of them in flight: at
+    """Await ``handle(item, waited_s)`` for each of ``items`` with ``parallel`` of them in flight: at
     most ``workers`` handled at once, the others waiting their turn in order, each held as the item
-    and when it was taken (``time.monotonic()``, passed as ``taken``: its wait starts there) rather
-    than as a coroutine. ``items`` is consumed lazily, ``parallel`` ahead at most. Workers start
-    :data:`START_BATCH` per event-loop turn. ``on_count(in_flight, waiting)`` follows each change.
-    The first exception a handler raises cancels the others and is raised."""
+    and when it was taken (``time.monotonic()``) rather than as a coroutine; ``waited_s`` is how long
+    it waited for a worker (exactly 0.0 for an item a free worker took at once). ``items`` is
+    consumed lazily, ``parallel`` ahead at most. Workers start :data:`START_BATCH` per event-loop
+    turn. ``on_count(in_flight, waiting)`` follows each change. The first exception a handler raises
+    cancels the others and is raised."""
     source = iter(items)
     parallel = max(1, parallel)
+    busy = max(1, min(workers, parallel))  # workers that run items
     waiting: collections.deque[tuple[T, float]] = collections.deque()
-    in_flight = 0
+    running = 0
     exhausted = False
     stopped = False  # a worker ended: the items ran out, or a handler failed
 
     def take() -> tuple[T, float] | None:
-        nonlocal in_flight, exhausted
-        if not exhausted and in_flight < parallel:
-            now = time.monotonic()
-            before = in_flight
-            for item in itertools.islice(source, parallel - in_flight):
-                waiting.append((item, now))
-                in_flight += 1
-            exhausted = in_flight - before < parallel - before
-        entry = waiting.popleft() if waiting else None
-        on_count(in_flight, len(waiting))
+        """The next item for a worker (the first waiting, else the next of ``items``) and its wait;
+        once every worker is busy, the rest of the window taken to wait its turn."""
+        nonlocal running, exhausted
+        now = time.monotonic()
+        entry = None
+        if waiting:
+            item, taken = waiting.popleft()
+            entry = item, now - taken
+        elif not exhausted:
+            for item in itertools.islice(source, 1):
+                entry = item, 0.0  # a free worker took it at once
+            exhausted = entry is None
+        if entry is not None:
+            running += 1
+        room = parallel - running - len(waiting)
+        if running >= busy and room > 0 and not exhausted:
+            before = len(waiting)
+            waiting.extend((item, now) for item in itertools.islice(source, room))
+            exhausted = len(waiting) - before < room
+        on_count(running + len(waiting), len(waiting))
         return entry
 
     async def worker() -> None:
-        nonlocal stopped, in_flight
+        nonlocal stopped, running
         try:
             while (entry := take()) is not None:  # one event loop: workers take turns, never at once
                 try:
                     await handle(*entry)
                 finally:
-                    in_flight -= 1
-                    on_count(in_flight, len(waiting))
+                    running -= 1
+                    on_count(running + len(waiting), len(waiting))
         finally:
             stopped = True
 
     started: list[asyncio.Task[None]] = []
     try:
-        while len(started) < max(1, min(workers, parallel)) and not stopped:
+        while len(started) < busy and not stopped:
             started.append(asyncio.create_task(worker()))
             if len(started) % START_BATCH == 0:
                 await asyncio.sleep(0)  # let the started ones send, and the loop see their answers
@@ -917,13 +929,13 @@ async def run_parallel(items: Iterable[T], parallel: int, handle: Callable[[T], 
 
 
 class _RolloutClock:
-    """When a rollout was taken (its turn awaited from then) and when its first request was sent
-    (its deadline counted from then; None until it is)."""
+    """How long a rollout waited for its turn (for a worker, then for a connection to its agent) and
+    when its first request was sent (its deadline counted from then; None until it is)."""
 
-    __slots__ = ("taken", "sent")
+    __slots__ = ("waited", "sent")
 
-    def __init__(self, taken: float):
-        self.taken = taken
+    def __init__(self, waited: float):
+        self.waited = waited
         self.sent: float | None = None
 
     def deadline(self, timeout_s: float) -> float:
@@ -961,11 +973,14 @@ async def collect_rollouts(
             gate = gates.get(agent)
             if gate is None:  # an agent no task named up front (a list of tasks changed since): its own gate
                 gate = gates[agent] = asyncio.Semaphore(connection_limit(client, agent))
+            wait_from = time.monotonic() if gate.locked() else None
             async with gate:  # a connection to the agent is free: this request waits for nothing else
                 now = time.monotonic()
                 if clock.sent is None:  # the rollout's first request: its deadline starts now
                     clock.sent = now
-                    summary.queue.add(now - clock.taken)
+                    if wait_from is not None:
+                        clock.waited += now - wait_from
+                    summary.queue.add(clock.waited)
                 left = clock.deadline(options.rollout_timeout_s) - now
                 if left <= 0:
                     raise ServerTimeoutError(
@@ -979,11 +994,12 @@ async def collect_rollouts(
         def retried() -> None:
             summary.retried += 1
 
-        async def one(pair: tuple[int, int], taken: float) -> None:
+        async def one(pair: tuple[int, int], waited: float) -> None:
             task_index, rollout_index = pair
             # The row records the task as sent: sampling overrides included.
             task = _request_body(tasks[task_index], options.sampling)
-            clock = _RolloutClock(taken)
+            clock = _RolloutClock(waited)
+            started = time.monotonic()
             try:
                 agent, result, reward = await with_retries(
                     lambda: attempt(task, clock),
@@ -1004,9 +1020,8 @@ async def collect_rollouts(
                 return
             # Wall time from the first request sent to the written row, retries and backoff included:
             # what `gym report` plots and takes percentiles of (gym_core.rows.LATENCY_FIELD).
-            sent = clock.sent if clock.sent is not None else taken
-            latency_s = time.monotonic() - sent
-            queue_s = round(sent - taken, 3)
+            latency_s = time.monotonic() - (clock.sent if clock.sent is not None else started)
+            queue_s = round(clock.waited, 3)
             # The row's precedence (collector fields > the agent's result > the task): gym_core.rows.
             row = rollout_row(
                 result,

@@ -39,6 +39,11 @@ FAST = {"unit_test_timeout_secs": 1, "num_processes": 4, "output_limit_mb": 1}
 
 SUM = {"inputs": ["1 2\n", "10 -3\n", "5 5\n"], "outputs": ["3\n", "7\n", "10\n"], "fn_name": None}
 PROFIT = {"inputs": ["[7, 1, 5, 3, 6, 4]", "[7, 6, 4, 3, 1]"], "outputs": ["5", "0"], "fn_name": "maxProfit"}
+PROFIT_CODE = (
+    "class Solution:\n    def maxProfit(self, prices):\n        low, best = 10**9, 0\n"
+    "        for p in prices:\n            low = min(low, p)\n            best = max(best, p - low)\n"
+    "        return best"
+)
 
 
 # Finds the old driver's frame writer through gc (and with it the nonce and the channel), every
@@ -170,6 +175,7 @@ class TestCodeGen(ResourcesServerTests):
         "plain": {"plugin": "code_gen", **FAST, "reference_stdin": False},
         "penalised": {"plugin": "code_gen", **FAST, "reasoning_format_penalty": -0.5},
         "debugging": {"plugin": "code_gen", **FAST, "debug": True},
+        "unsandboxed": {"plugin": "code_gen", **FAST, "sandbox_mode": "unsandboxed"},
         "unstarted": {"plugin": "code_gen_unstarted", **FAST},
         "tiny_deadline": {"plugin": "code_gen_tiny_deadline", **FAST},
     }
@@ -331,12 +337,7 @@ class TestCodeGen(ResourcesServerTests):
     # --- function calls ----------------------------------------------------------------------------
 
     def test_a_solution_class_method_is_called_with_json_arguments(self, gym_servers: RunningServers):
-        code = (
-            "class Solution:\n    def maxProfit(self, prices):\n        low, best = 10**9, 0\n"
-            "        for p in prices:\n            low = min(low, p)\n            best = max(best, p - low)\n"
-            "        return best"
-        )
-        verdict = self.verify(gym_servers, task(PROFIT), fenced(code))
+        verdict = self.verify(gym_servers, task(PROFIT), fenced(PROFIT_CODE))
         assert (verdict["reward"], verdict["result"]) == (1.0, [True, True])
 
     def test_a_module_function_with_several_arguments_and_a_tuple_result(self, gym_servers: RunningServers):
@@ -442,6 +443,15 @@ class TestCodeGen(ResourcesServerTests):
             "print(a + b if a == 1 or len(alive) == 4 else 'a process of test 1 is still here')\n"
         )
         assert self.verify(gym_servers, task(SUM), fenced(code))["result"] == [True, True, True]
+
+    def test_the_unsandboxed_mode_runs_the_same_driver(self, gym_servers: RunningServers):
+        # No PID namespace there: the driver stops a test's process group only, never "every other process".
+        right = self.verify(gym_servers, task(SUM), fenced("print(sum(map(int, input().split())))"), "unsandboxed")
+        assert right["result"] == [True, True, True]
+        wrong = self.verify(gym_servers, task(SUM), fenced("a, b = map(int, input().split())\nprint(3)"), "unsandboxed")
+        assert wrong["result"] == [True, -2]
+        call = self.verify(gym_servers, task(PROFIT), fenced(PROFIT_CODE), instance="unsandboxed")
+        assert call["result"] == [True, True]
 
     def test_a_test_line_that_is_not_json_fails_the_program(self, gym_servers: RunningServers):
         tests = {"inputs": ["[1]", "not json"], "outputs": ["1", "2"], "fn_name": "f"}

@@ -88,6 +88,25 @@ class TestInstructionFollowing(ResourcesServerTests):
         verdict = self.verify(gym_servers, task, "Green tea, calm.").json()
         assert (verdict["reward"], verdict["follow_all_instructions"]) == (0.5, False)
 
+    def test_keyword_stuffing_follows_no_instruction(self, gym_servers: RunningServers):
+        """gym redteam's keyword_stuffing: the instructions' own parameters and nothing else."""
+        task = {**TASK, "verifier_metadata": {**METADATA, "grading_mode": "fraction"}}
+        stuffed = self.verify(gym_servers, task, "green green GREEN green").json()
+        assert (stuffed["reward"], stuffed["reason"]) == (0.0, "keyword_stuffing")
+        assert stuffed["follow_instruction_list"] == [False, False]
+        # The same keyword in words of the response's own is checked as usual.
+        assert self.verify(gym_servers, task, "Green tea is calm.").json()["reward"] == 1.0
+        postscript = {
+            **TASK,
+            "verifier_metadata": {
+                "instruction_id_list": ["detectable_content:postscript", "punctuation:no_comma"],
+                "prompt": "Include a P.S. and no commas.",
+                "kwargs": [{"postscript_marker": "P.S."}, None],
+                "grading_mode": "fraction",
+            },
+        }
+        assert self.verify(gym_servers, postscript, "P.S. P.S. P.S.").json()["reason"] == "keyword_stuffing"
+
     def test_an_empty_instruction_list_is_1_in_binary_and_0_in_fraction_mode(self, gym_servers: RunningServers):
         empty = {**METADATA, "instruction_id_list": [], "kwargs": []}
         binary = self.verify(gym_servers, {**TASK, "verifier_metadata": empty}, "x").json()
@@ -169,7 +188,8 @@ class TestInstructionFollowing(ResourcesServerTests):
             "kwargs": [{"keyword": "tea"}, {"surprise": 1}, {"keywords": ["("]}],
             "grading_mode": "fraction",
         }
-        verdict = self.verify(gym_servers, {**TASK, "verifier_metadata": metadata}, "tea").json()
+        # (Words of its own: "tea" alone would be keyword stuffing, checked by no instruction.)
+        verdict = self.verify(gym_servers, {**TASK, "verifier_metadata": metadata}, "Tea is fine").json()
         assert verdict["follow_instruction_list"] == [False, False, False]
         assert verdict["reward"] == 0.0
         missing, unexpected, bad_regex = verdict["instruction_errors"]
@@ -333,3 +353,12 @@ def test_configs_validate(name):
         server_types=manager.servers(),
     )
     assert config.instances["instruction_following"].plugin == "instruction_following"
+
+
+def test_keyword_stuffing_reference_checks_it_like_any_text():
+    config = {"instruction_following": {"plugin": "instruction_following", "keyword_stuffing": "reference"}}
+    task = {**TASK, "verifier_metadata": {**METADATA, "grading_mode": "fraction"}}
+    with running_servers(config, plugins=plugins()) as running:
+        caller = HTTPCaller(running.instances["instruction_following"].url)
+        verdict = caller.post("/verify", {**task, "response": assistant_response("green green")}).json()
+    assert (verdict["reward"], verdict["reason"]) == (1.0, "")

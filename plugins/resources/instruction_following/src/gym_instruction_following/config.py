@@ -16,6 +16,15 @@ __all__ = ["InstructionFollowingConfig"]
 
 
 class InstructionFollowingConfig(ServerConfig, kw_only=True):
+    keyword_stuffing: Annotated[
+        Literal["reject", "reference"],
+        Meta(
+            description="reject: a response with no word of its own, only words of the instructions' parameters "
+            "(keywords, phrases, markers: 'P.S. P.S.'), follows no instruction: reward 0, reason keyword_stuffing; "
+            "reference: checked like any other, as in the reference (GAMEABLE: the parameters alone satisfy "
+            "the instructions that name them)"
+        ),
+    ] = "reject"
     unknown_instruction_ids: Annotated[
         Literal["error", "fail"],
         Meta(

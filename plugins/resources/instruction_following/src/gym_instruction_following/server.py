@@ -13,6 +13,7 @@ past it no instruction counts as followed and the reward is 0 with reason ``"tim
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 import msgspec
@@ -63,7 +64,8 @@ class InstructionFollowingVerifyResponse(VerifyResponse, kw_only=True, omit_defa
     follow_instruction_list: list[bool]
     # Why each instruction could not be checked (a missing parameter, say), None where it ran.
     instruction_errors: list[str | None]
-    # "" normally; "timeout" or "error" when the checks could not run at all.
+    # "" normally; "timeout" or "error" when the checks could not run at all; "keyword_stuffing"
+    # when the response held only words of the instructions' parameters (none of them followed).
     reason: str = ""
 
 
@@ -79,6 +81,27 @@ def checked_text(response: Response) -> str:
         return last.content
     text = getattr(last.content[0], "text", None)
     return text if isinstance(text, str) else ""
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def stuffed(text: str, kwargs: list[dict[str, Any] | None]) -> bool:
+    """Whether ``text`` has words, and every one of them is a word of the instructions' string
+    parameters (keywords, phrases, markers): it says nothing of its own."""
+    words = {w.casefold() for w in _WORD.findall(text)}
+    own = {w.casefold() for s in _strings(kwargs) for w in _WORD.findall(s)}
+    return bool(words) and bool(own) and words <= own
 
 
 def merged_metadata(body: InstructionFollowingVerifyRequest) -> VerifierMetadata:
@@ -131,10 +154,14 @@ class InstructionFollowingServer(ResourcesServer):
                 )
         pairs = min(len(ids), len(kwargs))
         reason = ""
+        text = checked_text(body.response)
         try:
-            results = await self.pool.run(grade, checked_text(body.response), ids, kwargs)
-            followed = [r.followed for r in results]
-            errors = [r.error for r in results]
+            if self.config.keyword_stuffing == "reject" and stuffed(text, kwargs):
+                followed, errors, reason = [False] * pairs, [None] * pairs, "keyword_stuffing"
+            else:
+                results = await self.pool.run(grade, text, ids, kwargs)
+                followed = [r.followed for r in results]
+                errors = [r.error for r in results]
         except WorkerTimeout:
             followed, errors, reason = [False] * pairs, ["timeout"] * pairs, "timeout"
         except WorkerPoolClosed:

@@ -38,7 +38,7 @@ def test_a_zero_or_negative_timeout_is_rejected_at_config_validation(plugins, ke
     }
     with pytest.raises(ConfigError) as caught:
         load_config([], [f"counter.{key}={value}"], base=base, env_file=None, server_types=plugins.servers())
-    assert f"`counter.{key}`" in str(caught.value) and "> 0" in str(caught.value)
+    assert f"counter.{key}:" in str(caught.value) and "> 0" in str(caught.value)
 
 
 def test_a_stalled_request_body_is_answered_408_and_the_connection_closed(plugins, tmp_path):

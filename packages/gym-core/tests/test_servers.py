@@ -526,6 +526,29 @@ class EchoAgent(AgentServer):
         return {"reward": 1.0, "task_keys": sorted(task), "input": body.responses_create_params.input}
 
 
+class AnsweringAgent(EchoAgent):
+    """An agent with a /v1/responses of its own."""
+
+    async def responses(self, params: ResponseCreateParams) -> Response:
+        content = [OutputText(text=f"agent saw: {params.input[-1].content}")]
+        return Response(model="agent", output=[Message(id=new_id("msg"), role="assistant", content=content)])
+
+
+async def test_agents_answer_chat_completions_through_their_responses_or_say_what_they_serve(serve):
+    messages = [{"role": "user", "content": "hi"}]
+    with serve(AnsweringAgent(name="agent")) as url:
+        async with openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=10) as client:
+            completion = await client.chat.completions.create(model="any", messages=messages)
+            stream = await client.chat.completions.create(model="any", messages=messages, stream=True)
+            streamed = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+            with pytest.raises(openai.BadRequestError, match="'temperature'"):
+                await client.chat.completions.create(model="any", messages=messages, temperature=9)
+    assert completion.choices[0].message.content == streamed == "agent saw: hi"
+    with serve(EchoAgent(name="agent")) as url:
+        status, body, _ = await fetch("POST", url + "/v1/chat/completions", {"messages": messages})
+    assert status == 404 and "serves POST /run" in body["error"]["message"]
+
+
 class OneEnvironmentAgentConfig(ServerConfig, kw_only=True):
     resources_server: ResourcesRef
     judge: ModelRef | None = None

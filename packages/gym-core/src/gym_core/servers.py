@@ -752,4 +752,29 @@ class AgentServer(GymServer):
         async def responses(request: Request) -> Any:
             return await self.responses(decode_create_params(await request.body()))
 
-        return [*super().routes(), self.post_json("/run", run), self.post_json("/v1/responses", responses)]
+        async def chat(request: Request) -> Any:
+            # The agent's /v1/responses, in chat completions' shape; an agent without one says what it serves.
+            if type(self).responses is AgentServer.responses:
+                raise HTTPException(
+                    status_code=404,
+                    detail=f"{self.name}: this agent serves POST /run (rollouts), not /v1/chat/completions"
+                    " (it has no /v1/responses either)",
+                )
+            obj = msgspec.json.decode(await request.body())
+            check_ranges(obj, self.name)
+            body = msgspec.convert(obj, ChatCompletionRequest)
+            if body.n not in (None, 1):
+                raise HTTPException(status_code=400, detail=f"{self.name}: 'n' must be 1 for an agent")
+            result = await self.responses(chat_to_create_params(body))
+            response = result if isinstance(result, ResponsesResponse) else decode_response(msgspec.to_builtins(result))
+            completion = response_to_chat_completion(response)
+            if body.stream is True:
+                return Response(content=chat_completion_sse(completion), media_type=EVENT_STREAM)
+            return completion
+
+        return [
+            *super().routes(),
+            self.post_json("/run", run),
+            self.post_json("/v1/responses", responses),
+            self.post_json("/v1/chat/completions", chat),
+        ]

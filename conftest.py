@@ -92,6 +92,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/benchmarks/test_sandbox.py",
         "plugins/resources/code_gen/tests",
         "packages/gym-cli/tests/test_example_rollouts.py::test_the_example_rollouts_are_current[code_gen]",
+        "plugins/resources/repo/tests",
     ),
 }
 

@@ -1,92 +1,191 @@
-"""Tests of the repo plugin, real servers on loopback: gym's conformance kit for
-a resources server, then what is particular to this one.
+"""The repo environment over real HTTP, every command in the real sandbox: gym's conformance kit,
+then the tools, the path confinement, the limits, the hidden tests and the reward.
 
-The plugin is registered explicitly rather than found through its entry point, so these tests also
-run from a source checkout. The test of the example config needs gym's first-party plugins too; it
-is skipped where they are not installed (in the plugin's own venv, say).
+The example rows are generated tasks (``gym repo-tasks generate``, seed 0); each carries its
+reference fix (``reference_patch``).
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
-import pytest
-import yaml
-
-from gym_core import PluginManager, ServerClient
-from gym_core.testing import (
-    ResourcesServerTests,
-    RunningServers,
-    assistant_response,
-    first_party,
-    plugin_manager,
-    read_rows,
-    running_servers,
-)
+from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows
 
 import gym_repo.plugin
 
 PACKAGE = Path(__file__).resolve().parents[1]
-CONFIG = PACKAGE / "configs" / "repo.yaml"
+ROWS = read_rows(PACKAGE / "data" / "example.jsonl")
 
 
-
-
-def plugins(*others: object) -> PluginManager:
-    """A plugin manager holding this plugin and ``others``."""
-    return plugin_manager(gym_repo.plugin, *others)
-
-
-def example_config() -> dict:
-    return yaml.safe_load(CONFIG.read_text())
+def verify(caller, row: dict[str, Any]) -> dict[str, Any]:
+    reply = caller.post("/verify", {**row, "response": assistant_response("done")})
+    assert reply.status == 200, reply.json()
+    return reply.json()
 
 
 class TestRepo(ResourcesServerTests):
     server_type = "repo"
     plugins = [gym_repo.plugin]
+    options = {"command_timeout_s": 4, "output_bytes": 1024, "workspace_mb": 4, "memory_mb": 256, "processes": 16}
     example_data = PACKAGE / "data" / "example.jsonl"
 
-    # What a perfect policy does with each example task: one call of the tool, then the answer.
-    def tool_calls_for(self, row):
-        return [("add", {"a": 1, "b": 2})]
+    def tool_arguments(self, tool):
+        return {
+            "run_command": {"command": "ls"},
+            "read_file": {"path": "README.md"},
+            "write_file": {"path": "notes.txt", "content": "hello"},
+            "list_files": {},
+            "apply_patch": {"patch": "--- a/new.txt\n+++ b/new.txt\n@@ -0,0 +1 @@\n+new\n"},
+        }[tool["name"]]
 
-    def response_for(self, row):
-        return assistant_response(row["expected_answer"])
+    def seeded(self, servers: RunningServers, row: dict[str, Any] | None = None):
+        caller = servers.caller()
+        reply = caller.post("/seed_session", row or ROWS[0])
+        assert reply.status == 200, reply.json()
+        return caller
 
-    def expected_reward(self, row):
-        return 1.0
+    # --- the tools ------------------------------------------------------------------------------
 
-    def test_verify_reports_the_answer_and_the_tool_calls(self, gym_servers: RunningServers):
-        task = {"responses_create_params": {"input": "What is 12 + 30?"}, "expected_answer": "42"}
-        caller = gym_servers.caller()
-        caller.post("/seed_session", task)
-        assert caller.post("/add", {"a": 12, "b": 30}).json() == {"sum": 42}
-        right = caller.post("/verify", {**task, "response": assistant_response("42")}).json()
-        wrong = caller.post("/verify", {**task, "response": assistant_response("41")}).json()
-        assert right == {"reward": 1.0, "answer": "42", "tool_calls": 1}
-        assert wrong["reward"] == 0.0
+    def test_run_keeps_its_files_for_the_next_calls_and_reports_exit_code_and_output(self, gym_servers):
+        caller = self.seeded(gym_servers)
+        first = caller.post(
+            "/run_command", {"command": "echo made > made.txt; mkdir -p d/e; echo oops >&2; exit 3"}
+        ).json()
+        assert first == {"exit_code": 3, "stdout": "", "stderr": "oops\n"}
+        second = caller.post("/run_command", {"command": "cat made.txt; pwd; python -c 'print(6 * 7)'"}).json()
+        assert second["exit_code"] == 0 and second["stdout"] == "made\n/tmp/work\n42\n"
+        assert caller.post("/read_file", {"path": "made.txt"}).json()["content"] == "made\n"
+        listing = caller.post("/list_files", {"path": ".", "recursive": False}).json()["files"]
+        assert "made.txt" in listing and "d/" in listing and "README.md" in listing
+        assert "tests/" not in listing  # the hidden tests are not in the workspace
+        # Another session sees its own workspace, not this one's.
+        other = self.seeded(gym_servers)
+        assert other.post("/read_file", {"path": "made.txt"}).status == 400
 
-    def test_sessions_are_separate(self, gym_servers: RunningServers):
-        first, second = gym_servers.caller(), gym_servers.caller()
-        for caller in (first, first, second):
-            caller.post("/add", {"a": 1, "b": 1})
-        task = {"responses_create_params": {"input": "q"}, "expected_answer": "2"}
-        assert first.post("/verify", {**task, "response": assistant_response("2")}).json()["tool_calls"] == 2
+    def test_write_then_run_and_list(self, gym_servers):
+        caller = self.seeded(gym_servers)
+        assert caller.post("/write_file", {"path": "pkg2/mod.py", "content": "X = 5\n"}).json()["bytes"] == 6
+        out = caller.post("/run_command", {"command": "python -c 'import pkg2.mod as m; print(m.X)'"}).json()
+        assert out["stdout"] == "5\n"
+        assert caller.post("/list_files", {"path": "pkg2"}).json()["files"] == ["mod.py"]
 
-    def test_tools_are_offered_to_models(self, gym_servers: RunningServers):
-        tools = gym_servers.caller().get("/tools").json()
-        assert [t["name"] for t in tools] == ["add"]
-        assert set(tools[0]["parameters"]["properties"]) == {"a", "b"}
+    def test_output_is_truncated_with_a_marker(self, gym_servers):
+        caller = self.seeded(gym_servers)
+        out = caller.post("/run_command", {"command": "python -c 'print(\"x\" * 5000)'"}).json()
+        assert out["stdout"].startswith("x" * 1024)
+        assert "[... output truncated: 3977 more bytes ...]" in out["stdout"]
 
+    def test_apply_patch_applies_all_or_nothing(self, gym_servers):
+        row = ROWS[0]
+        caller = self.seeded(gym_servers, row)
+        path = row["mutation"]["path"]
+        before = caller.post("/read_file", {"path": path}).json()["content"]
+        bad = row["reference_patch"] + "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-no such line\n+x\n"
+        refused = caller.post("/apply_patch", {"patch": bad})
+        assert refused.status == 400 and "does not apply" in refused.json()["error"]["message"]
+        assert caller.post("/read_file", {"path": path}).json()["content"] == before
+        assert caller.post("/apply_patch", {"patch": row["reference_patch"]}).json()["applied"] is True
+        after = caller.post("/read_file", {"path": path}).json()["content"]
+        added = [line[1:] for line in row["reference_patch"].splitlines() if line.startswith("+") and line[1:2] != "+"]
+        assert after != before and added and all(line in after.splitlines() for line in added)
 
-async def test_example_config_solves_every_example():
-    # The scripted model calls the tool, then gives the expected answer (its script rides in metadata).
-    manager = plugins(*first_party("scripted", "simple_agent"))
-    with running_servers(example_config(), plugins=manager) as config:
-        async with ServerClient(config) as client:
-            for task in read_rows(PACKAGE / "data" / "example.jsonl"):
-                script = [{"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]}, {"text": task["expected_answer"]}]
-                params = {**task["responses_create_params"], "metadata": {"scripted_turns": json.dumps(script)}}
-                result = await client.post("agent", "/run", {**task, "responses_create_params": params})
-                assert (result["reward"], result["tool_calls"]) == (1.0, 1), result
+    # --- confinement ------------------------------------------------------------------------------
+
+    def test_paths_outside_the_workspace_are_refused_with_a_tool_error(self, gym_servers):
+        caller = self.seeded(gym_servers)
+        made = caller.post(
+            "/run_command", {"command": "ln -s /etc/passwd leak; ln -s ../.. up; ln -s README.md ok"}
+        ).json()
+        assert made["exit_code"] == 0
+        for route, body in [
+            ("/read_file", {"path": "../x"}),
+            ("/read_file", {"path": "/etc/passwd"}),
+            ("/read_file", {"path": "leak"}),
+            ("/read_file", {"path": "up/etc/passwd"}),
+            ("/write_file", {"path": "../../evil.py", "content": "x"}),
+            ("/write_file", {"path": "leak", "content": "x"}),
+            ("/write_file", {"path": "up/evil.py", "content": "x"}),
+            ("/list_files", {"path": "/"}),
+            ("/list_files", {"path": "up"}),
+        ]:
+            reply = caller.post(route, body)
+            assert reply.status == 400, (route, body, reply.json())
+            assert reply.json()["error"]["type"] == "tool_error"
+            assert "workspace" in reply.json()["error"]["message"] or "absolute" in reply.json()["error"]["message"]
+        # A link that stays inside is followed.
+        assert caller.post("/read_file", {"path": "ok"}).json()["content"].startswith("# ")
+        assert not Path("/evil.py").exists()
+
+    def test_the_hidden_tests_are_not_reachable_by_the_model(self, gym_servers):
+        row = ROWS[0]
+        caller = self.seeded(gym_servers, row)
+        names = " -o ".join(f"-path '*/{name}'" for name in row["hidden_tests"] if Path(name).name.startswith("test_"))
+        found = caller.post(
+            "/run_command", {"command": f"find / \\( {names} \\) 2>/dev/null; grep -rl TestCa''se /tmp"}
+        ).json()
+        assert found["stdout"] == ""
+        assert caller.post("/read_file", {"path": next(iter(row["hidden_tests"]))}).status == 400
+
+    # --- limits -----------------------------------------------------------------------------------
+
+    def test_a_command_past_its_time_is_stopped_and_the_session_goes_on(self, gym_servers):
+        caller = self.seeded(gym_servers)
+        slow = caller.post("/run_command", {"command": "echo before; sleep 60"}).json()
+        assert slow["timed_out"] is True and slow["exit_code"] == 124 and slow["stdout"] == "before\n"
+        assert caller.post("/run_command", {"command": "echo after"}).json()["stdout"] == "after\n"
+
+    def test_hostile_commands_fail_and_leave_nothing_behind(self, gym_servers):
+        caller = self.seeded(gym_servers)
+        # A fork bomb: the process limit stops it; the command fails or is stopped, the server stays.
+        bomb = caller.post("/run_command", {"command": "b() { b | b & }; b; sleep 2; echo end"})
+        assert bomb.status in (200, 400)
+        # Memory: the address-space limit.
+        memory = caller.post("/run_command", {"command": "python -c 'x = bytearray(1 << 30)'"}).json()
+        assert memory["exit_code"] != 0 and "MemoryError" in memory["stderr"]
+        # Disk: the workspace's cap; the workspace stays as it was.
+        disk = caller.post("/run_command", {"command": "head -c 100000000 /dev/zero > big.bin"})
+        assert disk.status == 400 or disk.json()["exit_code"] != 0
+        assert caller.post("/read_file", {"path": "big.bin"}).status == 400 or disk.status == 200
+        # A process left running in the background does not survive its command.
+        caller.post("/run_command", {"command": "(sleep 300 &) ; echo started"})
+        left = caller.post("/run_command", {"command": "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"}).json()
+        assert "sleep" not in left["stdout"] and "cat" in left["stdout"]
+        # The network is out of reach.
+        net = caller.post(
+            "/run_command", {"command": "python -c 'import socket; socket.create_connection((\"1.1.1.1\", 80), 3)'"}
+        )
+        assert net.json()["exit_code"] != 0
+        assert caller.post("/run_command", {"command": "echo alive"}).json()["stdout"] == "alive\n"
+
+    def test_a_closed_session_has_no_workspace(self, gym_servers):
+        caller = self.seeded(gym_servers)
+        caller.post("/write_file", {"path": "mine.txt", "content": "x"})
+        assert caller.post("/close_session", {}).json() == {"closed": True}
+        gone = caller.post("/read_file", {"path": "mine.txt"})
+        assert gone.status == 409 and gone.json()["error"]["type"] == "session_expired"
+
+    # --- the verdict --------------------------------------------------------------------------------
+
+    def test_verify_scores_the_fix_and_reports_each_test(self, gym_servers):
+        row = ROWS[0]
+        caller = self.seeded(gym_servers, row)
+        before = verify(caller, row)
+        assert before["reward"] == 0.0 and before["fixed"] is False and before["kept"] is True
+        results = {r["test"]: r["passed"] for r in before["test_results"]}
+        assert set(results) == set(row["tests_to_fix"]) | set(row["tests_to_keep"])
+        assert not any(results[t] for t in row["tests_to_fix"]) and all(results[t] for t in row["tests_to_keep"])
+        assert caller.post("/apply_patch", {"patch": row["reference_patch"]}).status == 200
+        after = verify(caller, row)
+        assert after["reward"] == 1.0 and after["fixed"] and after["kept"]
+        assert after["tests_passed"] == after["tests_total"] == len(results)
+
+    def test_rewriting_the_tests_or_shadowing_unittest_earns_nothing(self, gym_servers):
+        row = ROWS[0]
+        caller = self.seeded(gym_servers, row)
+        fake_pass = "import unittest\nclass TestCase:\n    pass\ndef main():\n    pass\n"
+        for path in ["unittest.py", "unittest/__init__.py"]:
+            caller.post("/write_file", {"path": path, "content": fake_pass})
+        for test_file in row["hidden_tests"]:
+            caller.post("/write_file", {"path": test_file, "content": ""})
+        assert verify(caller, row)["reward"] == 0.0

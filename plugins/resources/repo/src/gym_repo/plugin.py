@@ -19,3 +19,11 @@ def gym_register_servers(register):
         config=RepoConfig,
         description="A repository and a terminal in the sandbox: fix a bug so that hidden tests pass",
     )
+
+
+@hookimpl
+def gym_register_commands(register):
+    # The command module imports click only; the generator loads when the command runs.
+    from gym_repo.command import repo_tasks
+
+    register(repo_tasks)

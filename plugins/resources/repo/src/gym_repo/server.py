@@ -1,59 +1,316 @@
-"""An environment with one tool, ``add``, and a verifier that compares the final answer with the
-task's ``expected_answer``.
+"""The ``repo`` environment: a repository, a terminal, hidden tests.
 
-The session (one per rollout, carried by a cookie) counts the tool calls, and ``verify`` reports
-that count next to the reward. Add tools with ``@tool``; give ``verify`` your own scoring.
+``seed_session`` loads the row's ``repository`` into the session's workspace (:mod:`gym_repo.workspace`:
+held in memory, size-capped, dropped when the session closes or expires). The tools act on it:
+``run`` executes a shell command in gym's sandbox (:mod:`gym_core.sandbox`) over a copy of the
+workspace and keeps the files the command leaves; ``read_file``, ``write_file``, ``list_files`` and
+``apply_patch`` (a unified diff, applied by ``patch`` in the sandbox) do the rest. Every path stays
+inside the workspace; a refused path, a failed patch or a spent session is a tool error (4xx) the
+model sees.
+
+``verify`` runs the row's ``hidden_tests`` (files placed over the final workspace, in a fresh
+sandbox, never shown to the model) with the unittest driver :mod:`gym_repo.runner`, one result per
+test id of ``tests_to_fix`` and ``tests_to_keep``. A failure of the sandbox itself is a
+``502 sandbox_failed``, never a reward.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+import json
+import secrets
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
 
 import msgspec
 
-from gym_core import ResourcesServer, Session, tool
-from gym_core.schemas import VerifyRequest, VerifyResponse, response_text
+from gym_core import ResourcesServer, Session, ToolError, tool
+from gym_core.sandbox import Sandbox, SandboxLimits
+from gym_core.schemas import SeedSessionRequest, VerifyRequest, VerifyResponse
 
 from gym_repo.config import RepoConfig
+from gym_repo.workspace import (
+    META,
+    WORK,
+    Workspace,
+    WorkspaceError,
+    load_repository,
+    prelude,
+    read_snapshot,
+    sandbox_files,
+    snapshot_script,
+)
+
+Repository = str | dict[str, str]
+
+
+class RepoSeed(SeedSessionRequest, kw_only=True):
+    repository: Repository
 
 
 class RepoVerifyRequest(VerifyRequest, kw_only=True):
-    expected_answer: str
+    hidden_tests: Repository
+    tests_to_fix: list[str]
+    tests_to_keep: list[str] = []
+
+
+class TestResult(msgspec.Struct, kw_only=True):
+    test: str
+    passed: bool
+    detail: str = ""
 
 
 class RepoVerifyResponse(VerifyResponse, kw_only=True):
-    answer: str
-    tool_calls: int
+    tests_passed: int
+    tests_total: int
+    fixed: bool  # every test of tests_to_fix passes
+    kept: bool  # every test of tests_to_keep passes
+    test_results: list[TestResult]
+
+
+def truncate(data: bytes, limit: int) -> str:
+    text = data.decode(errors="replace")
+    if len(data) <= limit:
+        return text
+    cut = data[:limit].decode(errors="replace")
+    return f"{cut}\n[... output truncated: {len(data) - limit} more bytes ...]"
 
 
 class RepoServer(ResourcesServer):
     config: RepoConfig
 
+    async def startup(self) -> None:
+        await super().startup()
+        self.sandbox = Sandbox("bwrap", max_concurrency=self.config.max_concurrency, bwrap=self.config.sandbox_bwrap)
+        await self.sandbox.start()  # SandboxUnavailable: start-up fails saying why
+        self.runner = resources.files("gym_repo").joinpath("runner.py").read_bytes()
+        self.max_bytes = self.config.workspace_mb << 20
+
+    def _base(self) -> Path | None:
+        return Path(self.config.repository_root) if self.config.repository_root else None
+
+    # --- the session -----------------------------------------------------------------------------
+
+    async def seed_session(self, session: Session, body: RepoSeed) -> dict:
+        try:
+            workspace = load_repository(body.repository, max_bytes=self.max_bytes, base=self._base())
+        except WorkspaceError as exc:
+            raise ToolError(f"{self.name}: repository: {exc}", 422) from None
+        self.sessions.set(
+            session.id, {"workspace": workspace, "lock": asyncio.Lock(), "command_time_s": 0.0, "commands": 0}
+        )
+        return {"files": len(workspace.entries)}
+
     def _state(self, session: Session) -> dict:
-        return self.sessions.get_or_create(session.id, lambda: {"tool_calls": 0})
+        return self.existing_session_state(session)
+
+    def _limits(self, timeout_s: float) -> SandboxLimits:
+        scratch_mb = self.config.workspace_mb * 2 + 8  # the workspace, gym's files, and /dev/shm for the output
+        return SandboxLimits(
+            wall_time_s=timeout_s + 15,  # the command's own timeout inside, then the tar of the workspace
+            cpu_time_s=timeout_s + 5,
+            memory_mb=self.config.memory_mb,
+            processes=self.config.processes,
+            open_files=256,
+            output_bytes=(scratch_mb << 20) * 2,
+            scratch_mb=scratch_mb,
+        )
+
+    async def _command(
+        self, state: dict, command: str, *, stdin: bytes | None = None
+    ) -> tuple[Workspace, bytes, bytes, int | None, str]:
+        """Run ``command`` over the session's workspace; the new workspace, stdout, stderr, exit
+        code and how the run ended (``exited``, ``timeout``...). The session's workspace is left as it was."""
+        spent = state["command_time_s"]
+        budget = self.config.session_command_time_s
+        if spent >= budget:
+            raise ToolError(f"this session has spent its command time ({budget:g} s); submit your work", 429)
+        timeout_s = min(self.config.command_timeout_s, budget - spent)
+        workspace: Workspace = state["workspace"]
+        extra = {
+            "prelude.sh": prelude(workspace, self.sandbox.interpreter).encode(),
+            "command": command.encode(),
+            "main.sh": snapshot_script(timeout_s, stdin_file=f"{META}/stdin" if stdin is not None else None).encode(),
+        }
+        if stdin is not None:
+            extra["stdin"] = stdin
+        started = time.monotonic()
+        try:
+            result = await self.sandbox.run(
+                ["/bin/sh", f"{META}/main.sh"], files=sandbox_files(workspace, extra), limits=self._limits(timeout_s)
+            )
+        finally:
+            state["command_time_s"] += time.monotonic() - started
+            state["commands"] += 1
+        if result.outcome != "exited" or result.exit_code != 0:
+            detail = result.stderr.decode(errors="replace")[-300:]
+            raise ToolError(
+                f"the command was stopped ({result.outcome}): it went past a limit of its sandbox (time, memory, "
+                f"processes or disk); the workspace is unchanged. {detail}".strip(),
+                400,
+            )
+        try:
+            snap = read_snapshot(result.stdout, max_bytes=self.max_bytes)
+        except WorkspaceError as exc:
+            raise ToolError(f"{exc}; the workspace is unchanged", 400) from None
+        outcome = "timeout" if snap.exit_code in (124, 137) else "exited"
+        return snap.workspace, snap.stdout, snap.stderr, snap.exit_code, outcome
+
+    # --- tools -------------------------------------------------------------------------------------
 
     @tool
-    async def add(
+    async def run_command(
         self,
         session: Session,
-        a: Annotated[float, msgspec.Meta(description="The first number")],
-        b: Annotated[float, msgspec.Meta(description="The second number")],
+        command: Annotated[str, msgspec.Meta(description="A shell command (sh), run in the repository's root")],
     ) -> dict:
-        """Add two numbers and return their sum."""
-        self._state(session)["tool_calls"] += 1
-        total = a + b
-        return {"sum": int(total) if total.is_integer() else total}
+        """Run a shell command in the repository (no network; limited time, memory and disk). Returns its exit code,
+        stdout and stderr; files it changes stay changed."""
+        state = self._state(session)
+        async with state["lock"]:
+            workspace, out, err, code, outcome = await self._command(state, command)
+            state["workspace"] = workspace
+        limit = self.config.output_bytes
+        answer: dict[str, Any] = {"exit_code": code, "stdout": truncate(out, limit), "stderr": truncate(err, limit)}
+        if outcome == "timeout":
+            answer["timed_out"] = True
+        return answer
 
-    async def verify(
-        self, session: Session, body: RepoVerifyRequest
-    ) -> RepoVerifyResponse:
-        answer = response_text(body.response).strip()
-        expected = body.expected_answer.strip()
-        if self.config.ignore_case:
-            answer, expected = answer.lower(), expected.lower()
-        state = self.sessions.get(session.id) if session.exists else None
+    @tool
+    async def read_file(
+        self,
+        session: Session,
+        path: Annotated[str, msgspec.Meta(description="Path relative to the repository's root")],
+    ) -> dict:
+        """Read a file of the repository."""
+        state = self._state(session)
+        try:
+            data = state["workspace"].read(path)
+        except WorkspaceError as exc:
+            raise ToolError(str(exc), 400) from None
+        return {"path": path, "content": truncate(data, self.config.output_bytes * 4)}
+
+    @tool
+    async def write_file(
+        self,
+        session: Session,
+        path: Annotated[str, msgspec.Meta(description="Path relative to the repository's root")],
+        content: Annotated[str, msgspec.Meta(description="The file's whole new content")],
+    ) -> dict:
+        """Create or overwrite a file of the repository (parent directories are created)."""
+        state = self._state(session)
+        async with state["lock"]:
+            try:
+                state["workspace"].write(path, content.encode())
+            except WorkspaceError as exc:
+                raise ToolError(str(exc), 400) from None
+        return {"path": path, "bytes": len(content.encode())}
+
+    @tool
+    async def list_files(
+        self,
+        session: Session,
+        path: Annotated[str, msgspec.Meta(description="Directory relative to the repository's root")] = ".",
+        recursive: Annotated[bool, msgspec.Meta(description="List the whole tree (else one level)")] = True,
+    ) -> dict:
+        """List the files of a directory of the repository (directories end with '/')."""
+        state = self._state(session)
+        try:
+            files = state["workspace"].list(path, recursive=recursive)
+        except WorkspaceError as exc:
+            raise ToolError(str(exc), 400) from None
+        return {"path": path, "files": files}
+
+    @tool
+    async def apply_patch(
+        self,
+        session: Session,
+        patch: Annotated[str, msgspec.Meta(description="A unified diff (as `diff -u` or `git diff` writes it)")],
+    ) -> dict:
+        """Apply a unified diff to the repository; all of it applies or nothing does."""
+        state = self._state(session)
+        strip = 1 if any(line.startswith(("--- a/", "+++ b/")) for line in patch.splitlines()) else 0
+        # `patch` reads the diff on its stdin; --forward: a patch already applied is refused, not reversed.
+        command = f"patch -p{strip} --batch --forward --no-backup-if-mismatch -r -"
+        async with state["lock"]:
+            new, out, err, code, _ = await self._command(state, command, stdin=patch.encode())
+            if code != 0:
+                detail = truncate(out + err, self.config.output_bytes).strip()
+                raise ToolError(f"the patch does not apply (nothing was changed): {detail}", 400)
+            state["workspace"] = new
+        return {"applied": True, "output": truncate(out, self.config.output_bytes).strip()}
+
+    # --- the verdict -------------------------------------------------------------------------------
+
+    async def verify(self, session: Session, body: RepoVerifyRequest) -> RepoVerifyResponse:
+        state = self._state(session)
+        try:
+            tests = load_repository(body.hidden_tests, max_bytes=self.max_bytes, base=self._base())
+        except WorkspaceError as exc:
+            raise ToolError(f"{self.name}: hidden_tests: {exc}", 422) from None
+        test_ids = [*body.tests_to_fix, *body.tests_to_keep]
+        if not test_ids:
+            raise ToolError(f"{self.name}: the row names no test (tests_to_fix and tests_to_keep are empty)", 422)
+        async with state["lock"]:
+            final = state["workspace"].copy()
+        for path, entry in tests.entries.items():  # the hidden tests win over whatever the model left there
+            final.entries.pop(path, None)
+            final.entries[path] = entry
+        results = await self.run_tests(final, test_ids)
+        fix = [results[t] for t in body.tests_to_fix]
+        keep = [results[t] for t in body.tests_to_keep]
+        passed = sum(r.passed for r in results.values())
+        if self.config.reward == "fraction":
+            reward = passed / len(results)
+        else:
+            reward = float(passed == len(results))
         return RepoVerifyResponse(
-            reward=float(answer == expected),
-            answer=answer,
-            tool_calls=state["tool_calls"] if state else 0,
+            reward=reward,
+            tests_passed=passed,
+            tests_total=len(results),
+            fixed=all(r.passed for r in fix),
+            kept=all(r.passed for r in keep),
+            test_results=[results[t] for t in dict.fromkeys(test_ids)],
         )
+
+    async def run_tests(self, workspace: Workspace, test_ids: list[str]) -> dict[str, TestResult]:
+        """Run ``test_ids`` over ``workspace`` in a fresh sandbox; a result per id (a test the run
+        did not reach, past the time limit, fails)."""
+        return await run_hidden_tests(
+            self.sandbox, workspace, test_ids, self.runner, self._limits(self.config.verify_timeout_s)
+        )
+
+
+async def run_hidden_tests(
+    sandbox: Sandbox, workspace: Workspace, test_ids: list[str], runner: bytes, limits: SandboxLimits
+) -> dict[str, TestResult]:
+    """One sandboxed run of :mod:`gym_repo.runner` over ``workspace``: a result per test id."""
+    ids = list(dict.fromkeys(test_ids))
+    nonce = secrets.token_hex(16)
+    extra = {
+        "prelude.sh": prelude(workspace, sandbox.interpreter).encode(),
+        "runner.py": runner,
+        "tests.json": json.dumps(ids).encode(),
+    }
+    script = f"sh {META}/prelude.sh >/dev/null 2>&1; cd {WORK} && exec {META}/bin/python -I -B {META}/runner.py"
+    run = await sandbox.run(
+        ["/bin/sh", "-c", script], stdin=(nonce + "\n").encode(), files=sandbox_files(workspace, extra), limits=limits
+    )
+    results: dict[str, TestResult] = {}
+    for line in run.stdout.decode(errors="replace").splitlines():
+        if not line.startswith(nonce + " "):
+            continue
+        try:
+            item = json.loads(line[len(nonce) + 1 :])
+        except json.JSONDecodeError:
+            continue
+        if item.get("test") in ids and item["test"] not in results:
+            results[item["test"]] = TestResult(
+                test=item["test"], passed=item["passed"] is True, detail=str(item["detail"])
+            )
+    for test_id in ids:
+        if test_id not in results:
+            results[test_id] = TestResult(test=test_id, passed=False, detail=f"no result ({run.outcome})")
+    return results

@@ -271,7 +271,7 @@ def test_unknown_option_and_bad_type_name_the_instance_key(plugins):
 
     with pytest.raises(ConfigError) as info:
         load({"c": {"plugin": "counter", "client": {"timeout_s": "slow"}}}, plugins=plugins)
-    assert "`c.client.timeout_s`" in problems_of(info)[0]
+    assert problems_of(info)[0].startswith("c.client.timeout_s: ")
 
 
 def test_missing_required_option(plugins):

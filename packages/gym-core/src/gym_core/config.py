@@ -716,7 +716,12 @@ def _option_type_problems(name: str, options: Mapping[str, Any], config_type: ty
             msgspec.convert(options[f.encode_name], f.type, str_keys=True)
         except msgspec.ValidationError as exc:
             path = f"{name}.{f.encode_name}"
-            problems.append(f"{path}: {str(exc).replace('`$.', f'`{path}.').replace('`$[', f'`{path}[')}")
+            message = str(exc).replace("`$.", f"`{path}.").replace("`$[", f"`{path}[")
+            # a nested option's error ends "- at `PATH`": lead with that path, as every other line does
+            head, sep, where = message.rpartition(" - at `")
+            if sep and where.endswith("`"):
+                path, message = where[:-1], head
+            problems.append(f"{path}: {message}")
     return problems
 
 

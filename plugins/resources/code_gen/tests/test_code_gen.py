@@ -444,6 +444,19 @@ class TestCodeGen(ResourcesServerTests):
         )
         assert self.verify(gym_servers, task(SUM), fenced(code))["result"] == [True, True, True]
 
+    def test_what_a_test_wrote_is_gone_before_the_next(self, gym_servers: RunningServers):
+        # Test 1 writes files (a closed directory too) in the scratch directory and in /dev/shm; the
+        # next tests find only the run's own files there, as each test did in a sandbox of its own.
+        code = (
+            "import os\na, b = map(int, input().split())\n"
+            "if a == 1:\n    os.makedirs('d/e')\n    os.chmod('d', 0)\n"
+            "    for path in ('note', '/dev/shm/note'):\n        os.close(os.open(path, os.O_CREAT | os.O_WRONLY))\n"
+            "left = sorted(os.listdir('.')) + sorted(os.listdir('/dev/shm'))\n"
+            "print(a + b if a == 1 or left == ['compare.py', 'main.py', 'solution.py'] else left)\n"
+        )
+        verdict = self.verify(gym_servers, task(SUM), fenced(code), instance="debugging")
+        assert verdict["result"] == [True, True, True], verdict["metadata"]
+
     def test_the_unsandboxed_mode_runs_the_same_driver(self, gym_servers: RunningServers):
         # No PID namespace there: the driver stops a test's process group only, never "every other process".
         right = self.verify(gym_servers, task(SUM), fenced("print(sum(map(int, input().split())))"), "unsandboxed")

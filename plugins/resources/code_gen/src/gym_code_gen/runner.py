@@ -348,6 +348,19 @@ PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
 
+RUN_FILES = ("main.py", "solution.py", "compare.py")
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.chmod(path, 0o700)  # a directory the program closed to itself
+        for name in os.listdir(path):
+            _remove(os.path.join(path, name))
+        os.rmdir(path)
+    else:
+        os.unlink(path)
+
+
 class DriverStopped(Exception):
     """The zygote is gone or stuck, or a test's processes could not be stopped: the program did it."""
 
@@ -487,7 +500,8 @@ class Driver:
                         stopped = "output_limit"
                         self.stop(pid)
                         limit_at = time.monotonic() + REPLY_S
-            self.stop(pid)  # what the test left behind
+            self.stop(pid)  # what the test left behind: its processes, then its files
+            self.clean_scratch()
             for fd in fds:
                 os.set_blocking(fd, False)
                 try:
@@ -542,6 +556,21 @@ class Driver:
             if time.monotonic() > give_up:
                 raise DriverStopped("the test's processes could not be stopped")
             time.sleep(0.0005)
+
+    def clean_scratch(self):
+        """Remove what a test wrote: in the scratch directory everything but the run's own files, and
+        (in the sandbox) everything in /dev/shm. Each test starts with the files the first one had."""
+        places = [(".", RUN_FILES)] + ([("/dev/shm", ())] if self.isolated else [])
+        for place, keep in places:
+            try:
+                names = [name for name in os.listdir(place) if name not in keep]
+            except OSError:
+                continue
+            for name in names:
+                try:
+                    _remove(os.path.join(place, name))
+                except (OSError, RecursionError):
+                    pass
 
     def reap(self):
         while True:

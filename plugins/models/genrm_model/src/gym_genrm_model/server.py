@@ -153,6 +153,14 @@ def rendered_request(config: GenrmModelConfig, params: ResponseCreateParams) -> 
 
 class GenrmModel(ModelServer):
     config: GenrmModelConfig
+    # What create_params_to_chat carries upstream (stream: gym_core.streaming); any other parameter
+    # would be dropped, so it is a 400 naming it (README.md's table).
+    honours = frozenset(
+        {
+            "temperature", "top_p", "max_tokens", "seed", "tools", "tool_choice", "parallel_tool_calls",
+            "response_format", "verbosity", "reasoning_effort", "logprobs", "top_logprobs", "stream",
+        }
+    )  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

@@ -12,6 +12,7 @@ def gym_register_commands(register):
     from gym_cli.commands.config import config
     from gym_cli.commands.examples import examples
     from gym_cli.commands.export import export
+    from gym_cli.commands.mcp import mcp
     from gym_cli.commands.plugin import plugin
     from gym_cli.commands.profile import profile
     from gym_cli.commands.redteam import redteam
@@ -38,5 +39,6 @@ def gym_register_commands(register):
         workspace,
         examples,
         redteam,
+        mcp,
     ):
         register(command)

@@ -1,0 +1,97 @@
+"""``gym mcp serve``: a gym environment's episode served over MCP, driven by the official ``mcp``
+SDK's client, over stdio (the client starts the command) and Streamable HTTP. The environment is
+the counter, started in the command's process; its verify gives 1 for the right actions, 0 for
+wrong ones, and the rollout row lands in --output."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+COUNTER_ROWS = ROOT / "plugins" / "resources" / "counter" / "data" / "example.jsonl"
+
+
+def serve_args(*extra: str) -> list[str]:
+    return ["-m", "gym_cli", "mcp", "serve", "counter", "--input", str(COUNTER_ROWS), "--row", "0", *extra]
+
+
+async def episode(client: Client, count: int) -> dict:
+    listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(listed) == {"increment_counter", "get_counter_value", "gym_verify"}
+    assert listed["increment_counter"].input_schema["required"] == ["count"]
+    await client.call_tool("increment_counter", {"count": count})
+    value = await client.call_tool("get_counter_value", {})
+    assert not value.is_error and str(count) in value.content[0].text
+    verdict = await client.call_tool("gym_verify", {"answer": "done"})
+    assert not verdict.is_error
+    after = await client.call_tool("get_counter_value", {})
+    assert after.is_error and "episode is over" in after.content[0].text
+    return json.loads(verdict.content[0].text)
+
+
+@pytest.mark.parametrize(("count", "reward"), [(3, 1.0), (2, 0.0)])
+async def test_stdio_episode_is_verified_by_the_environment(tmp_path: Path, count: int, reward: float):
+    output = tmp_path / "rollouts.jsonl"
+    params = StdioServerParameters(command=sys.executable, args=serve_args("--output", str(output)), cwd=str(ROOT))
+    async with Client(params, read_timeout_seconds=60) as client:
+        verdict = await episode(client, count)
+    assert verdict["reward"] == reward
+    deadline = time.monotonic() + 30  # the command writes the row as it ends, after the client left
+    while not output.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (row,) = [json.loads(line) for line in output.read_text().splitlines()]
+    assert (row["reward"], row["verified"], row["expected_count"]) == (reward, True, 3)
+    assert [call["name"] for call in row["mcp_tool_calls"]] == ["increment_counter", "get_counter_value"]
+
+
+async def test_control_routes_are_never_tools_and_unknown_names_reach_nothing(tmp_path: Path):
+    params = StdioServerParameters(command=sys.executable, args=serve_args(), cwd=str(ROOT))
+    async with Client(params, read_timeout_seconds=60) as client:
+        for name in ("seed_session", "verify", "close_session", "no_such_tool"):
+            result = await client.call_tool(name, {})
+            assert result.is_error and "unknown tool" in result.content[0].text, name
+        bad = await client.call_tool("increment_counter", {"count": "three"})
+        assert bad.is_error  # the environment's 422 is the client's to see
+        verdict = json.loads((await client.call_tool("gym_verify", {"answer": ""})).content[0].text)
+    assert verdict["reward"] == 0.0  # nothing was incremented
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_http_episode(tmp_path: Path):
+    port = _free_port()
+    output = tmp_path / "rollouts.jsonl"
+    args = serve_args("--transport", "http", "--port", str(port), "--output", str(output))
+    process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "gym mcp serve --transport http did not listen"
+            time.sleep(0.2)
+        async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=60) as client:
+            verdict = await episode(client, 3)
+        assert verdict["reward"] == 1.0
+    finally:
+        process.send_signal(2)  # Ctrl+C: the command ends the episode and writes its row
+        process.wait(30)
+    (row,) = [json.loads(line) for line in output.read_text().splitlines()]
+    assert row["reward"] == 1.0

@@ -67,7 +67,10 @@ def test_hedges_offer_every_option_and_say_how_many():
     assert attack.candidates == 3
     every = build("every_option", target)
     assert every is not None and every.turns[0]["text"] == "Mars looks red. \\boxed{ABC}"
-    # Integer and grid answers get wrong answers of their own kind.
+    # An answer given as an option's text gets the other options' texts; integers and grids their own kind.
+    texts = {**MCQA, "options": [{"A": "Venus"}, {"B": "Mars"}, {"C": "Jupiter"}]}
+    texts["conformance"] = {"response": "It is \\boxed{Mars}", "reward": 1.0}
+    assert decoys(target_of("mcqa", texts, best_reward=1.0)) == ["Venus", "Jupiter"]
     assert decoys(Target("math", {}, answer="12")) == ["13", "11", "14", "0"]
     assert decoys(Target("arc", {}, answer="[[1, 2]]"))[0] == "[[2, 3]]"
 
@@ -83,6 +86,8 @@ def test_probes_apply_only_where_they_fit():
     counter = target_of("counter", COUNTER)
     repeated = build("repeated_calls", counter)
     assert repeated is not None and len(repeated.turns[0]["tool_calls"]) == 25
+    # Altered so that the repetition does not solve an idempotent task by itself.
+    assert repeated.turns[0]["tool_calls"][0] == {"name": "increment_counter", "arguments": {"count": 4}}
     huge = build("huge_arguments", counter)
     assert huge is not None and huge.turns[0]["tool_calls"][0]["arguments"]["count"] == 10**30
     code = Target("code_gen", {"verifier_metadata": {"unit_tests": {"fn_name": "solve"}}}, solution="```python\n```")

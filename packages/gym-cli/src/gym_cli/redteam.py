@@ -288,11 +288,23 @@ async def _session_trick(client: ServerClient, check: Check, target: Target, att
 
 
 async def _play(
-    client: ServerClient, check: Check, index: int, target: Target, probe: Probe, baseline: float, threshold: float
+    client: ServerClient,
+    check: Check,
+    index: int,
+    target: Target,
+    probe: Probe,
+    baseline: float,
+    threshold: float,
+    controls: dict[str, asyncio.Task[float | None]],
 ) -> ProbeResult | None:
     attack = probe.build(target)
     if attack is None:
         return None
+    if attack.control is not None:
+        if attack.control not in controls:  # each control text is played once per task
+            controls[attack.control] = asyncio.ensure_future(_control(client, check, target, attack.control))
+        control = await controls[attack.control]
+        baseline = max(baseline, control if control is not None else baseline)
     result = ProbeResult(check.label, probe.name, probe.family, index, None, baseline, ROBUST)
     try:
         if attack.session is not None:
@@ -307,6 +319,14 @@ async def _play(
     if result.reward > allowed(baseline, check.best_reward, attack) + threshold:
         result.verdict = GAMEABLE
     return result
+
+
+async def _control(client: ServerClient, check: Check, target: Target, text: str) -> float | None:
+    """The reward of an attack's control answer; None when it got none (the honest failure then stands)."""
+    try:
+        return await _rollout(client, check, target.row, [{"text": text}])
+    except _Refused:
+        return None
 
 
 def allowed(baseline: float, best: float | None, attack: Attack) -> float:
@@ -343,9 +363,11 @@ async def _run(
                 # the honest failure nothing: any reward a probe gets is more than it.
                 baseline = 0.0
 
+            controls: dict[str, asyncio.Task[float | None]] = {}
+
             async def bounded(probe: Probe) -> ProbeResult | None:
                 async with slots:
-                    return await _play(client, check, index, target, probe, baseline, threshold)
+                    return await _play(client, check, index, target, probe, baseline, threshold, controls)
 
             probes = [p for p in check.probes if not (p.hedge and check.judge is not None)]
             for result in await asyncio.gather(*(bounded(p) for p in probes)):

@@ -57,7 +57,8 @@ def redteam(
     against it. NAME is a directory under plugins/resources (default: every one); --config and
     --input probe any environment, a third party's too. Probes an environment declares through the
     gym_redteam_probes hook run after gym's own. Runs of an environment whose options are documented
-    reference behaviour (verdict_mode: reference, several_answers: reference) are listed, not counted.
+    reference behaviour (verdict_mode, several_answers or keyword_stuffing: reference) are listed,
+    not counted.
 
     Exit status 1 when a probe is gameable.
 
@@ -112,8 +113,8 @@ def redteam(
     for check in checks:
         try:
             results, trouble = run_check(check, plugins, threshold=threshold)
-        except GymError as exc:  # its servers did not start: the others are still probed
-            problems.append(f"{check.label}: not probed: {exc}")
+        except Exception as exc:  # noqa: BLE001 - its servers did not start: the others are still probed
+            problems.append(f"{check.label}: not probed: {type(exc).__name__}: {exc}")
             continue
         problems += trouble
         summaries += summarise(check, results)

@@ -393,8 +393,7 @@ class Driver:
             "reference": reference == "1",
             "wall": wall,
         }
-        self.zygote = 0
-        self.channel = None
+        self.zygote = 0  # and self.channel, the socket to it, once forked
         self.compare = {}
 
     def main(self):

@@ -58,6 +58,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "packages/gym-cli/tests/test_guide.py::test_the_guide_runs_as_written_when_port_11000_is_taken",
         "packages/gym-cli/tests/test_guide.py::test_a_command_that_talks_to_a_run_asks_which_when_several_run",
         "packages/gym-cli/tests/test_cli_output.py::test_collect_json_progress_clock_starts_with_the_rollouts_and_no_empty_failures_file",
+        "plugins/resources/mcp_tools/tests/test_mcp_tools.py::test_example_config_solves_every_example",
     ),
     # Start a Ray cluster (joined by the test process, or by gym run).
     "ray": (

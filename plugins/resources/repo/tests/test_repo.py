@@ -189,3 +189,27 @@ class TestRepo(ResourcesServerTests):
         for test_file in row["hidden_tests"]:
             caller.post("/write_file", {"path": test_file, "content": ""})
         assert verify(caller, row)["reward"] == 0.0
+
+
+class TestFractionRewardAndSessionBudget:
+    """Options: reward `fraction`; a session's command time, spent, refuses more commands (a tool error)."""
+
+    def test_fraction_reward_and_the_session_budget(self):
+        from gym_core.testing import HTTPCaller, plugin_manager, running_servers
+
+        config = {"repo": {"plugin": "repo", "reward": "fraction", "session_command_time_s": 1.5}}
+        with running_servers(config, plugin_manager(gym_repo.plugin)) as global_config:
+            url = global_config.instances["repo"].url
+            caller = HTTPCaller(url, 60, auth_token=global_config.auth_token)
+            row = ROWS[0]
+            assert caller.post("/seed_session", row).status == 200
+            verdict = verify(caller, row)
+            total = len(row["tests_to_fix"]) + len(row["tests_to_keep"])
+            assert verdict["reward"] == len(row["tests_to_keep"]) / total and 0 < verdict["reward"] < 1
+            slow = caller.post("/run_command", {"command": "sleep 5"}).json()  # cut at what is left: 1.5 s
+            assert slow["timed_out"] is True
+            spent = caller.post("/run_command", {"command": "echo more"})
+            assert spent.status == 400 and "spent its command time" in spent.json()["error"]["message"]
+            # Files still work, and so does verify.
+            assert caller.post("/apply_patch", {"patch": row["reference_patch"]}).status == 400
+            assert caller.post("/read_file", {"path": "README.md"}).status == 200

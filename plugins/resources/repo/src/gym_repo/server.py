@@ -126,7 +126,7 @@ class RepoServer(ResourcesServer):
         spent = state["command_time_s"]
         budget = self.config.session_command_time_s
         if spent >= budget:
-            raise ToolError(f"this session has spent its command time ({budget:g} s); submit your work", 429)
+            raise ToolError(f"this session has spent its command time ({budget:g} s); submit your work", 400)
         timeout_s = min(self.config.command_timeout_s, budget - spent)
         workspace: Workspace = state["workspace"]
         extra = {

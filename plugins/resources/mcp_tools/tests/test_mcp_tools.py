@@ -10,7 +10,10 @@ is skipped where they are not installed (in the plugin's own venv, say).
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -148,6 +151,49 @@ class TestFailingMcpServer:
             },
         )
         assert (verdict.status, verdict.json()["error"]["type"]) == (502, "mcp_server_failed")
+
+
+@pytest.fixture(scope="module")
+def http_mcp_server():
+    """The example MCP server serving Streamable HTTP (the SDK's own), in a process of its own."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "gym_mcp_tools.example_server", "--http", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert process.poll() is None and time.monotonic() < deadline, "the HTTP MCP server did not start"
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_an_http_mcp_server_serves_every_session(http_mcp_server: str):
+    config = {"env": {"plugin": "mcp_tools", "url": http_mcp_server}}
+    row = {**ADD_TASK, "checks": [{"name": "read_note", "arguments": {"key": "k"}, "expected": "v"}]}
+    with RunningServersFor(config) as servers:
+        assert sorted(t["name"] for t in servers.caller().get("/tools").json()) == ["add", "read_note", "write_note"]
+        writer, reader = servers.caller(), servers.caller()
+        writer.post("/seed_session", row)
+        reader.post("/seed_session", row)
+        assert writer.post("/tools/add", {"a": 2, "b": 3}).json() == {"result": 5.0}
+        writer.post("/tools/write_note", {"key": "k", "text": "v"})
+        # One server behind the URL: its state is shared by the sessions (the README says so).
+        assert reader.post("/verify", {**row, "response": assistant_response("")}).json()["reward"] == 1.0
+
+
+def test_a_url_nobody_serves_fails_the_start_up():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = {"env": {"plugin": "mcp_tools", "url": f"http://127.0.0.1:{port}/mcp", "connect_timeout_s": 10}}
+    with pytest.raises(Exception, match="failed to start"):
+        with RunningServersFor(config):
+            pass
 
 
 def test_a_server_that_cannot_start_fails_the_start_up():

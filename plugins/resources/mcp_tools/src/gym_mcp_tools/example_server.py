@@ -1,10 +1,13 @@
 """A small MCP server, written with the official ``mcp`` SDK, that the example config and data use:
 a calculator and a notebook whose notes live as long as the process (one per gym session over stdio).
 
-    python -m gym_mcp_tools.example_server
+    python -m gym_mcp_tools.example_server              # over stdio
+    python -m gym_mcp_tools.example_server --http 8000  # Streamable HTTP at http://127.0.0.1:8000/mcp
 """
 
 from __future__ import annotations
+
+import sys
 
 from mcp.server.mcpserver import MCPServer
 
@@ -32,4 +35,7 @@ def read_note(key: str) -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if sys.argv[1:2] == ["--http"]:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run()

@@ -29,7 +29,8 @@ server counts as a failure (-4), never a pass. It cannot forge a verdict: the ch
 its descriptors, and the nonce that marks verdicts was never in any memory it can read.
 """
 
-import ast
+import _socket
+import array
 import builtins
 import io
 import json
@@ -38,7 +39,6 @@ import os
 import resource
 import select
 import signal
-import socket
 import sys
 import time
 
@@ -80,6 +80,8 @@ def _more_stack():
 
 
 def _is_main_guard(node):
+    import ast
+
     return (
         isinstance(node, ast.If)
         and isinstance(node.test, ast.Compare)
@@ -92,6 +94,8 @@ def wrap(source):
     """The reference's transformation of a standard-input program: imports stay at module level,
     a final ``if __name__ ...:`` is replaced by its body, every other statement moves into a
     zero-argument function. A source that does not parse is returned unchanged."""
+    import ast  # (the zygote's, before any program ran: only standard-input programs need it)
+
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -165,9 +169,11 @@ def _compile(source, wrapped):
 
 
 def _print_exception():
-    import traceback  # imported by the zygote already
-
-    traceback.print_exc()
+    # Only with debug is the program's stderr read (the zygote imported traceback then): importing it
+    # here would read files, which a test's mocked open() answers.
+    traceback = sys.modules.get("traceback")
+    if traceback is not None:
+        traceback.print_exc()
 
 
 def run_stdin(source, reference):
@@ -282,6 +288,23 @@ def _test_process(source, config, stdin_fd, out_w, err_w, report_w):
         run_call(source, config["fn_name"], config["timeout"])
 
 
+# (The _socket module, not socket: the latter's imports cost a verification more than its helpers save.)
+
+
+def _send_fds(channel, message, fds):
+    channel.sendmsg([message], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, array.array("i", fds))])
+
+
+def _receive_fds(channel, size, most):
+    """A message and the descriptors that came with it."""
+    message, ancillary, _flags, _address = channel.recvmsg(size, _socket.CMSG_LEN(most * 4))
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return message, list(fds)
+
+
 # --- the zygote: forks test processes, holds no secret -----------------------------------------------
 
 
@@ -291,7 +314,8 @@ def _zygote(channel, source, config):
         os.dup2(devnull, fd)
     os.close(devnull)
     global _TEMPLATE, _COMPILED
-    import traceback  # noqa: F401  (before any program: its import reads files, which a test's mocked open() would answer)
+    if config["debug"]:
+        import traceback  # noqa: F401  (see _print_exception)
 
     _more_stack()  # inherited by every test process
     _TEMPLATE = _namespace("solution")  # the prelude run once: its modules imported, its names bound
@@ -306,7 +330,7 @@ def _zygote(channel, source, config):
     gc.freeze()  # what exists now is never collected: a test's collections do not touch (copy) its pages
     while True:
         try:
-            message, fds, _flags, _address = socket.recv_fds(channel, 64, 1)
+            message, fds = _receive_fds(channel, 64, 1)
         except OSError:
             os._exit(0)
         if not message or len(fds) != 1:
@@ -328,7 +352,7 @@ def _zygote(channel, source, config):
         for _read_end, write_end in pipes:
             os.close(write_end)
         try:
-            socket.send_fds(channel, [f"started {pid}".encode()], [read_end for read_end, _ in pipes])
+            _send_fds(channel, f"started {pid}".encode(), [read_end for read_end, _ in pipes])
         finally:
             for read_end, _ in pipes:
                 os.close(read_end)
@@ -392,6 +416,7 @@ class Driver:
             "timeout": self.timeout,
             "reference": reference == "1",
             "wall": wall,
+            "debug": self.debug,
         }
         self.zygote = 0  # and self.channel, the socket to it, once forked
         self.compare = {}
@@ -408,7 +433,7 @@ class Driver:
             exec(compile(file.read(), "compare.py", "exec"), self.compare)
         with open("solution.py", encoding="utf-8", errors="replace") as file:
             source = file.read()
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         self.zygote = os.fork()
         if self.zygote == 0:
             ours.close()
@@ -459,7 +484,7 @@ class Driver:
             view = memoryview(test_input.encode("utf-8", errors="surrogateescape"))
             while view:
                 view = view[os.write(data, view) :]
-            socket.send_fds(self.channel, [b"run"], [data])
+            _send_fds(self.channel, b"run", [data])
         finally:
             os.close(data)
         started = time.monotonic()
@@ -516,7 +541,7 @@ class Driver:
     def receive(self, until):
         if not select.select([self.channel], [], [], max(0.0, until - time.monotonic()))[0]:
             raise DriverStopped("its zygote did not answer")
-        message, fds, _flags, _address = socket.recv_fds(self.channel, 256, 3)
+        message, fds = _receive_fds(self.channel, 256, 3)
         if not message:
             raise DriverStopped("its zygote is gone")
         text = message.decode()

@@ -157,3 +157,23 @@ def test_the_docs_example_declares_its_probe_through_the_hook():
     assert declaration.judge_verdict == "Ruling: [[WRONG]]"
     attack = declaration.probes[0].build(Target("my_env", {}))
     assert attack is not None and attack.turns == ({"text": "xyzzy"},)
+
+
+def test_every_first_party_environment_has_no_gameable_probe(plugins):
+    """What .ci/run checks with `gym redteam`: every first-party environment, both judges."""
+    declarations = plugins.redteam_declarations()
+    gameable: list[str] = []
+    problems: list[str] = []
+    for directory in environment_directories(ROOT):
+        for check in checks_of_directory(directory, plugins, declarations):
+            results, trouble = run_check(check, plugins)
+            problems += trouble
+            # Every environment is probed: the session tricks and tool abuse at least.
+            assert {"forged_cookie", "unoffered_tool", "control_routes"} <= {r.probe for r in results}, check.label
+            gameable += [
+                f"{s.environment}/{s.probe}: {s.reward} > {s.baseline}"
+                for s in summarise(check, results)
+                if s.verdict == GAMEABLE and not s.reference
+            ]
+    assert problems == []
+    assert gameable == []

@@ -176,7 +176,7 @@ def checks_of_config(
     plugins: PluginManager,
     declarations: Mapping[str, RedteamDeclaration],
     *,
-    count: int = 2,
+    count: int = 4,
 ) -> list[Check]:
     """The checks of one environment's config: the agent's policy made ``scripted``, and for a judged
     environment a second check with the quoting judge in place of every other model."""
@@ -214,7 +214,7 @@ def checks_of_config(
 
 
 def checks_of_directory(
-    directory: Path, plugins: PluginManager, declarations: Mapping[str, RedteamDeclaration], *, count: int = 2
+    directory: Path, plugins: PluginManager, declarations: Mapping[str, RedteamDeclaration], *, count: int = 4
 ) -> list[Check]:
     """The checks of a first-party environment (a directory under ``plugins/resources``): the setup of
     its example rollouts, on its ``data/example.jsonl``."""

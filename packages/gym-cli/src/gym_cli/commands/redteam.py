@@ -28,7 +28,7 @@ __all__ = ["redteam"]
     help="With --config: the task rows to probe on (JSONL; a conformance field says a solving answer).",
 )
 @click.option(
-    "--rows", type=click.IntRange(min=1), default=2, show_default=True, help="Tasks per environment to probe on."
+    "--rows", type=click.IntRange(min=1), default=4, show_default=True, help="Tasks per environment to probe on."
 )
 @click.option(
     "--threshold",

@@ -219,6 +219,17 @@ class TestGenrmModel(ModelServerTests):
         reply = gym_servers.caller("genrm").post("/v1/responses", {"input": "fail upstream"})
         assert reply.status == 502 and reply.json()["error"]["type"] == "tool_error", reply.text
 
+    def test_a_parameter_it_would_drop_is_a_400_naming_it(self, gym_servers: RunningServers):
+        caller = gym_servers.caller("genrm")
+        for body, field in [
+            ({"messages": CONVERSATION, "metadata": PAIR, "stop": ["\n"]}, "'stop'"),
+            ({"messages": CONVERSATION, "metadata": PAIR, "n": 2}, "'n'"),
+        ]:
+            reply = caller.post("/v1/chat/completions", body)
+            assert reply.status == 400 and field in reply.json()["error"]["message"], reply.text
+        streamed = caller.post("/v1/responses", {"input": CONVERSATION, "metadata": PAIR, "stream": True})
+        assert streamed.status == 200 and b"response.completed" in streamed.body
+
     def test_the_api_key_is_sent_and_never_shown(self, gym_servers: RunningServers):
         # The key replaces the run's token: the scripted endpoint refuses it, and the answer says so
         # without the key (the config, as the head server publishes it, has it redacted too).

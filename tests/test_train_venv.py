@@ -27,8 +27,9 @@ from pathlib import Path
 import pytest
 
 from gym_cli.sources import normalize_name, requirement_name
+from gym_cli.venvs.find_links import harvest, wheel_find_links
 from gym_cli.venvs.keys import build_variables
-from gym_cli.venvs.layout import MARKER, default_home, venv_python
+from gym_cli.venvs.layout import MARKER, default_home, site_packages, venv_python
 from gym_cli.venvs.lock import FileLock
 from gym_cli.venvs.uv import find_uv
 from gym_cli.venvs.wheels import Wheelhouse
@@ -134,11 +135,7 @@ def build_venv(prefix: str, installs: list[list[str]], key_files: tuple[Path, ..
         if (venv / MARKER).is_file():
             return venv
         _run([uv, "venv", "--clear", "--python", sys.executable, str(venv)], REPO, 120, f"creating the {prefix} venv")
-        find_links = ["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.is_dir() else []
-        # llama-cpp-python (gym-local-llama, in the test group) compiled with the workspace's portable
-        # build variables: the wheel the root `uv sync` built, as gym's own plugin venvs take it.
-        for directory in Wheelhouse(default_home() / "wheels").find_links(build_variables(None, REPO)[0], REPO, uv):
-            find_links += ["--find-links", str(directory)]
+        find_links = _find_links()
         # From the workspace root: uv then applies its [tool.uv.extra-build-variables] to anything it compiles.
         for args in installs:
             _run(
@@ -147,8 +144,18 @@ def build_venv(prefix: str, installs: list[list[str]], key_files: tuple[Path, ..
                 BUILD_TIMEOUT_S,
                 f"installing into the {prefix} venv",
             )
+        for site in site_packages(venv):  # what uv compiled here (no wheel kept yet): the next venv reuses it
+            harvest(site, REPO)
         (venv / MARKER).write_text("")
     return venv
+
+
+def _find_links() -> list[str]:
+    """The local CPU torch wheel, and llama-cpp-python (gym-local-llama, in the test group) compiled with
+    the workspace's portable build variables: the wheel kept under ``$GYM_HOME/wheels/`` (by the root
+    `uv sync`, gym's plugin venvs or an earlier training venv). Without it uv compiles llama.cpp for
+    more than 15 minutes."""
+    return (["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.is_dir() else []) + wheel_find_links(REPO)
 
 
 def _test_functions() -> int:
@@ -175,6 +182,39 @@ def test_gym_train_tests_pass_in_the_training_venv():
     assert passed and not re.search(r"skipped|failed|error|deselected", summary), f"unexpected summary: {summary}"
     # Every test function there ran (parametrised ones count at least once): none left uncollected.
     assert int(passed.group(1)) >= _test_functions() > 0, output[-4000:]
+
+
+def test_the_training_venv_is_offered_the_kept_llama_cpp_wheel(tmp_path, monkeypatch):
+    """The training venv's install, and the one its docs show, are given the llama-cpp-python wheel gym
+    keeps under $GYM_HOME/wheels/ (compiled with the workspace's build variables), never compiling it
+    again. A stand-in wheel: nothing is installed here."""
+    monkeypatch.setenv("GYM_HOME", str(tmp_path))
+    variables = build_variables(None, REPO)[0]  # pyright: ignore[reportArgumentType]
+    kept = Wheelhouse(tmp_path / "wheels").path_for("llama-cpp-python", variables["llama-cpp-python"])
+    kept.mkdir(parents=True)
+    version = next(v for v in _locked_versions() if v[0] == "llama-cpp-python")[1]
+    (kept / f"llama_cpp_python-{version}-py3-none-linux_x86_64.whl").write_bytes(b"stand-in")
+    args = _find_links()
+    assert ["--find-links", str(kept)] == args[args.index(str(kept)) - 1 : args.index(str(kept)) + 1]
+    printed = subprocess.run(
+        [sys.executable, "-m", "gym_cli.venvs.find_links"],
+        cwd=REPO,
+        env={**_environ(), "GYM_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert printed.stdout.split() == ["--find-links", str(kept)], printed.stdout + printed.stderr
+    for doc in (REPO / "docs" / "training.md", GYM_TRAIN / "README.md"):
+        command = re.search(r"uv pip install --python /tmp/gym-train-venv/bin/python[^\n]*", doc.read_text())
+        assert command and "$(uv run python -m gym_cli.venvs.find_links)" in command.group(0), doc
+
+
+def _locked_versions() -> list[tuple[str, str]]:
+    import tomllib
+
+    lock = tomllib.loads((REPO / "uv.lock").read_text())
+    return [(p["name"], p.get("version", "")) for p in lock.get("package", [])]
 
 
 def test_the_root_venv_has_no_torch():

@@ -10,6 +10,7 @@ __all__ = ["gym_register_commands"]
 def gym_register_commands(register):
     from gym_cli.commands.collect import collect
     from gym_cli.commands.config import config
+    from gym_cli.commands.data import data
     from gym_cli.commands.examples import examples
     from gym_cli.commands.export import export
     from gym_cli.commands.mcp import mcp
@@ -33,6 +34,7 @@ def gym_register_commands(register):
         profile,
         report,
         export,
+        data,
         config,
         plugin,
         test,

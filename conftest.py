@@ -60,6 +60,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "packages/gym-cli/tests/test_guide.py::test_a_command_that_talks_to_a_run_asks_which_when_several_run",
         "packages/gym-cli/tests/test_cli_output.py::test_collect_json_progress_clock_starts_with_the_rollouts_and_no_empty_failures_file",
         "plugins/resources/mcp_tools/tests/test_mcp_tools.py::test_example_config_solves_every_example",
+        "packages/gym-cli/tests/test_mcp_serve.py::test_an_environment_failure_ends_the_episode_unscored",
     ),
     # Start a Ray cluster (joined by the test process, or by gym run).
     "ray": (

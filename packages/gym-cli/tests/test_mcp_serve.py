@@ -95,3 +95,51 @@ async def test_http_episode(tmp_path: Path):
         process.wait(30)
     (row,) = [json.loads(line) for line in output.read_text().splitlines()]
     assert row["reward"] == 1.0
+
+
+async def test_an_environment_failure_ends_the_episode_unscored(tmp_path: Path):
+    # Both directions at once: the SDK's client -> gym mcp serve -> mcp_tools -> an SDK server whose
+    # tool hangs. The environment's 502 mcp_server_failed is not the client's fault, nor a reward.
+    failing = ROOT / "plugins" / "resources" / "mcp_tools" / "tests" / "failing_mcp_server.py"
+    config = tmp_path / "env.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "env": {
+                    "plugin": "mcp_tools",
+                    "command": [sys.executable, str(failing)],
+                    "call_timeout_s": 2,
+                    "connect_timeout_s": 10,
+                }
+            }
+        )
+    )
+    output = tmp_path / "rollouts.jsonl"
+    task = {"responses_create_params": {"input": "wait"}, "expected_answer": "woke"}
+    args = ["-m", "gym_cli", "mcp", "serve", "env", "--config", str(config), "--task", json.dumps(task)]
+    params = StdioServerParameters(command=sys.executable, args=[*args, "--output", str(output)], cwd=str(ROOT))
+    async with Client(params, read_timeout_seconds=60) as client:
+        assert {tool.name for tool in (await client.list_tools()).tools} == {"hang", "die", "fail", "gym_verify"}
+        failed = await client.call_tool("hang", {"seconds": 30})
+        assert failed.is_error and "mcp_server_failed" in failed.content[0].text
+        late = await client.call_tool("gym_verify", {"answer": "woke"})
+        assert late.is_error and "episode is over" in late.content[0].text
+    deadline = time.monotonic() + 30
+    while not output.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    (row,) = [json.loads(line) for line in output.read_text().splitlines()]
+    assert (row["reward"], row["verified"]) == (None, False)
+    assert row["failure"].startswith("mcp_server_failed")
+
+
+async def test_head_serves_an_instance_of_a_running_run(tmp_path: Path):
+    from gym_core.testing import first_party, plugin_manager, running_servers
+
+    config = {"counter": {"plugin": "counter"}}
+    with running_servers(config, plugins=plugin_manager(*first_party("counter"))) as global_config:
+        head = f"http://127.0.0.1:{global_config.head_port}"
+        env = {"GYM_AUTH_TOKEN": global_config.auth_token or ""}
+        params = StdioServerParameters(command=sys.executable, args=serve_args("--head", head), cwd=str(ROOT), env=env)
+        async with Client(params, read_timeout_seconds=60) as client:
+            verdict = await episode(client, 3)
+    assert verdict["reward"] == 1.0

@@ -92,6 +92,7 @@ class EpisodeBridge:
         self.tools: list[dict[str, Any]] = []
         self.calls: list[dict[str, Any]] = []
         self.verdict: dict[str, Any] | None = None
+        self.failure: str | None = None
         self.closed = False
 
     async def start(self) -> None:
@@ -135,11 +136,11 @@ class EpisodeBridge:
 
     async def call(self, name: str, arguments: Mapping[str, Any]) -> tuple[str, bool]:
         """The text of a call's result, and whether it is an error the client should see as one."""
-        from gym_core.errors import ServerHTTPError
+        from gym_core.errors import ServerCallError, ServerHTTPError
         from gym_core.failures import ends_rollout
 
         if self.closed:
-            return "the episode is over (gym_verify was called): no tool works now", True
+            return "the episode is over: no tool works now", True
         if name == VERIFY_TOOL:
             return await self.verify(str(arguments.get("answer", ""))), False
         if name not in {tool["name"] for tool in self.tools}:
@@ -156,12 +157,21 @@ class EpisodeBridge:
             )
         except ServerHTTPError as exc:
             if ends_rollout(exc.status, exc.error_type):
-                raise  # the environment failed, not the client: the episode ends with that failure
+                return await self.fail(f"{exc.reason}: {exc.detail}"), True
             self.calls.append({"name": name, "arguments": dict(arguments), "error": exc.detail})
             return exc.detail, True
+        except ServerCallError as exc:  # unreachable, timed out
+            return await self.fail(f"{exc.reason}: {exc}"), True
         text = raw.decode()
         self.calls.append({"name": name, "arguments": dict(arguments), "output": text})
         return text, False
+
+    async def fail(self, reason: str) -> str:
+        """The environment failed (the failure table's "ends the rollout"), not the client: the
+        episode ends unscored, with that reason in its row."""
+        self.failure = reason
+        await self.close()
+        return f"the environment failed, the episode is over (not scored): {reason}"
 
     async def verify(self, answer: str) -> str:
         body = {**self.task, "response": _answer(answer)}
@@ -190,6 +200,7 @@ class EpisodeBridge:
             **verdict,
             "reward": verdict.get("reward"),
             "verified": self.verdict is not None,
+            "failure": self.failure,
             "environment_instance": self.instance,
             "mcp_tool_calls": self.calls,
             "duration_s": round(answer_time_s, 3),

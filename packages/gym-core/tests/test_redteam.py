@@ -132,3 +132,12 @@ def test_the_hook_declares_probes_and_the_registry_refuses_bad_declarations():
         registry.register(environment="c", probes=[Probe("empty", "format", "d", magic.build)])
     with pytest.raises(PluginError, match="must be gym_core.redteam.Probe"):
         registry.register(environment="d", probes=[magic.build])  # type: ignore[list-item]
+
+
+def test_docs_reliability_lists_every_probe_with_its_family():
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "reliability.md").read_text()
+    section = page[page.index("## Reward hacking probes") :]
+    for found in PROBES:
+        assert f"| `{found.name}` | {found.family} |" in section, f"docs/reliability.md lacks the probe {found.name}"

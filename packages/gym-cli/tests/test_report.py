@@ -110,6 +110,7 @@ def test_task_table_compares_runs(two_runs):
     assert rows[1] == [
         "task",
         "prompt",
+        "Δ mean",  # right after the prompt: in view however many runs and pass@k columns follow
         "n",
         "mean",
         "pass@1",
@@ -120,14 +121,99 @@ def test_task_table_compares_runs(two_runs):
         "pass@1",
         "pass@2",
         "pass@3",
-        "Δ mean",
     ]
     table = {row[0]: row[2:] for row in rows[2:]}
-    assert list(table) == ["0", "1", "2", "3", "4"]
-    assert table["1"] == ["3", "0.000", "0.000", "0.000", "0.000", "3", "1.000", "1.000", "1.000", "1.000", "1.000"]
-    assert table["3"] == ["–"] * 5 + ["3", "1.000", "1.000", "1.000", "1.000", "–"]  # not in "before": no Δ
-    assert table["4"][-1] == "0.000"
+    # "before"'s task 3 has no rows (all its rollouts failed): the "after" task 3, with its own prompt,
+    # is another task, listed after the first run's.
+    assert list(table) == ["0", "1", "2", "4", "3"]
+    assert table["1"] == ["1.000", "3", "0.000", "0.000", "0.000", "0.000", "3", "1.000", "1.000", "1.000", "1.000"]
+    assert table["3"] == ["–"] + ["–"] * 5 + ["3", "1.000", "1.000", "1.000", "1.000"]  # not in "before": no Δ
+    assert table["4"][0] == "0.000"
     assert rows[3][1] == "Make the counter 2."
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_runs_are_paired_by_task_not_by_index(old_runs, tmp_path, gym):
+    """A run of the same tasks in another order, in a dataset with one task more and one less, is
+    compared task by task: each task's Δ is its own (by index it would be another task's)."""
+    before = _rows(old_runs["before"])
+    after = [r for r in _rows(old_runs["after"]) if r["task_index"] != 2]  # task 2: only in "before"
+    moved = {0: 3, 1: 0, 3: 4, 4: 1}  # "after" reordered; its index 2 now a new task
+    for row in after:
+        row["task_index"] = moved[row["task_index"]]
+    extra = [r for r in _rows(old_runs["after"]) if r["task_index"] == 0]
+    for row in extra:
+        row["task_index"] = 2
+        row["responses_create_params"] = {**row["responses_create_params"], "input": "A new task."}
+    _write(tmp_path / "before.jsonl", before)
+    _write(tmp_path / "after.jsonl", after + extra)
+    output = tmp_path / "report.html"
+    result = gym("report", str(tmp_path / "before.jsonl"), str(tmp_path / "after.jsonl"), "-o", str(output))
+    assert result.exit_code == 0, result.output
+    html = output.read_text()
+    table = {row[1]: [row[0], row[2]] for row in Tables(html).tables["task-table"][2:]}
+    # prompt → [task index in each run, Δ mean]
+    assert table == {
+        "Make the counter 3.": ["0 / 3", "0.000"],
+        "Make the counter 2.": ["1 / 0", "1.000"],  # the hostile answer, fixed
+        "Make the counter 5.": ["2", "–"],  # only in "before"
+        "Make the counter 4.": ["4 / 1", "0.000"],
+        "Make the counter 1.": ["4", "–"],  # "after"'s task 3 (before's failed entirely)
+        "A new task.": ["2", "–"],
+    }
+    comparison = Tables(html).tables["summary comparison"]
+    assert comparison[0] == [
+        "runs",
+        "environment",
+        "paired tasks",
+        "only in the first",
+        "only in the other",
+        "Δ mean reward",
+        "95% CI",
+        "significant",
+    ]
+    # Paired differences 0, 1, 0: mean 1/3; resamples of three tasks give 0 to 1, so not significant.
+    assert comparison[1] == ["after − before", "counter", "3", "1", "2", "0.333", "[0.000, 1.000]", "no"]
+    assert comparison[2] == ["after − before", "all environments", "3", "1", "2", "0.333", "[0.000, 1.000]", "no"]
+
+
+def test_paired_difference_and_task_identity():
+    from gym_cli.report.data import paired_difference, task_identity
+
+    better = paired_difference([(0.0, 1.0)] * 4 + [(0.5, 1.0)])
+    assert better["tasks"] == 5 and better["delta"] == pytest.approx(0.9) and better["significant"]
+    assert 0.5 <= better["ci"][0] <= 0.9 <= better["ci"][1] <= 1.0
+    mixed = paired_difference([(0.0, 1.0), (1.0, 0.0), (0.0, 0.0), (1.0, 1.0)])
+    assert mixed["delta"] == 0.0 and mixed["ci"][0] < 0 < mixed["ci"][1] and not mixed["significant"]
+    assert paired_difference([(0.0, 1.0)]) == {"tasks": 1, "delta": 1.0, "ci": None, "significant": False}
+    assert paired_difference([])["delta"] is None
+    assert paired_difference([(0.0, 1.0)] * 4 + [(0.5, 1.0)]) == better  # seeded: the same every time
+    row = {
+        "task_index": 0,
+        "environment": "math",
+        "reward": 1.0,
+        "responses_create_params": {"input": [{"role": "user", "content": "2+2?"}], "temperature": 0.7},
+    }
+    same = {
+        **row,
+        "task_index": 9,
+        "reward": 0.0,
+        "extracted_answer": "4",
+        "model": "other",
+        "responses_create_params": {"input": [{"role": "user", "content": "2+2?"}], "metadata": {"x": "y"}},
+    }
+    assert task_identity(row) == task_identity(same)  # index, sampling, metadata, verdict: not the task
+    assert task_identity(row) != task_identity({**row, "environment": "code"})
+    assert task_identity(row) != task_identity({**row, "responses_create_params": {"input": "2+3?"}})
+    assert task_identity({"task_index": 4, "reward": 1.0}) == "index-4"  # no model input: its index
 
 
 def test_first_failing_answer_is_data_never_markup(two_runs, report_runs, hostile_answer):
@@ -141,12 +227,58 @@ def test_first_failing_answer_is_data_never_markup(two_runs, report_runs, hostil
     data = json.loads(
         re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1)
     )
-    assert data["tasks"]["1"]["runs"][0]["first_failing"]["answer"] == hostile_answer
+    task = before.identity[1]
+    assert data["tasks"][task]["runs"][0]["first_failing"]["answer"] == hostile_answer
     assert "window.__pwned" in html and "<script>window.__pwned" not in html and '<img src="x"' not in html
     assert html.count("<script") == 2  # the data and the report's own script
     # Only the report's own script may run: the policy allows it by hash and no network at all.
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
     assert "default-src 'none'" in csp and "script-src 'sha256-" in csp
+
+
+def _data(html: str) -> dict:
+    return json.loads(
+        re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S).group(1)
+    )
+
+
+def test_viewer_holds_every_rollout_transcript(two_runs):
+    """The rollout viewer's data: every rollout of both runs (failed ones too, with their typed reason),
+    each with its transcript (input, messages, tool calls and outputs) and its row's fields."""
+    rollouts = _data(two_runs[2])["rollouts"]
+    assert len(rollouts) == 12 + 3 + 15  # "before": 12 rows and 3 failures; "after": 15 rows
+    failed = [r for r in rollouts if r.get("failed")]
+    assert [(r["run"], r["task_index"], r["reward"], r["reason"]) for r in failed] == [
+        (0, "3", None, "validation_error")
+    ] * 3
+    assert "expected_count" in failed[0]["fields"]["message"]
+    first = rollouts[0]
+    assert (first["run"], first["task_index"], first["rollout"], first["reward"]) == (0, "0", 0, 1.0)
+    assert first["items"][0] == {"kind": "message", "role": "user", "text": "Make the counter 3."}
+    kinds = [(i["kind"], i.get("name")) for i in first["items"]]
+    assert kinds == [("message", None), ("call", "increment_counter"), ("output", None), ("message", None)]
+    assert json.loads(first["items"][1]["text"]) == {"count": 3}
+    assert "3" in first["items"][2]["text"] and first["items"][3]["text"] == "added 3"
+    assert first["fields"]["expected_count"] == "3" and first["fields"]["final_count"] == "3"
+    assert "response" not in first["fields"] and "responses_create_params" not in first["fields"]
+    assert [r["rollout"] for r in rollouts if r["run"] == 1 and r["task_index"] == "4"] == [0, 1, 2]  # sorted
+
+
+def test_viewer_cuts_long_texts_and_many_rollouts(tmp_path, monkeypatch):
+    """A huge tool output is cut with a marker; beyond MAX_VIEWER_ROLLOUTS the page embeds the first
+    ones and says so."""
+    from gym_cli.report import data, write_report
+
+    monkeypatch.setattr(data, "MAX_VIEWER_ROLLOUTS", 5)
+    monkeypatch.setattr("gym_cli.report.render.MAX_VIEWER_ROLLOUTS", 5)
+    output = [{"type": "function_call_output", "call_id": "c", "output": "x" * 10_000}]
+    rows = [{"task_index": t, "rollout_index": 0, "reward": 0.0, "response": {"output": output}} for t in range(8)]
+    path = _write(tmp_path / "big.jsonl", rows)
+    html = write_report([path], tmp_path / "big.html").html.read_text()
+    rollouts = _data(html)["rollouts"]
+    assert len(rollouts) == 5
+    assert rollouts[0]["items"][0]["text"] == "x" * data.MAX_TEXT + f"… ({10_000 - data.MAX_TEXT} more characters)"
+    assert "Only big: the first 5 of its 8 rollouts (the rest are in its file)." in html
 
 
 def test_plots_inline_and_as_png(two_runs):

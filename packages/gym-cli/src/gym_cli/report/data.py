@@ -5,6 +5,8 @@ rollout's final answer. Pure Python plus numpy (for the bootstrap); no plotting 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,9 @@ __all__ = [
     "CI_LEVEL",
     "CI_METHOD",
     "MAX_TEXT",
+    "MAX_VIEWER_ROLLOUTS",
+    "PAIRED_METHOD",
+    "TASK_FIELDS",
     "Run",
     "default_ks",
     "failures_path",
@@ -27,14 +32,25 @@ __all__ = [
     "final_answer",
     "prompt_text",
     "reward_ci",
+    "task_identity",
+    "paired_difference",
+    "compare_runs",
+    "transcript",
     "load_runs",
 ]
 
 CI_LEVEL = 0.95
 CI_METHOD = "percentile bootstrap over tasks (10,000 resamples, seed 0)"
 _BOOTSTRAP_RESAMPLES = 10_000
-# Rollout text is untrusted and can be huge: what the report keeps of an answer or a prompt.
+PAIRED_METHOD = "paired percentile bootstrap over the tasks in both runs (10,000 resamples, seed 0)"
+# Rollout text is untrusted and can be huge: what the report keeps of an answer, a prompt or any one
+# text of a transcript (the rest replaced by a marker saying how much was cut).
 MAX_TEXT = 4000
+# The rollout viewer embeds at most this many rollouts of each run (the first in the file; the page says so).
+MAX_VIEWER_ROLLOUTS = 2000
+# What identifies a task: its environment and what the model is given, the ``responses_create_params``
+# fields below. Sampling parameters (model, temperature...), its metadata and what a rollout adds are not.
+TASK_FIELDS = ("input", "instructions", "tools")
 
 
 @dataclass
@@ -49,6 +65,27 @@ class Run:
     ci: tuple[float, float]  # CI_LEVEL interval of the mean reward (CI_METHOD)
     # task_index → the first failing rollout (lowest rollout_index with reward < 1): its fields and answer
     first_failing: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # task_index → the task's identity (task_identity; a second task of the same identity gets "#2"...)
+    identity: dict[Any, str] = field(default_factory=dict)
+    # the rollouts as the viewer shows them (transcript), at most MAX_VIEWER_ROLLOUTS, then the failures
+    rollouts: list[dict[str, Any]] = field(default_factory=list)
+    total_rollouts: int = 0  # rows in the file, whether or not the viewer embeds them all
+
+    @property
+    def task_of(self) -> dict[str, Any]:
+        """task identity → task_index."""
+        return {identity: task for task, identity in self.identity.items()}
+
+    def task_means(self) -> dict[str, float]:
+        """task identity → the mean reward of its rollouts."""
+        sums: dict[str, list[float]] = {}
+        for row in self.rows:
+            sums.setdefault(self.identity[row["task_index"]], []).append(float(row["reward"]))
+        return {identity: sum(rewards) / len(rewards) for identity, rewards in sums.items()}
+
+    def environment_of(self) -> dict[str, str]:
+        """task identity → the environment its rows name (``environment``, else ``resources_server``)."""
+        return {self.identity[row["task_index"]]: _environment(row) for row in self.rows}
 
     @property
     def failure_reasons(self) -> dict[str, int]:
@@ -144,6 +181,168 @@ def reward_ci(rows: list[dict[str, Any]]) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def _environment(row: dict[str, Any]) -> str:
+    return str(row.get("environment") or row.get("resources_server") or "(no environment)")
+
+
+def task_identity(row: dict[str, Any]) -> str:
+    """A stable id of the task a rollout row ran: a hash of its environment and of the model input
+    its ``responses_create_params`` holds (:data:`TASK_FIELDS`), so that two runs of the same tasks
+    pair them whatever their order or dataset. A row with no model input is known by its task_index."""
+    params = row.get("responses_create_params")
+    if not isinstance(params, dict) or not any(k in params for k in TASK_FIELDS):
+        return f"index-{row['task_index']}"
+    content = {"environment": _environment(row), **{k: params.get(k) for k in TASK_FIELDS}}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
+
+
+def _identities(rows: list[dict[str, Any]]) -> dict[Any, str]:
+    """task_index → identity; tasks of one file with the same identity (the same prompt twice) stay
+    apart, numbered in task_index order (``#2``, ``#3``...), so they pair in that order."""
+    first: dict[Any, str] = {}
+    for row in rows:
+        first.setdefault(row["task_index"], task_identity(row))
+    seen: Counter[str] = Counter()
+    out = {}
+    for task in sorted(first, key=_task_order):
+        seen[first[task]] += 1
+        out[task] = first[task] if seen[first[task]] == 1 else f"{first[task]}#{seen[first[task]]}"
+    return out
+
+
+def _task_order(task: Any) -> tuple[int, Any, str]:
+    return (0, task, "") if isinstance(task, int) and not isinstance(task, bool) else (1, 0, str(task))
+
+
+def paired_difference(pairs: list[tuple[float, float]]) -> dict[str, Any]:
+    """``pairs`` are (baseline, other) per-task mean rewards of the same tasks: the mean difference
+    (other minus baseline), its :data:`CI_LEVEL` interval (:data:`PAIRED_METHOD`; None with fewer
+    than 2 tasks) and whether it is significant (the interval excludes 0)."""
+    import numpy as np
+
+    diffs = np.array([b - a for a, b in pairs], dtype=float)
+    if len(diffs) == 0:
+        return {"tasks": 0, "delta": None, "ci": None, "significant": False}
+    delta = float(diffs.mean())
+    if len(diffs) < 2:
+        return {"tasks": 1, "delta": delta, "ci": None, "significant": False}
+    picks = np.random.default_rng(0).integers(0, len(diffs), size=(_BOOTSTRAP_RESAMPLES, len(diffs)))
+    tail = (1 - CI_LEVEL) / 2 * 100
+    low, high = (float(x) for x in np.percentile(diffs[picks].mean(axis=1), [tail, 100 - tail]))
+    return {"tasks": len(diffs), "delta": delta, "ci": (low, high), "significant": low > 0 or high < 0}
+
+
+def compare_runs(base: Run, other: Run) -> list[dict[str, Any]]:
+    """``other`` against ``base``, per environment and then over all of them (environment None):
+    the :func:`paired_difference` over the tasks (by identity) in both, and how many tasks only one has."""
+    base_means, other_means = base.task_means(), other.task_means()
+    envs = {**other.environment_of(), **base.environment_of()}
+    out = []
+    for env in [*sorted(set(envs.values())), None]:
+        ids = {i for i, e in envs.items() if env is None or e == env}
+        both = sorted(ids & base_means.keys() & other_means.keys())
+        result = paired_difference([(base_means[i], other_means[i]) for i in both])
+        result.update(
+            environment=env,
+            only_base=len(ids & base_means.keys() - other_means.keys()),
+            only_other=len(ids & other_means.keys() - base_means.keys()),
+        )
+        out.append(result)
+    return out
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return _clip(content)
+    if isinstance(content, list):
+        parts = [str(p.get("text", p.get("refusal", ""))) if isinstance(p, dict) else str(p) for p in content]
+        return _clip("".join(parts))
+    return "" if content is None else _clip(json.dumps(content, ensure_ascii=False, default=str))
+
+
+def _items(given: Any) -> list[dict[str, Any]]:
+    """Responses-API input or output items as the viewer shows them: ``kind`` (message, call, output,
+    reasoning or other), and ``role``, ``name`` or ``text``."""
+    if isinstance(given, str):
+        return [{"kind": "message", "role": "user", "text": _clip(given)}]
+    out: list[dict[str, Any]] = []
+    for item in given if isinstance(given, list) else []:
+        if not isinstance(item, dict):
+            out.append({"kind": "other", "text": _clip(json.dumps(item, ensure_ascii=False, default=str))})
+            continue
+        kind = item.get("type", "message")
+        if kind == "message":
+            out.append({"kind": "message", "role": str(item.get("role", "?")), "text": _text_of(item.get("content"))})
+        elif kind == "function_call":
+            out.append({"kind": "call", "name": str(item.get("name")), "text": _text_of(item.get("arguments", ""))})
+        elif kind == "function_call_output":
+            out.append({"kind": "output", "text": _text_of(item.get("output"))})
+        elif kind == "reasoning":
+            summary = item.get("summary") or item.get("content")
+            out.append({"kind": "reasoning", "text": _text_of(summary)})
+        else:
+            out.append(
+                {"kind": "other", "role": str(kind), "text": _clip(json.dumps(item, ensure_ascii=False, default=str))}
+            )
+    return out
+
+
+# Row fields the viewer does not list among a rollout's fields (the transcript shows them, or they are bulk).
+_NOT_FIELDS = {"response", "responses_create_params", "usage_per_turn"}
+
+
+def transcript(row: dict[str, Any], identity: str) -> dict[str, Any]:
+    """One rollout as the viewer shows it: task, rollout, reward, the verifier's reason, every other
+    field (as clipped text) and the transcript: instructions, the model input, then the response's output."""
+    given = row.get("responses_create_params")
+    params: dict[str, Any] = given if isinstance(given, dict) else {}
+    items: list[dict[str, Any]] = []
+    if params.get("instructions"):
+        items.append({"kind": "message", "role": "instructions", "text": _text_of(params["instructions"])})
+    items += _items(params.get("input"))
+    response = row.get("response")
+    items += _items(response.get("output") if isinstance(response, dict) else None)
+    fields = {
+        str(k): _clip(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str))
+        for k, v in row.items()
+        if k not in _NOT_FIELDS
+    }
+    reward = row.get("reward")
+    return {
+        "task": identity,
+        "task_index": str(row.get("task_index")),
+        "rollout": row.get("rollout_index"),
+        "reward": float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None,
+        "reason": None if row.get("reason") is None else _clip(str(row["reason"])),
+        "fields": fields,
+        "items": items,
+    }
+
+
+def _viewer_rollouts(path: Path, identity: dict[Any, str], failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first :data:`MAX_VIEWER_ROLLOUTS` rows of the file as transcripts, then the failures (no
+    reward; their reason is the failure's typed reason)."""
+    out = []
+    for _, row, _problem in iter_jsonl(path):  # read_rollouts read it whole: every line decodes
+        if len(out) >= MAX_VIEWER_ROLLOUTS:
+            break
+        out.append(transcript(row, identity[row["task_index"]]))
+    out.sort(key=lambda r: (_task_order(_as_index(r["task_index"])), _order({"rollout_index": r["rollout"]})))
+    for failure in failures[:MAX_VIEWER_ROLLOUTS]:
+        task = failure.get("task_index")
+        shown = transcript(
+            {k: v for k, v in failure.items() if k != "reward"}, identity.get(task) or task_identity(failure)
+        )
+        shown["failed"] = True
+        out.append(shown)
+    return out
+
+
+def _as_index(text: str) -> Any:
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
 def _order(row: dict[str, Any]) -> int:
     index = row.get("rollout_index")
     return index if isinstance(index, int) and not isinstance(index, bool) else 1 << 62  # unnumbered rows last
@@ -204,15 +403,20 @@ def load_runs(
             profile = build_profile(rows, ks, by=by)
         except (ValueError, TypeError) as exc:  # e.g. a task_index that is not comparable with the others
             raise InputError(f"{path}: cannot profile its rows ({exc})") from None
+        failures = read_failures(failures_path(path))
+        identity = _identities(rows)
         runs.append(
             Run(
                 label,
                 path,
                 rows,
                 profile,
-                read_failures(failures_path(path)),
+                failures,
                 reward_ci(rows),
                 _first_failing(path, rows),
+                identity,
+                _viewer_rollouts(path, identity, failures),
+                len(rows),
             )
         )
     return runs, sorted(set(ks))

@@ -68,10 +68,10 @@
     Array.prototype.forEach.call(tbody.rows, function (r) { r.removeAttribute("aria-selected"); });
     row.setAttribute("aria-selected", "true");
     var task = data.tasks[row.dataset.task];
-    detail.replaceChildren(el("h3", "Task " + row.dataset.task), el("h4", "Prompt (last user message)"),
-      el("pre", task.prompt || "(none)"));
+    detail.replaceChildren(el("h3", "Task " + row.cells[0].textContent), el("p", "id " + row.dataset.task, "note"),
+      el("h4", "Prompt (last user message)"), el("pre", task.prompt || "(none)"));
     task.runs.forEach(function (run, i) {
-      detail.appendChild(el("h4", data.runs[i]));
+      detail.appendChild(el("h4", data.runs[i] + (task.indices[i] === null ? "" : " (task " + task.indices[i] + ")")));
       if (run === null) { detail.appendChild(el("p", "Not in this run.", "note")); return; }
       var failing = run.first_failing;
       if (!failing) {
@@ -101,4 +101,101 @@
     if (event.key === "Enter" && event.target.tagName === "TR") { show(event.target); }
   });
   applyFilter();
+
+  // The rollout viewer: every rollout of the runs, filtered by text, task, run, reward and reason.
+  var rollouts = data.rollouts;
+  var rbody = document.getElementById("rollout-table").tBodies[0];
+  var search = document.getElementById("rollout-search");
+  var taskFilter = document.getElementById("rollout-task");
+  var runFilter = document.getElementById("rollout-run");
+  var rewardFilter = document.getElementById("rollout-reward");
+  var reasonFilter = document.getElementById("rollout-reason");
+  var rcount = document.getElementById("rollout-count");
+  var rdetail = document.getElementById("rollout-detail");
+  var haystacks = [];
+
+  function haystack(i) {
+    if (haystacks[i] === undefined) {
+      var r = rollouts[i];
+      var parts = r.items.map(function (item) { return (item.name || "") + " " + item.text; });
+      Object.keys(r.fields).forEach(function (k) { parts.push(k + " " + r.fields[k]); });
+      haystacks[i] = parts.join("\n").toLowerCase();
+    }
+    return haystacks[i];
+  }
+
+  rollouts.forEach(function (r, i) {
+    var tr = el("tr");
+    tr.dataset.index = String(i);
+    tr.tabIndex = 0;
+    if (r.failed) { tr.className = "failed"; }
+    [data.runs[r.run], r.task_index, r.rollout === null || r.rollout === undefined ? "–" : r.rollout,
+      r.reward === null ? "failed" : fmt(r.reward), r.reason === null ? "" : r.reason].forEach(function (v) {
+      tr.appendChild(el("td", String(v)));
+    });
+    rbody.appendChild(tr);
+  });
+
+  function rolloutMatches(r, i, words, task) {
+    if (runFilter.value !== "" && String(r.run) !== runFilter.value) { return false; }
+    if (task && r.task_index !== task && r.task.indexOf(task) !== 0) { return false; }
+    var reward = rewardFilter.value;
+    if (reward === "none" && r.reward !== null) { return false; }
+    if (reward === "below1" && !(r.reward !== null && r.reward < 1)) { return false; }
+    if (reward.charAt(0) === "=" && r.reward !== parseFloat(reward.slice(1))) { return false; }
+    var reason = reasonFilter.value;
+    if (reason === "-" && r.reason !== null) { return false; }
+    if (reason.charAt(0) === "=" && r.reason !== reason.slice(1)) { return false; }
+    var text = haystack(i);
+    return words.every(function (w) { return text.indexOf(w) !== -1; });
+  }
+
+  function applyRolloutFilter() {
+    var words = search.value.toLowerCase().split(/\s+/).filter(Boolean);
+    var task = taskFilter.value.trim();
+    var shown = 0;
+    Array.prototype.forEach.call(rbody.rows, function (tr) {
+      var i = parseInt(tr.dataset.index, 10);
+      tr.hidden = !rolloutMatches(rollouts[i], i, words, task);
+      if (!tr.hidden) { shown += 1; }
+    });
+    rcount.textContent = shown + " of " + rollouts.length + " rollouts";
+  }
+  [search, taskFilter].forEach(function (input) { input.addEventListener("input", applyRolloutFilter); });
+  [runFilter, rewardFilter, reasonFilter].forEach(function (s) { s.addEventListener("change", applyRolloutFilter); });
+
+  function showRollout(tr) {
+    Array.prototype.forEach.call(rbody.rows, function (r) { r.removeAttribute("aria-selected"); });
+    tr.setAttribute("aria-selected", "true");
+    var r = rollouts[parseInt(tr.dataset.index, 10)];
+    rdetail.replaceChildren(el("h3", data.runs[r.run] + ": task " + r.task_index + ", rollout " +
+      (r.rollout === null || r.rollout === undefined ? "–" : r.rollout)),
+      el("p", r.failed ? "Failed: no reward (" + (r.reason || "no reason") + ")" :
+        "reward " + fmt(r.reward) + (r.reason === null ? "" : " · " + r.reason), "note"),
+      el("h4", "Transcript"));
+    if (!r.items.length) { rdetail.appendChild(el("p", "(no messages recorded)", "note")); }
+    r.items.forEach(function (item) {
+      var box = el("div", undefined, "item " + item.kind);
+      var label = item.kind === "call" ? "tool call: " + item.name : item.kind === "output" ? "tool output" :
+        item.kind === "message" ? item.role : item.kind + (item.role ? ": " + item.role : "");
+      box.appendChild(el("div", label, "label"));
+      box.appendChild(el("pre", item.text));
+      rdetail.appendChild(box);
+    });
+    rdetail.appendChild(el("h4", "Fields"));
+    var facts = el("dl");
+    Object.keys(r.fields).forEach(function (k) {
+      facts.appendChild(el("dt", k));
+      facts.appendChild(el("dd", r.fields[k]));
+    });
+    rdetail.appendChild(facts);
+  }
+  rbody.addEventListener("click", function (event) {
+    var tr = event.target.closest("tr");
+    if (tr) { showRollout(tr); }
+  });
+  rbody.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && event.target.tagName === "TR") { showRollout(event.target); }
+  });
+  applyRolloutFilter();
 }());

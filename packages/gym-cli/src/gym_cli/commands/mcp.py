@@ -293,25 +293,28 @@ async def serve_episode(
     started = time.monotonic()
     bridge: EpisodeBridge | None = None
     try:
-        async with _client(env, config_path, head, timeout_s) as client:
+        async with contextlib.AsyncExitStack() as stack:
+            streams = None
+            if transport == "stdio":
+                from mcp.server.stdio import stdio_server
+
+                # Claimed first: while the SDK holds the process's stdout for the protocol, whatever
+                # else prints (a plugin importing, a server starting) goes to stderr.
+                streams = await stack.enter_async_context(stdio_server())
+            client = await stack.enter_async_context(_client(env, config_path, head, timeout_s))
             bridge = EpisodeBridge(client, env, task, timeout_s)
+            stack.push_async_callback(bridge.close)
             await bridge.start()
             server = _server(bridge, f"gym-{env}")
-            try:
-                if transport == "stdio":
-                    from mcp.server.stdio import stdio_server
+            if streams is not None:
+                await server.run(*streams, server.create_initialization_options())
+            else:
+                import uvicorn
 
-                    async with stdio_server() as (read, write):
-                        await server.run(read, write, server.create_initialization_options())
-                else:
-                    import uvicorn
-
-                    app = server.streamable_http_app(host=host)
-                    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-                    click.echo(f"gym mcp: serving {env} at http://{host}:{port}/mcp", err=True)
-                    await uvicorn.Server(config).serve()
-            finally:
-                await bridge.close()
+                app = server.streamable_http_app(host=host)
+                config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+                click.echo(f"gym mcp: serving {env} at http://{host}:{port}/mcp", err=True)
+                await uvicorn.Server(config).serve()
     finally:
         # Written however the episode ends (the client left, Ctrl+C): an unverified one has reward null.
         if bridge is not None:

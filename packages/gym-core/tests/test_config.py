@@ -6,7 +6,9 @@ import io
 import json
 import sys
 from pathlib import Path
+from typing import Annotated
 
+import msgspec
 import pytest
 import yaml
 
@@ -494,3 +496,27 @@ def test_a_config_on_standard_input(monkeypatch, given, problem):
         ConfigError, match=rf"{problem}.*standard input \(\$GYM_CONFIG is -\)|standard input.*{problem}"
     ):
         GlobalConfig.from_env()
+
+
+class _PatternConfig(ServerConfig, kw_only=True):
+    url: Annotated[str, msgspec.Meta(pattern=r"^https?://")] | list[Annotated[str, msgspec.Meta(pattern=r"^https?://")]]
+    name: str = "x"
+
+
+def test_checking_options_one_by_one_leaves_a_pattern_option_usable():
+    """Each option is checked alone to report every problem; done with the field's bare type, msgspec
+    freed a Meta(pattern=...)'s regex and the next convert of the whole config failed ('code' object
+    has no attribute 'search') or crashed the process."""
+    import gc
+
+    from gym_core.config import _option_type_problems
+
+    options = {"url": ["http://a/v1", "https://b/v1"], "name": "n"}
+    for _ in range(5):
+        assert _option_type_problems("p", options, _PatternConfig) == []
+        gc.collect()
+        assert msgspec.convert(options, _PatternConfig).url == ["http://a/v1", "https://b/v1"]
+    assert _option_type_problems("p", {"url": ["ftp://a"], "name": 3}, _PatternConfig) == [
+        "p.url[0]: Expected `str` matching regex '^https?://'",
+        "p.name: Expected `str`, got `int`",
+    ]

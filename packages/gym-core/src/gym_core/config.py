@@ -18,6 +18,7 @@ Every problem found is reported at once in a :class:`~gym_core.errors.ConfigErro
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -706,6 +707,16 @@ def validate_instance_options(
     return struct
 
 
+@functools.cache
+def _one_option_struct(config_type: type[msgspec.Struct], field_name: str) -> type[msgspec.Struct]:
+    """A struct of ``config_type``'s one field ``field_name``, made once. Converting a field's bare
+    type instead (``msgspec.convert(value, f.type)``) frees a ``Meta(pattern=...)``'s compiled regex
+    with the temporary type info in msgspec 0.19-0.22, and a later convert of the config then reads
+    freed memory; a struct keeps its type info for good."""
+    f = next(f for f in msgspec.structs.fields(config_type) if f.name == field_name)
+    return msgspec.defstruct(f"{config_type.__name__}_{field_name}", [(f.encode_name, f.type)], kw_only=True)
+
+
 def _option_type_problems(name: str, options: Mapping[str, Any], config_type: type[msgspec.Struct]) -> list[str]:
     """The options of instance ``name`` whose value does not fit their field's type, each alone, with its path."""
     problems = []
@@ -713,10 +724,11 @@ def _option_type_problems(name: str, options: Mapping[str, Any], config_type: ty
         if f.encode_name not in options:
             continue
         try:
-            msgspec.convert(options[f.encode_name], f.type, str_keys=True)
+            one = _one_option_struct(config_type, f.name)
+            msgspec.convert({f.encode_name: options[f.encode_name]}, one, str_keys=True)
         except msgspec.ValidationError as exc:
             path = f"{name}.{f.encode_name}"
-            message = str(exc).replace("`$.", f"`{path}.").replace("`$[", f"`{path}[")
+            message = str(exc).replace("`$.", f"`{name}.")
             # a nested option's error ends "- at `PATH`": lead with that path, as every other line does
             head, sep, where = message.rpartition(" - at `")
             if sep and where.endswith("`"):

@@ -532,7 +532,11 @@ def _forged_cookie(target: Target) -> Attack | None:
     return Attack(({"text": HONEST_FAILURE},), session="forged_cookie")
 
 
-@probe("closed_cookie", "session", "the solving tool calls, /close_session, then /verify with the same cookie")
+@probe(
+    "closed_cookie",
+    "session",
+    "the solving tool calls, /close_session, then /verify with the same (reused, expired) cookie",
+)
 def _closed_cookie(target: Target) -> Attack | None:
     return Attack(({"text": HONEST_FAILURE},), session="closed_cookie")
 

@@ -83,8 +83,18 @@ class EpisodeBridge:
     """One session of an environment, seen as MCP tools: the calls forwarded with the session's
     cookies, ``gym_verify`` scoring the answer once and closing the session."""
 
-    def __init__(self, client: ServerClient, instance: str, task: Mapping[str, Any], timeout_s: float):
+    def __init__(
+        self,
+        client: ServerClient,
+        instance: str,
+        task: Mapping[str, Any],
+        timeout_s: float,
+        output: Path | None = None,
+    ):
         self.client = client
+        self.output = output
+        self.started = time.monotonic()
+        self.row: dict[str, Any] | None = None
         self.instance = instance
         self.task = dict(task)
         self.timeout_s = timeout_s
@@ -171,6 +181,7 @@ class EpisodeBridge:
         episode ends unscored, with that reason in its row."""
         self.failure = reason
         await self.close()
+        self.finish()
         return f"the environment failed, the episode is over (not scored): {reason}"
 
     async def verify(self, answer: str) -> str:
@@ -180,6 +191,7 @@ class EpisodeBridge:
         )
         self.verdict = json.loads(raw)
         await self.close()
+        self.finish()
         return json.dumps(self.verdict)
 
     async def close(self) -> None:
@@ -190,6 +202,23 @@ class EpisodeBridge:
             await self.client.request(
                 "POST", self.instance, "/close_session", body=b"{}", cookies=self.cookies, timeout_s=10.0
             )
+
+    def finish(self) -> dict[str, Any]:
+        """The episode's rollout row, written (to ``output``, summed up on stderr) once: as soon as the
+        episode is over, since an MCP client may kill this process soon after it leaves (the SDK's
+        stdio client: 2 s after closing stdin)."""
+        if self.row is None:
+            self.row = self.rollout_row(time.monotonic() - self.started)
+            if self.output is not None:
+                with self.output.open("a") as sink:
+                    sink.write(json.dumps(self.row) + "\n")
+            summary = {
+                "reward": self.row["reward"],
+                "verified": self.row["verified"],
+                "tool_calls": len(self.row["mcp_tool_calls"]),
+            }
+            click.echo(f"gym mcp: episode of {self.instance} ended: {json.dumps(summary)}", err=True)
+        return self.row
 
     def rollout_row(self, answer_time_s: float) -> dict[str, Any]:
         """What the episode gave: the task, the client's tool calls, the verdict (none when it ended
@@ -290,41 +319,32 @@ async def serve_episode(
 ) -> dict[str, Any]:
     """Serve one episode of ``env`` until the MCP client leaves (stdio) or the server is stopped
     (HTTP, Ctrl+C); its rollout row, also appended to ``output``."""
-    started = time.monotonic()
-    bridge: EpisodeBridge | None = None
-    try:
-        async with contextlib.AsyncExitStack() as stack:
-            streams = None
-            if transport == "stdio":
-                from mcp.server.stdio import stdio_server
+    async with contextlib.AsyncExitStack() as stack:
+        streams = None
+        if transport == "stdio":
+            from mcp.server.stdio import stdio_server
 
-                # Claimed first: while the SDK holds the process's stdout for the protocol, whatever
-                # else prints (a plugin importing, a server starting) goes to stderr.
-                streams = await stack.enter_async_context(stdio_server())
-            client = await stack.enter_async_context(_client(env, config_path, head, timeout_s))
-            bridge = EpisodeBridge(client, env, task, timeout_s)
-            stack.push_async_callback(bridge.close)
-            await bridge.start()
-            server = _server(bridge, f"gym-{env}")
-            if streams is not None:
-                await server.run(*streams, server.create_initialization_options())
-            else:
-                import uvicorn
+            # Claimed first: while the SDK holds the process's stdout for the protocol, whatever
+            # else prints (a plugin importing, a server starting) goes to stderr.
+            streams = await stack.enter_async_context(stdio_server())
+        client = await stack.enter_async_context(_client(env, config_path, head, timeout_s))
+        bridge = EpisodeBridge(client, env, task, timeout_s, output)
+        stack.push_async_callback(bridge.close)
+        await bridge.start()
+        # However the episode ends (the client left, Ctrl+C), its row is written before the
+        # environment stops; an unverified one has reward null. Verified ones were written already.
+        stack.callback(bridge.finish)
+        server = _server(bridge, f"gym-{env}")
+        if streams is not None:
+            await server.run(*streams, server.create_initialization_options())
+        else:
+            import uvicorn
 
-                app = server.streamable_http_app(host=host)
-                config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-                click.echo(f"gym mcp: serving {env} at http://{host}:{port}/mcp", err=True)
-                await uvicorn.Server(config).serve()
-    finally:
-        # Written however the episode ends (the client left, Ctrl+C): an unverified one has reward null.
-        if bridge is not None:
-            row = bridge.rollout_row(time.monotonic() - started)
-            if output is not None:
-                with output.open("a") as sink:
-                    sink.write(json.dumps(row) + "\n")
-            summary = {"reward": row["reward"], "verified": row["verified"], "tool_calls": len(row["mcp_tool_calls"])}
-            click.echo(f"gym mcp: episode of {env} ended: {json.dumps(summary)}", err=True)
-    return row
+            app = server.streamable_http_app(host=host)
+            config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+            click.echo(f"gym mcp: serving {env} at http://{host}:{port}/mcp", err=True)
+            await uvicorn.Server(config).serve()
+    return bridge.finish()
 
 
 @click.group()

@@ -17,6 +17,7 @@ import pytest
 
 from gym_cli.commands.plugin_new import render_template
 from gym_cli.distributions import check_core_requirement, check_wheel
+from gym_cli.plugin_examples import config_server_types, wheels_registering
 from gym_cli.venvs import find_uv
 from gym_cli.venvs.wheels import installed_wheel
 
@@ -189,6 +190,116 @@ def test_an_editable_gym_core_is_never_rebuilt_as_a_wheel(tmp_path):
         installed_wheel("gym-core", tmp_path)
 
 
+# --- example data and configs, and the server types they use -------------------------------------
+
+
+def test_the_server_types_an_environment_s_configs_use_and_the_wheels_that_register_them(tmp_path):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "a.yaml").write_text("env:\n  plugin: my_env\nagent:\n  plugin: simple_agent\n  x: 1\n")
+    (configs / "b.yml").write_text("# comment only\nmodel: {plugin: scripted}\nnot_an_instance: 3\n")
+    (configs / "broken.yaml").write_text("a: [\n")  # reported where it is used, not here
+    (tmp_path / "data.yaml").write_text("x:\n  plugin: not_a_config\n")  # outside configs/
+    files = [*configs.iterdir(), tmp_path / "data.yaml"]
+    assert config_server_types(files) == {"my_env", "simple_agent", "scripted"}
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    head = "Metadata-Version: 2.3\nName: gym-x\nVersion: 0.1.0\n"
+    _wheel(wheels / "gym_x-0.1.0-py3-none-any.whl", head, "[gym]\nsimple_agent = gym_x.plugin\n", {})
+    _wheel(wheels / "other-0.1.0-py3-none-any.whl", head, "[console_scripts]\nscripted = gym_x:main\n", {})
+    (wheels / "broken-0.1.0-py3-none-any.whl").write_bytes(b"not a zip")
+    found = wheels_registering(
+        [str(wheels), str(tmp_path / "nowhere"), "https://pkgs.example/simple"], ["scripted", "simple_agent"]
+    )
+    assert found == {"simple_agent": "gym-x"}  # scripted: no wheel registers it in group gym
+
+
+def test_examples_copies_a_plugin_s_data_and_configs_and_keeps_what_is_there(tmp_path, gym):
+    out = tmp_path / "counter"
+    copied = gym("plugin", "examples", "counter", "--out", str(out))
+    assert copied.exit_code == 0, copied.output
+    source = ROOT / "plugins" / "resources" / "counter"
+    expected = sorted(
+        p.relative_to(source).as_posix() for d in ("data", "configs") for p in (source / d).rglob("*") if p.is_file()
+    )
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == expected
+    assert (out / "data" / "example.jsonl").read_bytes() == COUNTER_TASKS.read_bytes()
+
+    (out / "data" / "example.jsonl").write_text("mine\n")
+    again = gym("plugin", "examples", "counter", "--out", str(out))
+    assert again.exit_code == 2 and "already holds" in again.output and "--force" in again.output
+    assert (out / "data" / "example.jsonl").read_text() == "mine\n"  # nothing overwritten
+    forced = gym("plugin", "examples", "counter", "--out", str(out), "--force")
+    assert forced.exit_code == 0 and (out / "data" / "example.jsonl").read_bytes() == COUNTER_TASKS.read_bytes()
+
+    unknown = gym("plugin", "examples", "countr", "--out", str(tmp_path / "x"))
+    assert unknown.exit_code == 2 and "unknown server type 'countr'" in unknown.output
+    assert not (tmp_path / "x").exists()
+
+
+# Plugins other engineers are writing as this check lands; `gym plugin build` names what they lack.
+BEING_WRITTEN = {"plugins/resources/repo", "plugins/resources/mcp_tools"}
+
+
+def test_every_plugin_ships_its_data_and_configs_in_its_wheel():
+    """Each plugin with data/ or configs/ force-includes them under <module>/examples/ (what `gym plugin
+    examples` reads from an installed wheel); the template's plugins too (checked where it is rendered)."""
+    missing = []
+    for pyproject in sorted(ROOT.glob("plugins/*/*/pyproject.toml")):
+        directory = pyproject.parent
+        if directory.relative_to(ROOT).as_posix() in BEING_WRITTEN:
+            continue
+        table = tomllib.loads(pyproject.read_text())
+        module = next(iter(table["project"]["entry-points"]["gym"].values())).split(".")[0]
+        included = table.get("tool", {}).get("hatch", {}).get("build", {}).get("targets", {}).get("wheel", {})
+        included = included.get("force-include", {})
+        for name in ("data", "configs"):
+            if (directory / name).is_dir() and included.get(name) != f"{module}/examples/{name}":
+                missing.append(f"{directory.relative_to(ROOT)}: {name}")
+    assert missing == [], missing
+
+
+def test_the_template_ships_its_data_and_configs_in_its_wheel(tmp_path):
+    uv = find_uv()
+    assert uv is not None
+    render_template("resources", "my_env", tmp_path / "my_env")
+    subprocess.run(
+        [uv, "build", "--wheel", "--out-dir", str(tmp_path / "dist"), str(tmp_path / "my_env")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = (tmp_path / "dist").glob("*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        examples = sorted(n for n in zf.namelist() if "/examples/" in n)
+    assert examples == ["gym_my_env/examples/configs/my_env.yaml", "gym_my_env/examples/data/example.jsonl"]
+
+
+def test_build_all_builds_every_catalog_plugin_and_names_those_that_fail(tmp_path, monkeypatch, gym):
+    first = _package(tmp_path / "one", entry_point="gym_bad.plugin", readme=True, core="gym-core>=0.1")
+    second = _package(tmp_path / "two", entry_point="gym_two.plugins", readme=True, core="gym-core>=0.1")
+    (second / "pyproject.toml").write_text((second / "pyproject.toml").read_text().replace("gym-bad", "gym-two"))
+    (second / "src" / "gym_bad").rename(second / "src" / "gym_two")
+    (second / "configs").mkdir()
+    (second / "configs" / "two.yaml").write_text("two:\n  plugin: two\n")  # not in its wheel either
+    (tmp_path / "workspace.toml").write_text(
+        '[plugins.one]\nkind = "resources"\npath = "one"\n\n[plugins.two]\nkind = "resources"\npath = "two"\n'
+    )
+    monkeypatch.setenv("GYM_WORKSPACE", str(tmp_path))
+    neither = gym("plugin", "build")
+    assert neither.exit_code == 2 and "or give --all" in neither.output
+    out = tmp_path / "dist"
+    built = gym("plugin", "build", "--all", "--out", str(out))
+    assert built.exit_code == 1, built.output
+    assert "1 of 2 plugins cannot be published: two" in built.output
+    assert "names module 'gym_two.plugins', which the wheel does not contain" in built.output
+    assert "its configs/ is not in the wheel" in built.output
+    assert '[tool.hatch.build.targets.wheel.force-include] "configs" = "gym_two/examples/configs"' in built.output
+    assert sorted(p.name for p in out.iterdir()) == ["gym_bad-0.1.0-py3-none-any.whl", "gym_bad-0.1.0.tar.gz"]
+    assert first.is_dir()
+
+
 # --- outside the repository ------------------------------------------------------------------------
 
 
@@ -201,8 +312,10 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) 
 
 def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path, gym):
     """gym and three plugins built into local package directories; a fresh venv with gym installed from
-    them; in a directory holding only a config: install, collect, test. gym-core comes from no index:
-    the plugins' venvs get the wheel gym rebuilds from its own installed gym-core."""
+    them, with no network (uv offline: its cache and those directories only); in an empty directory:
+    install the environment (the agent and model its example config uses come along), copy its
+    example data and configs out of its wheel, collect, test. gym-core comes from no index: the
+    plugins' venvs get the wheel gym rebuilds from its own installed gym-core."""
     uv = find_uv()
     assert uv is not None
     env = {
@@ -217,7 +330,7 @@ def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path,
             env,
         )
     )
-    env.update(GYM_HOME=str(tmp_path / "home"), UV_CONSTRAINT=str(constraints))
+    env.update(GYM_HOME=str(tmp_path / "home"), UV_CONSTRAINT=str(constraints), UV_OFFLINE="1")
 
     gym_wheels, plugins = tmp_path / "gym-wheels", tmp_path / "plugins"
     for package in ("gym-core", "gym-cli"):
@@ -226,10 +339,18 @@ def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path,
             ROOT,
             env,
         )
-    for package in ("resources/counter", "agents/simple_agent", "models/scripted"):
-        built = gym("plugin", "build", str(ROOT / "plugins" / package), "--out", str(plugins))
-        assert built.exit_code == 0, built.output
+    directories = [str(ROOT / "plugins" / p) for p in ("resources/counter", "agents/simple_agent", "models/scripted")]
+    built = gym("plugin", "build", *directories, "--out", str(plugins))
+    assert built.exit_code == 0, built.output
     assert not any(p.name.startswith("gym_core") for p in plugins.iterdir())  # gym-core is not offered there
+    with zipfile.ZipFile(plugins / "gym_counter-0.1.0-py3-none-any.whl") as wheel:
+        examples = sorted(n for n in wheel.namelist() if "/examples/" in n)
+    assert examples == [
+        "gym_counter/examples/configs/counter.yaml",
+        "gym_counter/examples/configs/counter_scripted.yaml",
+        "gym_counter/examples/data/example.jsonl",
+        "gym_counter/examples/data/example_rollouts.jsonl",
+    ]
 
     venv = tmp_path / "venv"
     _run([uv, "venv", "--python", sys.executable, str(venv)], tmp_path, env)
@@ -242,12 +363,13 @@ def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path,
 
     work = tmp_path / "work"
     work.mkdir()
-    (work / "config.yaml").write_text(COUNTER_CONFIG.read_text())
+    # The environment only: the server types its configs use come from the same directory.
+    installed = _run([gym, "plugin", "install", "gym-counter", "--find-links", str(plugins)], work, env)
     for distribution in ("gym-counter", "gym-simple-agent", "gym-scripted"):
-        installed = _run([gym, "plugin", "install", distribution, "--find-links", str(plugins)], work, env)
-        assert f"installed {distribution} 0.1.0" in installed
+        assert f"installed {distribution} 0.1.0" in installed, installed
     catalog = tomllib.loads((tmp_path / "home" / "workspace.toml").read_text())["plugins"]
     assert catalog["counter"] == {"kind": "resources", "requirement": "gym-counter", "find-links": [str(plugins)]}
+    assert catalog["simple_agent"]["requirement"] == "gym-simple-agent"
     assert sorted(catalog) == ["counter", "scripted", "simple_agent"]
     (site,) = (tmp_path / "home" / "venvs").glob("counter-*/lib/python*/site-packages")
     (core,) = site.glob("gym_core-*.dist-info")
@@ -255,18 +377,22 @@ def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path,
     assert origin.startswith(f"file://{tmp_path / 'home' / 'wheels' / 'gym-core'}/") and origin.endswith(".whl")
     assert (site / "gym_counter").is_dir() and not list(site.glob("*.pth"))  # installed, not editable
 
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("\n".join(COUNTER_TASKS.read_text().splitlines()[:3]) + "\n")
+    copied = _run([gym, "plugin", "examples", "counter"], work, env)
+    assert "copied 4 files of counter" in copied, copied
+    assert (work / "counter" / "data" / "example.jsonl").read_text() == COUNTER_TASKS.read_text()
+    assert (work / "counter" / "configs" / "counter_scripted.yaml").read_text() == COUNTER_CONFIG.read_text()
     _run(
         [
             gym,
             "collect",
             "--serve",
-            "config.yaml",
+            "counter/configs/counter_scripted.yaml",
             "--set",
             "head_server.port=0",
             "--input",
-            str(tasks),
+            "counter/data/example.jsonl",
+            "--limit",
+            "3",
             "--output",
             str(tmp_path / "rollouts.jsonl"),
             "--no-profile",
@@ -285,4 +411,4 @@ def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path,
     tested = _run([gym, "test", "counter", "-q"], work, env, timeout=600)
     assert re.search(r"│ counter\s*│ passed\s*│\s*[1-9]\d* │\s*0 │", tested), tested  # some ran, none failed
     assert (tmp_path / "home" / "sources" / "gym-counter-0.1.0" / "tests").is_dir()  # from its sdist
-    assert sorted(p.name for p in work.iterdir()) == ["config.yaml"]  # nothing written where the user is
+    assert sorted(p.name for p in work.iterdir()) == ["counter"]  # nothing written where the user is but the copy

@@ -222,6 +222,23 @@ def _uv_environ() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
 
 
+def check_examples(directory: Path, wheel: Path, report: BuildReport) -> None:
+    """A package's ``data/`` and ``configs/`` must be in its wheel, under ``<module>/examples/``: where the
+    plugin is installed from the wheel, `gym plugin examples` copies them out from there."""
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    modules = sorted({value.split(".")[0] for value in report.entry_points.values()}) or ["<module>"]
+    for name in ("data", "configs"):
+        if not (directory / name).is_dir() or not any((directory / name).rglob("*")):
+            continue
+        if not any(n.split("/")[1:3] == ["examples", name] for n in names):
+            report.problems.append(
+                f"its {name}/ is not in the wheel, so `gym plugin examples` finds nothing where it is installed: "
+                f'add to pyproject.toml [tool.hatch.build.targets.wheel.force-include] "{name}" = '
+                f'"{modules[0]}/examples/{name}"'
+            )
+
+
 def build_distributions(
     directory: Path, out: Path, uv: str, core_version: str | None, problems: list[str] | None = None
 ) -> BuildReport:
@@ -260,6 +277,7 @@ def build_distributions(
             )
         report = check_wheel(wheels[0], core_version)
         check_sdist(sdists[0], report)
+        check_examples(directory, wheels[0], report)
         report.problems[:0] = problems or []
         if report.problems:
             return report

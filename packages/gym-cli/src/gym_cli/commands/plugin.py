@@ -1,6 +1,8 @@
 """``gym plugin``: list the plugins gym knows and their server types, show one server type's options,
-install a plugin into its own venv, build a plugin's sdist and wheel to publish (checked by
-:mod:`gym_cli.distributions`), create a new plugin (:mod:`gym_cli.commands.plugin_new`).
+install a plugin into its own venv (with the plugins its example configs use, from the same package
+files), build plugins' sdists and wheels to publish (checked by :mod:`gym_cli.distributions`), copy a
+plugin's example data and configs out (:mod:`gym_cli.plugin_examples`), create a new plugin
+(:mod:`gym_cli.commands.plugin_new`).
 
 Listing and showing never import a server module or a plugin's heavy dependencies
 (:mod:`gym_cli.inventory`).
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
     from gym_cli.catalog import Catalog
     from gym_cli.sources import PluginSource
+    from gym_cli.venvs import VenvManager
 
 # rich, the catalog (tomlkit) and the plugin sources are imported by the commands that use them, not
 # here: `gym --help` imports every command module and should stay well under half a second.
@@ -37,7 +40,7 @@ __all__ = ["plugin"]
 
 @click.group()
 def plugin() -> None:
-    """List, show, install, build, document and create gym plugins.
+    """List, show, install, build, document and create gym plugins, and copy out their examples.
 
     A plugin is an installable package; it registers one or more server types (a model, a
     resources server with its data (an RL environment), or an agent), which configs name with
@@ -50,6 +53,8 @@ def plugin() -> None:
       gym plugin install plugins/resources/my_env
       gym plugin install gym-my-env --find-links dist
       gym plugin build my_env --out dist
+      gym plugin build --all --out dist
+      gym plugin examples counter
       gym plugin docs my_env
       gym plugin new resources my-env
     """
@@ -226,7 +231,8 @@ def _package_directories(targets: tuple[str, ...], catalog: Catalog) -> list[Pat
         if entry is not None and not looks_like_path(target):
             if entry.path is None:
                 raise GymError(
-                    f"catalog entry {target!r} is installed from {entry.requirement}: its README is not here"
+                    f"catalog entry {target!r} is installed from {entry.requirement}, not from a package "
+                    "directory: its sources are not here"
                 )
             directories.append(entry.path)
         elif looks_like_path(target):
@@ -367,6 +373,11 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
     each server type it registers with its kind. Outside a workspace the catalog is
     $GYM_HOME/workspace.toml, which `gym run` and `gym test` then use anywhere outside a workspace.
 
+    The server types an environment's example configs use (the `plugin:` keys of its configs/*.yaml:
+    its agent and model) that no plugin of the catalog registers are installed too, from the wheels
+    in the --find-links directories that register them; those found nowhere are named, with the
+    packages to install. `gym plugin examples NAME` then copies its data and configs out.
+
     \b
     Examples:
       gym plugin install plugins/resources/my_env
@@ -379,7 +390,8 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
 
     from gym_cli.catalog import Catalog, find_catalog, user_catalog_file
     from gym_cli.consoles import output_console
-    from gym_cli.inventory import check_registration
+    from gym_cli.plugin_examples import wheels_registering
+    from gym_cli.sources import plugin_name_of
     from gym_cli.venvs import VenvManager
 
     console = output_console(stderr=True, highlight=False, soft_wrap=True)
@@ -396,6 +408,48 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
             index_url=_url(index_url, "--index-url") if index_url else None,
         )
     venvs = VenvManager(core_path=catalog.core_path, console=lambda line: console.print(f"[dim]{escape(line)}[/]"))
+    needed = _install_source(source, distribution, kind, rebuild, catalog, venvs)
+    # The server types its example configs name that no plugin of the catalog registers: from the
+    # same package files when they hold them, else named for the user to install.
+    installed: set[str] = set()
+    while needed - set(catalog.entries) - installed:
+        missing = sorted(needed - set(catalog.entries) - installed)
+        offered = wheels_registering(source.find_links, missing)
+        if not offered:
+            packages = " ".join(f"gym-{name.replace('_', '-')}" for name in missing)
+            console.print(
+                f"[yellow]note:[/] its example configs also use the server types {escape(', '.join(missing))}, "
+                f"which no installed plugin registers: install their plugins (probably [bold]gym plugin install "
+                f"{escape(packages)}[/]{escape(' --find-links DIR' if source.find_links else '')})"
+            )
+            break
+        for name, requirement in sorted(offered.items()):
+            if name in catalog.entries or name in installed:
+                continue
+            console.print(f"[dim]its example configs use {escape(name)}: installing {escape(requirement)}…[/]")
+            also = dataclasses.replace(source, name=plugin_name_of(requirement), requirement=requirement)
+            needed |= _install_source(also, requirement, None, rebuild, catalog, venvs)
+            installed.add(name)
+
+
+def _install_source(
+    source: PluginSource,
+    distribution: str | None,
+    kind: str | None,
+    rebuild: bool,
+    catalog: Catalog,
+    venvs: VenvManager,
+) -> set[str]:
+    """Install ``source`` into its venv and record its server types; returns the server types its example
+    configs name."""
+    from rich.markup import escape
+
+    from gym_cli.consoles import output_console
+    from gym_cli.inventory import check_registration
+    from gym_cli.plugin_examples import config_server_types, directory_examples, installed_examples
+    from gym_cli.venvs.layout import site_packages
+
+    console = output_console(stderr=True, highlight=False, soft_wrap=True)
     if rebuild:
         venvs.remove(source.name)
     started = time.monotonic()
@@ -443,13 +497,22 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
     for server in servers:
         console.print(f"  {server['name']} ({server['kind']}): {escape(server['description'] or '-')}")
     console.print(f"recorded in {catalog.file}; next: [bold]gym test {servers[0]['name']}[/]")
+    if source.path is not None:
+        examples = directory_examples(source.path)
+    elif distribution is not None:
+        examples = installed_examples(site_packages(venv.path), distribution)
+    else:
+        examples = {}
+    if examples:
+        console.print(f"its example data and configs: [bold]gym plugin examples {servers[0]['name']}[/]")
+    return config_server_types(examples.values()) - {server["name"] for server in report["servers"]}
 
 
 # --- build ---------------------------------------------------------------------------------------
 
 
 @plugin.command()
-@click.argument("target", metavar="NAME|PATH")
+@click.argument("targets", nargs=-1, metavar="[NAME|PATH]...")
 @click.option(
     "--out",
     "out",
@@ -458,55 +521,72 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
     show_default=True,
     help="Where the sdist and wheel are written (a directory `gym plugin install --find-links` can read).",
 )
-def build(target: str, out: Path) -> None:
-    """Build a plugin's sdist and wheel, ready to publish, and check their metadata.
+@click.option(
+    "--all",
+    "build_all",
+    is_flag=True,
+    help="Build every plugin of the catalog that has a package directory (the first-party environments, "
+    "agents and models), so that an environment's wheel can be installed with the servers its configs use.",
+)
+def build(targets: tuple[str, ...], out: Path, build_all: bool) -> None:
+    """Build plugins' sdists and wheels, ready to publish, and check their metadata.
 
-    NAME|PATH is a catalog name whose source is a package directory, or a package directory. The
+    Each NAME|PATH is a catalog name whose source is a package directory, or a package directory. The
     checks: an entry point in group `gym` naming a module the wheel holds; a dependency on gym-core
     with a floor (`gym-core>=0.1`; not bare, not an exact pin, not a development or local version,
     and satisfied by the gym-core running now); a README as the long description, with the sections
     of the plugin's kind and its Options tables current, and an environment's example data (as `gym
     plugin docs --check` reports them). When a check fails nothing is written to --out and every
-    problem is listed (exit status 1).
+    problem is listed (exit status 1). A wheel holds the plugin's example data/ and configs/ (`gym plugin
+    examples NAME` copies them out where it is installed).
 
     \b
     Examples:
       gym plugin build my_env
       gym plugin build plugins/resources/my_env --out dist
+      gym plugin build --all --out dist                   # every plugin of the workspace
       gym plugin install gym-my-env --find-links dist     # elsewhere: install what was built
       uv publish dist/gym_my_env-0.1.0*                    # publish it
     """
+    from gym_cli.catalog import find_catalog
+    from gym_cli.exits import CommandFailed
+
+    catalog = find_catalog()
+    if build_all == bool(targets):
+        raise click.UsageError("name the plugins to build, or give --all (not both)")
+    directories = _package_directories(targets, catalog)
+    failed = []
+    for directory in directories:
+        try:
+            if not _build_one(directory, out, catalog):
+                failed.append(directory)
+        except GymError as exc:
+            if len(directories) == 1:
+                raise
+            click.echo(f"error: {exc}", err=True)  # the others are still built
+            failed.append(directory)
+    if failed:
+        raise CommandFailed(
+            f"{len(failed)} of {len(directories)} plugins cannot be published: {', '.join(d.name for d in failed)}"
+            if len(directories) > 1
+            else ""
+        )
+    if len(directories) > 1:
+        click.echo(f"built {len(directories)} plugins into {out}", err=True)
+
+
+def _build_one(directory: Path, out: Path, catalog: Catalog) -> bool:
+    """Build and check one package directory's sdist and wheel into ``out``; False when it cannot be published."""
     from importlib.metadata import PackageNotFoundError, version
 
     from rich.markup import escape
 
-    from gym_cli.catalog import find_catalog
     from gym_cli.consoles import output_console
     from gym_cli.distributions import build_distributions
-    from gym_cli.exits import CommandFailed
     from gym_cli.plugin_docs import check_package, describe_packages, shown_path
-    from gym_cli.sources import looks_like_path, source_of_directory
     from gym_cli.venvs import find_uv
 
     console = output_console(stderr=True, highlight=False, soft_wrap=True)
-    catalog = find_catalog()
-    if target in catalog.entries and not looks_like_path(target):
-        entry = catalog.entries[target]
-        if entry.path is None:
-            raise GymError(
-                f"catalog entry {target!r} is installed from {entry.requirement}, not from a package "
-                "directory: build it where its sources are"
-            )
-        directory = entry.path
-    elif looks_like_path(target):
-        source, _ = source_of_directory(Path(target))
-        assert source.path is not None  # a package directory's source is that directory
-        directory = source.path
-    else:
-        raise GymError(
-            f"{target!r} is neither a catalog name nor a package directory; catalog: "
-            f"{', '.join(sorted(catalog.entries)) or 'empty'}"
-        )
     uv = find_uv()
     if uv is None:
         raise GymError("uv is not installed; gym builds packages with it: pip install uv")
@@ -527,7 +607,7 @@ def build(target: str, out: Path) -> None:
         )
         for problem in report.problems:
             console.print(f"  - {escape(problem)}")
-        raise CommandFailed()
+        return False
     plugins = ", ".join(f"{name} ({value})" for name, value in report.entry_points.items())
     console.print(f"[bold green]built[/] {escape(report.name)} {escape(report.version)}: plugin {escape(plugins)}")
     for path in (report.sdist, report.wheel):
@@ -536,3 +616,81 @@ def build(target: str, out: Path) -> None:
         f"next: [bold]gym plugin install {escape(report.name)} --find-links {escape(str(out))}[/], "
         f"or publish with [bold]uv publish[/]"
     )
+    return True
+
+
+# --- examples ------------------------------------------------------------------------------------
+
+
+@plugin.command()
+@click.argument("name")
+@click.option(
+    "--out",
+    "out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where data/ and configs/ are written.  [default: ./NAME]",
+)
+@click.option("--force", is_flag=True, help="Overwrite files that are already there.")
+def examples(name: str, out: Path | None, force: bool) -> None:
+    """Copy a plugin's example data and configs out: its data/ (an environment's example tasks) and
+    configs/, from its package directory or from the wheel it was installed from.
+
+    NAME is a server type of the catalog. Files already under --out are kept (exit status 2, nothing
+    written) unless --force.
+
+    \b
+    Examples:
+      gym plugin examples counter                 # ./counter/data, ./counter/configs
+      gym collect --serve counter/configs/counter_scripted.yaml \\
+          --input counter/data/example.jsonl --output rollouts.jsonl
+    """
+    import shutil
+    import sys
+
+    from rich.markup import escape
+
+    from gym_cli.catalog import Catalog, find_catalog, user_catalog_file
+    from gym_cli.consoles import output_console
+    from gym_cli.inventory import find_server_type
+    from gym_cli.plugin_examples import directory_examples, installed_examples
+    from gym_cli.sources import requirement_name, source_of_entry
+    from gym_cli.venvs import VenvManager
+    from gym_cli.venvs.layout import site_packages
+
+    console = output_console(stderr=True, highlight=False, soft_wrap=True)
+    catalog = find_catalog()
+    if catalog.file is None:
+        catalog = Catalog(user_catalog_file())
+    entry = catalog.entries.get(name)
+    if entry is None:  # installed where gym runs (the error names the known ones)
+        distribution = find_server_type(name, catalog).distribution or ""
+        files = installed_examples([Path(p) for p in sys.path if p], distribution)
+        where = distribution
+    elif entry.path is not None:
+        files, where = directory_examples(entry.path), entry.source
+    else:
+        venv = VenvManager(core_path=catalog.core_path).lookup(source_of_entry(entry))
+        if venv is None:
+            raise GymError(f"the venv of {name} is not built: `gym plugin install {name}` builds it")
+        files = installed_examples(site_packages(venv.path), requirement_name(entry.requirement or "") or "")
+        where = entry.source
+    if not files:
+        raise GymError(
+            f"{name} ({where}) ships no example data or configs (its wheel holds no "
+            "<module>/examples/data or examples/configs: see `gym plugin new`'s pyproject.toml)"
+        )
+    out = out if out is not None else Path(name)
+    existing = [relative for relative in files if (out / relative).exists()]
+    if existing and not force:
+        raise GymError(
+            f"{out} already holds {', '.join(existing[:3])}{'…' if len(existing) > 3 else ''}: "
+            "choose another --out, or --force to overwrite"
+        )
+    for relative, path in files.items():
+        target = out / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    console.print(f"[bold green]copied[/] {len(files)} files of {escape(name)} to {escape(str(out))}:")
+    for directory in sorted({relative.split("/", 1)[0] for relative in files}):
+        listed = [r.split("/", 1)[1] for r in files if r.startswith(directory + "/")]
+        console.print(f"  {escape(str(out / directory))}/: {escape(', '.join(listed))}")

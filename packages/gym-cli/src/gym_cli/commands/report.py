@@ -57,8 +57,12 @@ def report(
     """An HTML report of rollouts files: summary (failures by reason, mean reward with a confidence
     interval, pass@k, majority@k), plots (reward histogram, pass@k curve, reward by group, turns and
     tokens, latency when rows record latency_s) and a sortable, filterable per-task table whose rows
-    show the first failing rollout's final answer. One file, no network needed to open it. Several
-    ROLLOUTS files are several runs, compared side by side.
+    show the first failing rollout's final answer, and a rollout viewer: every rollout's transcript
+    (messages, tool calls and outputs, reward and the verifier's fields), searchable and filterable by
+    run, task, reward and failure reason. One file, no network needed to open it. Several ROLLOUTS
+    files are several runs, compared side by side: tasks are paired by identity (a hash of the
+    environment and the model input, not the task index), and each run is compared with the first per
+    environment (mean paired difference, paired bootstrap 95% interval, significant or not).
 
     \b
     Example:

@@ -138,7 +138,8 @@
 
   function rolloutMatches(r, i, words, task) {
     if (runFilter.value !== "" && String(r.run) !== runFilter.value) { return false; }
-    if (task && r.task_index !== task && r.task.indexOf(task) !== 0) { return false; }
+    // A task index, exactly, or the start of a task id (6 characters at least: not a stray digit).
+    if (task && r.task_index !== task && !(task.length >= 6 && r.task.indexOf(task) === 0)) { return false; }
     var reward = rewardFilter.value;
     if (reward === "none" && r.reward !== null) { return false; }
     if (reward === "below1" && !(r.reward !== null && r.reward < 1)) { return false; }

@@ -11,6 +11,11 @@ costs the same at 10 or 10,000 rollouts per second.
 - ``json``: one :class:`ProgressEvent` per line on stdout (``"progress"`` at the start and per
   interval, ``"done"`` at the end), for machines.
 
+Before the rollouts, ``--serve``'s start-up reports each step as a :class:`StartupEvent` (a plugin's
+venv prepared, the servers started, each server ready): a line in ``rich`` and ``plain``, an event
+of its own in ``json``. The ETA (:func:`eta_s`) is the rollouts left over the throughput observed
+since the first rollout finished, shown once :data:`ETA_MIN_FINISHED` have finished; never before.
+
 Rollout latency is the wall time of a scored rollout, its retries included, kept in a
 :class:`LatencySketch`: its percentiles are those of ``gym profile`` and ``gym report``
 (:func:`gym_core.metrics.quantile`, nearest rank), exactly up to :attr:`LatencySketch.EXACT_LIMIT`
@@ -38,7 +43,12 @@ __all__ = [
     "LatencySketch",
     "EnvironmentProgress",
     "ProgressEvent",
+    "StartupEvent",
+    "StartupPhase",
+    "ETA_MIN_FINISHED",
+    "eta_s",
     "progress_event",
+    "describe_startup",
     "describe_progress",
     "progress_panel",
     "Reporter",
@@ -50,6 +60,9 @@ __all__ = [
 ]
 
 PROGRESS_MODES = ("auto", "rich", "plain", "json")
+# Rollouts finished (done or failed) before an ETA is shown: the first, then two more to measure the
+# throughput between them.
+ETA_MIN_FINISHED = 3
 
 
 class LatencySketch:
@@ -148,6 +161,68 @@ class ProgressEvent(msgspec.Struct, kw_only=True):
     queued: int = 0
     queue_p50_s: float | None = None
     queue_p99_s: float | None = None
+    # Seconds left at the throughput observed since the first rollout finished (:func:`eta_s`); None
+    # until :data:`ETA_MIN_FINISHED` rollouts finished, and in the "done" event.
+    eta_s: float | None = None
+
+
+StartupPhase = Literal["venv", "servers", "ready"]
+
+
+class StartupEvent(msgspec.Struct, kw_only=True):
+    """One step of ``gym collect --serve``'s start-up, before any rollout; a line of ``--progress json``.
+
+    ``phase`` and ``state``: ``venv`` (a plugin's venv: ``preparing``, then ``built`` or ``reused``;
+    none with ``--isolation none``), ``servers`` (``starting``: the server processes are started),
+    ``ready`` (``waiting`` for each server, a model server loading its model included, then ``ready``
+    as each answers ``/ready``, then ``all`` with no name). ``done`` of ``total``: the phase's steps
+    finished; ``kind``: the server's (``model``, ``resources``, ``agent``); ``elapsed_s``: since the
+    start-up began."""
+
+    event: Literal["startup"] = "startup"
+    phase: StartupPhase
+    state: str
+    name: str | None = None
+    kind: str | None = None
+    done: int = 0
+    total: int = 0
+    elapsed_s: float = 0.0
+
+
+def describe_startup(event: StartupEvent) -> str:
+    """One readable line of a start-up step (``--progress rich`` and ``plain``)."""
+    count = f"({event.done}/{event.total})"
+    at = f"{event.elapsed_s:.1f} s"
+    if event.phase == "venv":
+        if event.state == "preparing":
+            return (
+                f"start-up: venv of {event.name}: checking, built if missing ({event.done}/{event.total} ready), {at}"
+            )
+        return f"start-up: venv of {event.name} {event.state} ({event.done}/{event.total} ready), {at}"
+    if event.phase == "servers":
+        return f"start-up: starting {event.total} servers, {at}"
+    if event.state == "waiting":
+        loading = ": ready once its model is loaded" if event.kind == "model" else ""
+        return f"start-up: waiting for {event.name} ({event.kind}{loading}) to be ready {count}, {at}"
+    if event.state == "all":
+        return f"start-up: all {event.total} servers ready after {at}"
+    return f"start-up: {event.name} ready {count} after {at}"
+
+
+def eta_s(summary: CollectSummary, now: float | None = None) -> float | None:
+    """Seconds until every rollout is finished at the throughput observed since the first finished:
+    None before :data:`ETA_MIN_FINISHED` finished, or when none is left."""
+    import time
+
+    finished = summary.done + summary.failed
+    left = summary.total - summary.skipped - finished
+    first = summary.first_finished
+    if left <= 0 or first is None or finished < ETA_MIN_FINISHED:
+        return None
+    window = (summary.finished or (now if now is not None else time.monotonic())) - first
+    if window <= 0:
+        return None
+    return left * window / (finished - 1)
 
 
 def progress_event(
@@ -178,6 +253,7 @@ def progress_event(
         queued=summary.queued,
         queue_p50_s=summary.queue.quantile(0.5),
         queue_p99_s=summary.queue.quantile(0.99),
+        eta_s=eta_s(summary) if event == "progress" else None,
     )
 
 
@@ -199,10 +275,9 @@ def _seconds(value: float | None) -> str:
 
 
 def _eta(event: ProgressEvent) -> str | None:
-    left = event.total - event.skipped - event.done - event.failed
-    if left <= 0 or event.rollouts_per_s <= 0 or event.done + event.failed == 0:
+    if event.eta_s is None:
         return None
-    seconds = int(left / event.rollouts_per_s)
+    seconds = round(event.eta_s)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
@@ -251,6 +326,9 @@ class Reporter:
 
     period_s: float = 10.0
 
+    def startup(self, event: StartupEvent) -> None:
+        """A step of ``--serve``'s start-up (before :meth:`start`)."""
+
     def start(self, summary: CollectSummary) -> None:
         """The rollouts begin."""
         self.update(summary)
@@ -285,6 +363,9 @@ class PlainReporter(Reporter):
     def _print(self, line: str) -> None:
         self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
+    def startup(self, event: StartupEvent) -> None:
+        self._print(describe_startup(event))
+
     def update(self, summary: CollectSummary) -> None:
         self._print(describe_progress(progress_event(summary)))
 
@@ -300,9 +381,12 @@ class JsonReporter(Reporter):
         self.period_s = interval_s
         self._encoder = msgspec.json.Encoder()
 
-    def _emit(self, event: ProgressEvent) -> None:
+    def _emit(self, event: ProgressEvent | StartupEvent) -> None:
         self.stream.write(self._encoder.encode(event).decode() + "\n")
         self.stream.flush()
+
+    def startup(self, event: StartupEvent) -> None:
+        self._emit(event)
 
     def update(self, summary: CollectSummary) -> None:
         self._emit(progress_event(summary))
@@ -322,6 +406,16 @@ class RichReporter(Reporter):
         self._progress = None
         self._bar = None
 
+    def startup(self, event: StartupEvent) -> None:
+        # Before the live panel: each step a line, so that the minutes of a venv build or a model
+        # load say what they wait for.
+        self.console.print(
+            describe_startup(event),
+            markup=False,
+            highlight=False,
+            style="dim" if event.state in ("preparing", "waiting") else None,
+        )
+
     def start(self, summary: CollectSummary) -> None:
         from rich.live import Live
         from rich.progress import (
@@ -330,7 +424,6 @@ class RichReporter(Reporter):
             Progress,
             TextColumn,
             TimeElapsedColumn,
-            TimeRemainingColumn,
         )
 
         # Never started itself: the Live below draws it, on our timer rather than its own thread.
@@ -339,12 +432,13 @@ class RichReporter(Reporter):
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
+            # Our ETA, from the throughput observed since the first rollout finished; rich's own
+            # remaining-time column extrapolates from the first seconds, which were 10x off.
+            TextColumn("ETA {task.fields[eta]}"),
             console=self.console,
             auto_refresh=False,
         )
-        self._bar = self._progress.add_task("collect", total=summary.total, completed=summary.skipped)
+        self._bar = self._progress.add_task("collect", total=summary.total, completed=summary.skipped, eta="measuring")
         self._live = Live(self.render(summary), console=self.console, auto_refresh=False, transient=False)
         self._live.start()
 
@@ -358,7 +452,10 @@ class RichReporter(Reporter):
     def update(self, summary: CollectSummary) -> None:
         if self._live is None or self._progress is None or self._bar is None:
             return
-        self._progress.update(self._bar, completed=summary.skipped + summary.done + summary.failed)
+        eta = _eta(progress_event(summary))
+        self._progress.update(
+            self._bar, completed=summary.skipped + summary.done + summary.failed, eta=eta or "measuring"
+        )
         self._live.update(self.render(summary), refresh=True)
 
     def stop(self, summary: CollectSummary) -> None:

@@ -124,9 +124,10 @@ async def _collect(
     show_default=True,
     help="rich: a progress bar and a live panel (rollouts/s, mean reward overall and per environment, failures "
     "by reason, p50/p99 rollout latency, in flight); plain: one line per --progress-interval and a final "
-    'line; json: one JSON object per line on stdout (event "progress" at the start and per interval, '
-    '"done" at the end) and nothing else there: the servers\' output and the profile go to stderr; '
-    "auto: rich when stderr is a terminal, else plain.",
+    'line; json: one JSON object per line on stdout (with --serve, "startup" events first: venvs, servers '
+    'started, each ready; then "progress" at the start and per interval, "done" at the end) and nothing '
+    "else there: the servers' output and the profile go to stderr; auto: rich when stderr is a terminal, "
+    "else plain. The ETA appears once 3 rollouts finished, from the throughput since the first.",
 )
 @click.option(
     "--progress-interval",
@@ -229,7 +230,12 @@ def collect(
         if summary.skipped < summary.total:
             head = "" if serve_configs else find_head(head)  # --serve: the head of the servers it starts
             with head_or_served(
-                head, serve_configs, served_overrides(overrides), isolation=isolation, console=console
+                head,
+                serve_configs,
+                served_overrides(overrides),
+                isolation=isolation,
+                console=console,
+                on_startup=reporter.startup,
             ) as head_url:
                 try:
                     run_async(

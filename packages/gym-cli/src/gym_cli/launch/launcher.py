@@ -58,6 +58,9 @@ if TYPE_CHECKING:  # the server stack loads when something is launched, not when
     from gym_core.serving import ServerThread
 
     from gym_cli.launch.ray_placement import Placement, RayCluster
+    from gym_cli.live import StartupEvent, StartupPhase
+    from gym_cli.sources import PluginSource
+    from gym_cli.venvs import Venv
 
 __all__ = [
     "Launch",
@@ -202,8 +205,13 @@ def launch(
     plugins: PluginManager | None = None,
     catalog: Catalog | None = None,
     kinds: Collection[str] | None = None,
+    on_startup: Callable[[StartupEvent], None] | None = None,
 ) -> Iterator[Launch]:
     """Start the head server and every instance; stop them all on exit. Yields once all are ready.
+
+    ``on_startup`` is told each step (:class:`~gym_cli.live.StartupEvent`): each plugin's venv
+    prepared, the servers started, each server ready (a model server's ``/ready`` answers once its
+    model is loaded), then all.
 
     ``kinds`` (e.g. ``{"resources"}``): start only the instances of those kinds and those they need
     (:func:`needed_instances`); the others are dropped from the run's config, and a line on ``console``
@@ -242,6 +250,7 @@ def launch(
     # A launcher killed with -9 may have left servers on the ports this one needs.
     clean_stale_runs(runs_dir(), lambda message: console.print(message, markup=False, highlight=False))
     state = Launch(config)
+    step = _Step(on_startup, state.started_at)
     supervisor: Supervisor | None = None
     cluster: RayCluster | None = None
     placement: Placement | None = None
@@ -291,7 +300,7 @@ def launch(
                     markup=False,
                 )
 
-        pythons = _pythons(config, isolation, catalog, console)
+        pythons = _pythons(config, isolation, catalog, console, step)
         # Every server of the run requires its token; clients find it in a file only this user reads.
         token = config.auth_token or new_token()
         config.data["auth_token"] = token
@@ -303,6 +312,8 @@ def launch(
             on_spawn=lambda: run_state.record(started.pids()),
         )
         state.supervisor = supervisor
+        children = [(name, kind_of(inst)) for inst in config.instances.values() for name in inst.replica_names]
+        step("servers", "starting", total=len(children))
         for inst in config.instances.values():
             python, where = pythons[inst.plugin]
             kind = kind_of(inst)
@@ -347,7 +358,17 @@ def launch(
         from gym_core.serving import ServerThread
 
         state.head = ServerThread(build_head_app(config, state.describe), config.head_host, config.head_port).start()
-        supervisor.wait_ready(ready_timeout_s)
+        for name, kind in children:
+            step("ready", "waiting", name, kind, total=len(children))
+        ready: list[str] = []
+        kinds_of = dict(children)
+
+        def server_ready(name: str) -> None:
+            ready.append(name)
+            step("ready", "ready", name, kinds_of.get(name), done=len(ready), total=len(children))
+
+        supervisor.wait_ready(ready_timeout_s, on_ready=server_ready)
+        step("ready", "all", done=len(children), total=len(children))
         state.ready_after_s = time.monotonic() - state.started_at
         yield state
     finally:
@@ -484,8 +505,37 @@ def _sigterm_as_interrupt() -> Callable[[], None]:
     return restore
 
 
-def _pythons(config: GlobalConfig, isolation: str, catalog: Catalog, console: Console) -> dict[str, tuple[str, str]]:
-    """The python each server type runs with, and a word on its venv."""
+class _Step:
+    """Tells a start-up step to ``on_startup`` (nothing without one), with the time since ``started``."""
+
+    def __init__(self, on_startup: Callable[[StartupEvent], None] | None, started: float):
+        self.on_startup = on_startup
+        self.started = started
+
+    def __call__(
+        self,
+        phase: StartupPhase,
+        state: str,
+        name: str | None = None,
+        kind: str | None = None,
+        *,
+        done: int = 0,
+        total: int = 0,
+    ) -> None:
+        if self.on_startup is None:
+            return
+        from gym_cli.live import StartupEvent
+
+        elapsed = round(time.monotonic() - self.started, 3)
+        self.on_startup(
+            StartupEvent(phase=phase, state=state, name=name, kind=kind, done=done, total=total, elapsed_s=elapsed)
+        )
+
+
+def _pythons(
+    config: GlobalConfig, isolation: str, catalog: Catalog, console: Console, step: _Step | None = None
+) -> dict[str, tuple[str, str]]:
+    """The python each server type runs with, and a word on its venv (each venv a step of ``step``)."""
     used = sorted({i.plugin for i in config.instances.values()})
     if isolation == "none":
         return {name: (sys.executable, "none (gym's)") for name in used}
@@ -498,7 +548,17 @@ def _pythons(config: GlobalConfig, isolation: str, catalog: Catalog, console: Co
     sources = [source_of_entry(catalog.entries[name], extras) for name in used if name in catalog.entries]
     if sources:
         manager = VenvManager(core_path=catalog.core_path, console=lambda msg: console.print(msg, highlight=False))
-        for source, venv in zip(sources, manager.ensure_many(sources)):
+        step = step or _Step(None, 0.0)
+        for source in sources:
+            step("venv", "preparing", source.name, total=len(sources))
+        prepared: list[str] = []
+
+        def venv_ready(source: PluginSource, venv: Venv) -> None:
+            prepared.append(source.name)
+            state = "reused" if venv.reused else "built"
+            step("venv", state, source.name, done=len(prepared), total=len(sources))
+
+        for source, venv in zip(sources, manager.ensure_many(sources, on_ready=venv_ready)):
             result[source.name] = (str(venv.python), "reused" if venv.reused else "built")
     return result
 
@@ -552,17 +612,25 @@ def head_or_served(
     isolation: str = "venv",
     console: Console | None = None,
     kinds: Collection[str] | None = None,
+    on_startup: Callable[[StartupEvent], None] | None = None,
 ) -> Iterator[str]:
     """The head server a data command (``gym collect``, ``gym reverify``) talks to: ``head`` (``--head``,
     a running ``gym run``), or, with ``config_paths`` (``--serve``), the head of the servers started
     from them with ``overrides`` (``--set``), reported ready on ``console`` and stopped on exit.
-    ``kinds``: start only the instances of those kinds and those they refer to (see :func:`launch`)."""
+    ``kinds``: start only the instances of those kinds and those they refer to; ``on_startup``: told
+    each step of the start-up (see :func:`launch`)."""
     if not config_paths:
         yield head
         return
     console = console or Console(stderr=True)
     with launch(
-        list(config_paths), overrides, isolation=isolation, console=console, env_file=default_env_file(), kinds=kinds
+        list(config_paths),
+        overrides,
+        isolation=isolation,
+        console=console,
+        env_file=default_env_file(),
+        kinds=kinds,
+        on_startup=on_startup,
     ) as state:
         console.print(state.table())
         console.print(f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s")

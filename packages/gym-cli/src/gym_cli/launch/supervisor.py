@@ -394,10 +394,12 @@ class Supervisor:
 
     # -- readiness -----------------------------------------------------------------------------------
 
-    def wait_ready(self, deadline_s: float, names: Iterable[str] | None = None) -> None:
+    def wait_ready(
+        self, deadline_s: float, names: Iterable[str] | None = None, on_ready: Callable[[str], None] | None = None
+    ) -> None:
         """Wait up to ``deadline_s`` seconds until every child (or those in ``names``) answers 200 on its
-        ready_url. Raises :class:`ChildExitedError` as soon as a child exits, :class:`ReadyTimeoutError`
-        at the deadline."""
+        ready_url, passing each child's name to ``on_ready`` when it first does. Raises
+        :class:`ChildExitedError` as soon as a child exits, :class:`ReadyTimeoutError` at the deadline."""
         started = time.monotonic()
         deadline = started + deadline_s
         waiting = [self._children[n] for n in (names if names is not None else list(self._children))]
@@ -418,6 +420,8 @@ class Supervisor:
                 child.ready = _answers_200(
                     str(child.spec.ready_url), timeout=min(1.0, max(0.05, remaining)), headers=child.spec.ready_headers
                 )
+                if child.ready and on_ready is not None:
+                    on_ready(child.spec.name)
             pending = [c for c in waiting if not c.ready]
             if not pending:
                 for child in waiting:

@@ -202,10 +202,16 @@ class VenvManager:
             self.console(f"built venv for {source.name} in {time.monotonic() - started:.1f} s")
         return Venv(source.name, path, venv_python(path), key, reused=False)
 
-    def ensure_many(self, sources: Iterable[PluginSource], max_parallel: int = 2) -> list[Venv]:
+    def ensure_many(
+        self,
+        sources: Iterable[PluginSource],
+        max_parallel: int = 2,
+        on_ready: Callable[[PluginSource, Venv], None] | None = None,
+    ) -> list[Venv]:
         """:meth:`ensure` each source, up to ``max_parallel`` builds at a time; venvs in the order of
-        ``sources``. Every build runs to its end; the first failure is then raised (the others are
-        reported through the console)."""
+        ``sources``, each passed to ``on_ready`` (in this thread, in that order) once it is ready.
+        Every build runs to its end; the first failure is then raised (the others are reported
+        through the console)."""
         sources = list(sources)
         if not sources:
             return []
@@ -217,6 +223,8 @@ class VenvManager:
             for source, future in zip(sources, futures):
                 try:
                     results.append(future.result())
+                    if on_ready is not None:
+                        on_ready(source, results[-1])
                 except Exception as exc:
                     errors.append(exc)
                     self.console(f"failed to build the venv for {source.name}")

@@ -7,8 +7,14 @@ reference fix (``reference_patch``).
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows
 
@@ -16,6 +22,34 @@ import gym_repo.plugin
 
 PACKAGE = Path(__file__).resolve().parents[1]
 ROWS = read_rows(PACKAGE / "data" / "example.jsonl")
+
+
+def sandbox_escapes() -> dict[str, str]:
+    """The sandbox's own escape suite (gym-core's tests), to run through the tools; empty where gym-core's
+    tests are not beside this package (its published sdist)."""
+    path = PACKAGE.parents[2] / "packages" / "gym-core" / "tests" / "test_sandbox.py"
+    if not path.is_file():
+        return {}
+    spec = importlib.util.spec_from_file_location("gym_core_sandbox_escapes", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return dict(module.ESCAPES)
+
+
+ESCAPES = sandbox_escapes()
+
+
+@pytest.fixture()
+def host_listener() -> Iterator[int]:
+    """A TCP server on the host's loopback: a command must not reach it."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
 
 
 def verify(caller, row: dict[str, Any]) -> dict[str, Any]:
@@ -157,6 +191,19 @@ class TestRepo(ResourcesServerTests):
         )
         assert net.json()["exit_code"] != 0
         assert caller.post("/run_command", {"command": "echo alive"}).json()["stdout"] == "alive\n"
+
+    @pytest.mark.parametrize("name", sorted(ESCAPES))
+    def test_the_sandbox_escape_suite_through_the_tools(self, gym_servers, host_listener, name):
+        hostname = socket.gethostname()
+        caller = self.seeded(gym_servers)
+        assert caller.post("/write_file", {"path": "hostile.py", "content": ESCAPES[name]}).status == 200
+        reply = caller.post("/run_command", {"command": f"python hostile.py {host_listener} {os.getpid()}"})
+        assert reply.status in (200, 400), reply.json()  # ran and failed, or stopped by a limit (a tool error)
+        assert "ESCAPED" not in reply.json().get("stdout", ""), f"{name} escaped: {reply.json()}"
+        assert socket.gethostname() == hostname and not Path("/usr/escaped").exists()
+        # The session goes on, and the reward is still the hidden tests' verdict.
+        assert caller.post("/run_command", {"command": "echo alive"}).json()["stdout"] == "alive\n"
+        assert verify(caller, ROWS[0])["reward"] == 0.0
 
     def test_a_closed_session_has_no_workspace(self, gym_servers):
         caller = self.seeded(gym_servers)

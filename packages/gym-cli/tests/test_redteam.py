@@ -5,6 +5,7 @@ first-party environments."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -13,15 +14,17 @@ import pytest
 import yaml
 
 import gym_core.plugins
-from gym_core import ResourcesServer, hookimpl
+from gym_core import AgentServer, ResourcesServer, hookimpl
+from gym_core.errors import ServerCallError
 from gym_core.options import ServerConfig
 from gym_core.plugins import PluginManager
 from gym_core.redteam import PROBES, Attack, Target, probe
-from gym_core.schemas import VerifyRequest, VerifyResponse, assistant_text
+from gym_core.schemas import FunctionCall, RunRequest, VerifyRequest, VerifyResponse, assistant_text
 from gym_core.sessions import Session
 
 from gym_cli.example_rollouts import environment_directories
 from gym_cli.redteam import GAMEABLE, ROBUST, checks_of_config, checks_of_directory, run_check, summarise
+from gym_simple_agent.config import SimpleAgentConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -49,10 +52,29 @@ def never_applies(target: Target) -> Attack | None:
     return None
 
 
+class ForwardingAgent(AgentServer):
+    """Deliberately unsafe: it posts every function call of the model to the environment's route of
+    that name, control routes and tools nobody offered included, then verifies the last text."""
+
+    config: SimpleAgentConfig
+
+    async def run(self, body: RunRequest, task: dict[str, Any]) -> dict[str, Any]:
+        async with self.rollout(task) as rollout:
+            params = await rollout.offer(body.responses_create_params)
+            response = await rollout.call_model(params)
+            for item in response.output:
+                if isinstance(item, FunctionCall):
+                    with contextlib.suppress(ServerCallError):
+                        await rollout.post(f"/{item.name}", item.arguments.encode())
+            verdict = await rollout.verify(params, response)
+            return rollout.result(verdict, response)
+
+
 class LenientPlugin:
     @hookimpl
     def gym_register_servers(self, register: Any) -> None:
         register(name="lenient_env", kind="resources", server=LenientEnvironment, config=ServerConfig)
+        register(name="forwarding_agent", kind="agent", server=ForwardingAgent, config=SimpleAgentConfig)
 
     @hookimpl
     def gym_redteam_probes(self, register: Any) -> None:
@@ -108,6 +130,24 @@ def test_a_lenient_environment_is_found_gameable_by_gym_s_probes_and_its_own(plu
     summary = {s.probe: s for s in summarise(check, results)}
     assert summary["magic_word"].tasks == 2 and summary["magic_word"].verdict == GAMEABLE
     assert summary["empty"].verdict == ROBUST and summary["empty"].reward == 0.0
+
+
+def test_an_agent_that_forwards_the_model_s_calls_to_the_environment_is_found(plugins: PluginManager):
+    """Tool-call abuse must not reach the environment, whatever it scores: simple_agent answers an
+    unoffered tool and a control route itself; the forwarding agent posts them on."""
+    safe = checks_of_config("safe", CONFIG, ROWS[:1], plugins, plugins.redteam_declarations())[0]
+    results, _ = run_check(safe, plugins)
+    verdicts = {r.probe: r for r in results}
+    assert verdicts["unoffered_tool"].verdict == verdicts["control_routes"].verdict == ROBUST
+    forwarding = {**CONFIG, "agent": {**CONFIG["agent"], "plugin": "forwarding_agent"}}
+    unsafe = checks_of_config("unsafe", forwarding, ROWS[:1], plugins, plugins.redteam_declarations())[0]
+    results, _ = run_check(unsafe, plugins)
+    verdicts = {r.probe: r for r in results}
+    for name in ("unoffered_tool", "control_routes"):
+        assert verdicts[name].reward == 0.0  # it scored nothing, and is still found
+        assert verdicts[name].verdict == GAMEABLE, verdicts[name]
+    assert "/redteam_unoffered_tool" in verdicts["unoffered_tool"].detail
+    assert "/seed_session" in verdicts["control_routes"].detail and "/verify" in verdicts["control_routes"].detail
 
 
 def test_gym_redteam_exits_1_naming_the_gameable_probes_and_writes_json(gym, plugins, tmp_path: Path):

@@ -27,7 +27,7 @@ import copy
 import json
 import re
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -305,8 +305,11 @@ def render(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 @contextlib.contextmanager
-def serving(config: dict[str, Any], plugins: PluginManager) -> Iterator[GlobalConfig]:
-    """A head server and every instance of ``config`` on loopback, in threads of this process."""
+def serving(
+    config: dict[str, Any], plugins: PluginManager, wrap: Callable[[str, Any], Any] | None = None
+) -> Iterator[GlobalConfig]:
+    """A head server and every instance of ``config`` on loopback, in threads of this process;
+    ``wrap(name, app)``, when given, is served in place of each instance's ASGI app."""
     from gym_core.config import load_config
     from gym_core.head import build_head_app
     from gym_core.serving import ServerThread, build_server
@@ -321,7 +324,8 @@ def serving(config: dict[str, Any], plugins: PluginManager) -> Iterator[GlobalCo
     try:
         for name, instance in global_config.instances.items():
             server = build_server(global_config, name, plugins)
-            threads.append(ServerThread(server.build_app(), instance.host, instance.port).start())
+            app = server.build_app() if wrap is None else wrap(name, server.build_app())
+            threads.append(ServerThread(app, instance.host, instance.port).start())
         yield global_config
     finally:
         for thread in reversed(threads):

@@ -29,6 +29,7 @@ from gym_core.errors import GymError, ServerCallError
 from gym_core.redteam import (
     DEFAULT_RULING,
     HONEST_FAILURE,
+    MARKER_KEY,
     PROBES,
     REFERENCE_OPTIONS,
     Attack,
@@ -52,6 +53,7 @@ __all__ = [
     "read_rows",
     "run_check",
     "summarise",
+    "MarkerRecorder",
     "allowed",
     "GAMEABLE",
     "ROBUST",
@@ -378,16 +380,67 @@ async def _run(
     return results, problems
 
 
+class MarkerRecorder:
+    """An ASGI app in front of the environment's own: it records each request whose JSON body holds
+    :data:`~gym_core.redteam.MARKER_KEY` at the top level (a model's tool-call arguments, forwarded),
+    as ``(marker value, path)`` in :attr:`seen`, and passes every request on unchanged."""
+
+    def __init__(self, app: Any):
+        self.app = app
+        self.seen: set[tuple[str, str]] = set()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        messages = []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+        if MARKER_KEY.encode() in body:
+            try:
+                value = msgspec.json.decode(body)
+            except msgspec.DecodeError:
+                value = None
+            if isinstance(value, dict) and isinstance(value.get(MARKER_KEY), str):
+                self.seen.add((value[MARKER_KEY], scope["path"]))
+        pending = iter(messages)
+
+        async def replay() -> Any:
+            return next(pending, None) or await receive()
+
+        await self.app(scope, replay, send)
+
+
 def run_check(
     check: Check, plugins: PluginManager, *, threshold: float = 0.0, parallel: int = 8
 ) -> tuple[list[ProbeResult], list[str]]:
     """Play every probe of ``check`` on its rows, on its servers started here; the results, and the
-    problems that kept a task from being probed (its honest failure was not scored)."""
+    problems that kept a task from being probed (its honest failure was not scored). A probe whose
+    marked call reached the environment (:class:`MarkerRecorder`) is gameable whatever it scored."""
     from gym_cli.example_rollouts import serving
     from gym_cli.rollouts import run_async
 
-    with serving(check.config, plugins) as global_config:
-        return run_async(_run(global_config, check, threshold, parallel))
+    recorders: list[MarkerRecorder] = []
+
+    def wrap(name: str, app: Any) -> Any:
+        if name != check.resources:
+            return app
+        recorders.append(MarkerRecorder(app))
+        return recorders[-1]
+
+    with serving(check.config, plugins, wrap) as global_config:
+        results, problems = run_async(_run(global_config, check, threshold, parallel))
+    reached = {(marker, path) for recorder in recorders for marker, path in recorder.seen}
+    for result in results:
+        paths = sorted(path for marker, path in reached if marker == result.probe)
+        if paths:
+            result.verdict = GAMEABLE
+            result.detail = f"the model's call reached the environment: {', '.join(paths)}"
+    return results, problems
 
 
 def summarise(check: Check, results: Sequence[ProbeResult]) -> list[Summary]:

@@ -299,3 +299,17 @@ def test_a_hostile_transcript_runs_nothing(browser, hostile_report):
         assert page.problems == [] and page.requests == [hostile_report.as_uri()]
     finally:
         page.page.close()
+
+
+def test_a_task_opens_its_rollouts(page):
+    """ "Show its rollouts" in a task's details lists that task's rollouts in both runs (paired by identity)."""
+    page.page.select_option("#rollout-reward", "none")  # whatever the filters were, they are cleared
+    page.task_row("1").click()
+    page.page.click("#task-rollouts")
+    shown = page.rollouts_shown()
+    assert sorted((run, task, rollout) for run, task, rollout, *_ in shown) == [
+        (run, "1", str(i)) for run in ("after", "before") for i in range(3)
+    ]
+    task_id = page.task_row("1").get_attribute("data-task")
+    assert page.page.input_value("#rollout-task") == task_id and len(task_id) == 12
+    assert page.problems == []

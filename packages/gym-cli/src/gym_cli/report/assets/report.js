@@ -68,8 +68,14 @@
     Array.prototype.forEach.call(tbody.rows, function (r) { r.removeAttribute("aria-selected"); });
     row.setAttribute("aria-selected", "true");
     var task = data.tasks[row.dataset.task];
+    var toRollouts = el("button", "Show its rollouts");
+    toRollouts.type = "button";
+    toRollouts.id = "task-rollouts";
+    toRollouts.addEventListener("click", function () {
+      showTaskRollouts(row.dataset.task);
+    });
     detail.replaceChildren(el("h3", "Task " + row.cells[0].textContent), el("p", "id " + row.dataset.task, "note"),
-      el("h4", "Prompt (last user message)"), el("pre", task.prompt || "(none)"));
+      toRollouts, el("h4", "Prompt (last user message)"), el("pre", task.prompt || "(none)"));
     task.runs.forEach(function (run, i) {
       detail.appendChild(el("h4", data.runs[i] + (task.indices[i] === null ? "" : " (task " + task.indices[i] + ")")));
       if (run === null) { detail.appendChild(el("p", "Not in this run.", "note")); return; }
@@ -149,6 +155,15 @@
     if (reason.charAt(0) === "=" && r.reason !== reason.slice(1)) { return false; }
     var text = haystack(i);
     return words.every(function (w) { return text.indexOf(w) !== -1; });
+  }
+
+  // From the task table: that task's rollouts in every run, whatever the other filters said.
+  function showTaskRollouts(id) {
+    search.value = "";
+    taskFilter.value = id;
+    runFilter.value = rewardFilter.value = reasonFilter.value = "";
+    applyRolloutFilter();
+    document.getElementById("rollouts").scrollIntoView();
   }
 
   function applyRolloutFilter() {

@@ -31,6 +31,7 @@ MEASUREMENTS = (
     "collect_memory",
     "scale_100k",
     "local_llama_batch",
+    "local_model_vs_llama_server",
     "replicas",
     "trainer_overhead",
 )
@@ -47,6 +48,54 @@ def _spread(block: dict[str, Any], key: str) -> str:
 
 def _round(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
+
+
+def _cell(figure: dict[str, float]) -> str:
+    """A :func:`benchmarks._common.spread`-shaped figure as ``median (min–max)``."""
+    if figure["min"] == figure["max"]:
+        return str(figure["median"])
+    return f"{figure['median']} ({figure['min']}–{figure['max']})"
+
+
+def _local_model_vs_llama_server(c: dict[str, Any]) -> list[str]:
+    lines = [
+        "## The embedded model vs llama.cpp's own server (local_model_vs_llama_server)",
+        "",
+        f"Same GGUF ({c['model']}), {c['n_threads']} llama.cpp threads each, greedy, {c['max_tokens']} new tokens "
+        f"at most, the same requests sent from outside (aiohttp, `/v1/chat/completions`); local_llama with "
+        f"`batch_size` {c['batch_size']}. Aggregate tokens/s, median (min–max) of {c['rounds']} round(s); the "
+        f"ratio within each round. Commit {c['commit']}, load average {c['load_before']} before, "
+        f"{c['load_after']} after, {c['cpus']} CPUs.",
+        "",
+        "| concurrent requests | local_llama tokens/s | × single | llama.cpp server tokens/s | × single | ratio |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for level, row in c["levels"].items():
+        lines.append(
+            f"| {level} | {_cell(row['local_llama'])} | {row['vs_single']['local_llama']} | "
+            f"{_cell(row['llama_server'])} | {row['vs_single']['llama_server']} | {_cell(row['ratio'])} |"
+        )
+    met = "met" if c["local_llama_vs_single_at_top"] >= c["goal"] else "missed"
+    lines += [
+        "",
+        f"Goal: local_llama at {c['top_level']} concurrent ≥ {c['goal']:g}× its single-request tokens/s: "
+        f"{c['local_llama_vs_single_at_top']}× ({met}).",
+        "",
+    ]
+    q = c.get("quickstart")
+    if q:
+        lines += [
+            "The quickstart's shape (README command 1: `gym collect --serve math_local.yaml --repeats 4`, 60 rollouts, "
+            "temperature 0.7, ≤ 200 tokens; collection only, without start-up):",
+            "",
+            "| model server | rollouts/s | runs (load average at the end) |",
+            "| --- | --- | --- |",
+        ]
+        for name, figure in q.items():
+            runs = ", ".join(f"{r['rollouts_per_s']} ({r['load']})" for r in figure["runs"])
+            lines.append(f"| {name} | {_cell(figure)} | {runs} |")
+        lines.append("")
+    return lines
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -290,6 +339,8 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{r['shared_prompt_tokens']} of {r['prompt_tokens']} prompt tokens from another slot.",
                 "",
             ]
+    if "local_model_vs_llama_server" in results:
+        lines += _local_model_vs_llama_server(results["local_model_vs_llama_server"])
     if "replicas" in results:
         r = results["replicas"]
         where = (

@@ -315,7 +315,7 @@ def snapshot_script(timeout_s: float, *, stdin_file: str | None = None) -> str:
     stdin = shlex.quote(stdin_file) if stdin_file else "/dev/null"
     return f"""set -u
 export PATH={META}/bin:/usr/local/bin:/usr/bin:/bin PYTHONDONTWRITEBYTECODE=1
-sh {META}/prelude.sh >/dev/null 2>&1
+. {META}/prelude.sh >/dev/null 2>&1
 cd {WORK} || exit 97
 timeout -k 1 {timeout_s:g} sh {META}/command <{stdin} >/dev/shm/out 2>/dev/shm/err
 echo $? >/dev/shm/status

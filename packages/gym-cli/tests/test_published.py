@@ -412,3 +412,14 @@ def test_published_plugins_install_run_and_test_outside_the_repository(tmp_path,
     assert re.search(r"│ counter\s*│ passed\s*│\s*[1-9]\d* │\s*0 │", tested), tested  # some ran, none failed
     assert (tmp_path / "home" / "sources" / "gym-counter-0.1.0" / "tests").is_dir()  # from its sdist
     assert sorted(p.name for p in work.iterdir()) == ["counter"]  # nothing written where the user is but the copy
+
+
+def test_a_config_naming_a_server_type_no_plugin_registers_says_to_install_it(tmp_path, gym):
+    config = tmp_path / "config.yaml"
+    config.write_text("env:\n  plugin: counter\nagent:\n  plugin: my_agent\n")
+    result = gym(
+        "collect", "--serve", str(config), "--input", str(COUNTER_TASKS), "--output", str(tmp_path / "o.jsonl")
+    )
+    assert result.exit_code == 2, result.output
+    assert "agent.plugin: unknown server type 'my_agent'" in result.output
+    assert "`gym plugin install gym-my-agent`, say" in result.output

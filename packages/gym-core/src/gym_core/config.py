@@ -645,6 +645,8 @@ def _validate_against_types(
                 problems.append(
                     f"{name}.plugin: unknown server type {instance.plugin!r}{did_you_mean(instance.plugin, {*known, *external})};"
                     f" known: {', '.join(sorted({*known, *external})) or 'none'}"
+                    f"; a plugin's server type needs that plugin installed"
+                    f" (`gym plugin install gym-{instance.plugin.replace('_', '-')}`, say)"
                 )
             continue
         try:

@@ -140,3 +140,36 @@ def test_rich_bar_says_measuring_until_the_eta_is_known():
     assert "ETA measuring" in text
     # 3 finished in the 3 s since the first: 1/s, 6 left.
     assert "ETA 0:00:06" in text or "ETA 0:00:05" in text or "ETA 0:00:07" in text
+
+
+def test_supervisor_tells_each_server_ready_and_those_still_waiting(tmp_path):
+    """A server slow to answer /ready (as a model server loading its weights) is told as waiting
+    until it is ready, after the quick one; each is told ready once."""
+    import sys
+
+    from gym_core.config import free_port
+
+    from gym_cli.launch.supervisor import ChildSpec, Supervisor
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_processes import SERVER, Collector
+
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    ready: list[str] = []
+    waiting: list[list[str]] = []
+    supervisor = Supervisor(output=Collector(), notice=Collector())
+    try:
+        for name, delay in (("quick", "0"), ("loading", "1.5")):
+            port = free_port()
+            supervisor.start(
+                ChildSpec(
+                    name, [sys.executable, str(script), str(port), delay], ready_url=f"http://127.0.0.1:{port}/ready"
+                )
+            )
+        supervisor.wait_ready(30, on_ready=ready.append, on_waiting=lambda pending: waiting.append(sorted(pending)))
+    finally:
+        supervisor.shutdown()
+    assert ready == ["quick", "loading"]
+    assert ["loading"] in waiting and waiting[-1] == ["loading"]
+    assert all(pending in (["loading"], ["loading", "quick"]) for pending in waiting)

@@ -367,7 +367,16 @@ def launch(
             ready.append(name)
             step("ready", "ready", name, kinds_of.get(name), done=len(ready), total=len(children))
 
-        supervisor.wait_ready(ready_timeout_s, on_ready=server_ready)
+        told = [time.monotonic()]
+
+        def still_waiting(pending: list[str]) -> None:
+            # A model that loads for minutes: its waiting step again every STILL_WAITING_S.
+            if time.monotonic() - told[0] >= STILL_WAITING_S:
+                told[0] = time.monotonic()
+                for name in pending:
+                    step("ready", "waiting", name, kinds_of.get(name), done=len(ready), total=len(children))
+
+        supervisor.wait_ready(ready_timeout_s, on_ready=server_ready, on_waiting=still_waiting)
         step("ready", "all", done=len(children), total=len(children))
         state.ready_after_s = time.monotonic() - state.started_at
         yield state
@@ -503,6 +512,10 @@ def _sigterm_as_interrupt() -> Callable[[], None]:
         allow_builds()  # a later launch in this process (tests, a notebook) builds again
 
     return restore
+
+
+# While servers are not ready (a model loading), how often their waiting step is told again.
+STILL_WAITING_S = 10.0
 
 
 class _Step:

@@ -395,10 +395,15 @@ class Supervisor:
     # -- readiness -----------------------------------------------------------------------------------
 
     def wait_ready(
-        self, deadline_s: float, names: Iterable[str] | None = None, on_ready: Callable[[str], None] | None = None
+        self,
+        deadline_s: float,
+        names: Iterable[str] | None = None,
+        on_ready: Callable[[str], None] | None = None,
+        on_waiting: Callable[[list[str]], None] | None = None,
     ) -> None:
         """Wait up to ``deadline_s`` seconds until every child (or those in ``names``) answers 200 on its
-        ready_url, passing each child's name to ``on_ready`` when it first does. Raises
+        ready_url, passing each child's name to ``on_ready`` when it first does, and the names of those
+        not ready yet to ``on_waiting`` after each round of polls (every 0.1 s or so). Raises
         :class:`ChildExitedError` as soon as a child exits, :class:`ReadyTimeoutError` at the deadline."""
         started = time.monotonic()
         deadline = started + deadline_s
@@ -428,6 +433,8 @@ class Supervisor:
                     child.supervised, child.state = True, "running"
                 self._start_monitor()
                 return
+            if on_waiting is not None:
+                on_waiting([c.spec.name for c in pending])
             now = time.monotonic()
             if now >= deadline:
                 raise ReadyTimeoutError(

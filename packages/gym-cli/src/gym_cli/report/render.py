@@ -296,7 +296,7 @@ def _viewer(runs: list[Run]) -> tuple[str, list[dict[str, Any]]]:
         '<section id="rollouts"><h2>Rollouts</h2>'
         '<div class="controls">'
         '<input type="search" id="rollout-search" placeholder="search the transcripts" aria-label="search rollouts"> '
-        '<input type="search" id="rollout-task" placeholder="task" aria-label="filter by task" size="10"> '
+        '<input type="search" id="rollout-task" placeholder="task" aria-label="filter by task" size="14"> '
         f'<select id="rollout-run" aria-label="filter by run"><option value="">every run</option>{run_options}</select> '
         f'<select id="rollout-reward" aria-label="filter by reward">{"".join(options)}</select> '
         f'<select id="rollout-reason" aria-label="filter by failure reason">{"".join(reason_options)}</select> '

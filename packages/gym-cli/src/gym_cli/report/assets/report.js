@@ -153,6 +153,7 @@
     var reason = reasonFilter.value;
     if (reason === "-" && r.reason !== null) { return false; }
     if (reason.charAt(0) === "=" && r.reason !== reason.slice(1)) { return false; }
+    if (!words.length) { return true; }
     var text = haystack(i);
     return words.every(function (w) { return text.indexOf(w) !== -1; });
   }

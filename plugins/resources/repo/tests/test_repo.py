@@ -97,6 +97,13 @@ class TestRepo(ResourcesServerTests):
         other = self.seeded(gym_servers)
         assert other.post("/read_file", {"path": "made.txt"}).status == 400
 
+    def test_a_file_left_unreadable_is_dropped_and_the_command_still_answers(self, gym_servers):
+        caller = self.seeded(gym_servers)
+        out = caller.post("/run_command", {"command": "echo x > locked.txt; chmod 000 locked.txt; echo done"})
+        assert out.status == 200 and out.json() == {"exit_code": 0, "stdout": "done\n", "stderr": ""}
+        assert caller.post("/read_file", {"path": "locked.txt"}).status == 400
+        assert caller.post("/read_file", {"path": "README.md"}).status == 200
+
     def test_write_then_run_and_list(self, gym_servers):
         caller = self.seeded(gym_servers)
         assert caller.post("/write_file", {"path": "pkg2/mod.py", "content": "X = 5\n"}).json()["bytes"] == 6

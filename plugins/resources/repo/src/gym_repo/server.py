@@ -144,17 +144,21 @@ class RepoServer(ResourcesServer):
         finally:
             state["command_time_s"] += time.monotonic() - started
             state["commands"] += 1
-        if result.outcome != "exited" or result.exit_code != 0:
-            detail = result.stderr.decode(errors="replace")[-300:]
-            raise ToolError(
-                f"the command was stopped ({result.outcome}): it went past a limit of its sandbox (time, memory, "
-                f"processes or disk); the workspace is unchanged. {detail}".strip(),
-                400,
-            )
+        stopped = ToolError(
+            f"the command was stopped ({result.outcome}): it went past a limit of its sandbox (time, memory, "
+            f"processes or disk); the workspace is unchanged. {result.stderr.decode(errors='replace')[-300:]}".strip(),
+            400,
+        )
+        if result.outcome != "exited":
+            raise stopped
+        # tar's own exit status is not the verdict: it fails on a file the command left unreadable (which is
+        # then left out of the workspace) but still writes the rest; the command's status is in the stream.
         try:
             snap = read_snapshot(result.stdout, max_bytes=self.max_bytes)
         except WorkspaceError as exc:
             raise ToolError(f"{exc}; the workspace is unchanged", 400) from None
+        if snap.exit_code is None:
+            raise stopped
         outcome = "timeout" if snap.exit_code in (124, 137) else "exited"
         return snap.workspace, snap.stdout, snap.stderr, snap.exit_code, outcome
 

@@ -159,3 +159,28 @@ def test_reference_answer_template(tmp_path: Path) -> None:
     assert status == 1 and "scored reward 0" in rejected[0]["reason"], output
     status, output, _, rejected = _import(tmp_path, source, *args, "--reference-answer", "$answr")
     assert status == 1 and "needs field 'answr'" in rejected[0]["reason"], output
+
+
+def test_config_of_any_environment_instead_of_env(tmp_path: Path) -> None:
+    """--config: the environment of a config file (here only a resources server, a string_match whose
+    verify is exact), its model replaced by a scripted one; --env and --config are one or the other."""
+    config = tmp_path / "my_env.yaml"
+    config.write_text("words:\n  plugin: string_match\npolicy:\n  plugin: local_llama\n")
+    source = tmp_path / "words.jsonl"
+    rows = [{"q": "Capital of France?", "a": "Paris"}, {"q": "Capital of Italy?", "a": None}]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["--map", "input=q", "--map", "expected_answer=a", "--set", "extraction_mode=boxed"]
+    status, output, accepted, rejected = _import(tmp_path, source, "--config", str(config), *args)
+    assert status == 1, output
+    assert accepted == [
+        {
+            "responses_create_params": {"input": [{"role": "user", "content": "Capital of France?"}]},
+            "expected_answer": "Paris",
+            "extraction_mode": "boxed",
+        }
+    ]
+    assert [(r["line"], r["reason"]) for r in rejected] == [(2, "column 'a' (for expected_answer) is null")]
+    status, output, _, _ = _import(tmp_path, source, *args)
+    assert status == 2 and "--env NAME or --config FILE" in output
+    status, output, _, _ = _import(tmp_path, source, "--env", "math", "--config", str(config), *args)
+    assert status == 2 and "--env NAME or --config FILE" in output

@@ -384,37 +384,53 @@ async def check_rows(
     return report
 
 
-def environment_config(directory: Path, plugins: PluginManager) -> tuple[dict[str, Any], str, str]:
-    """The setup of the environment's example rollouts (every model scripted), its resources server's
-    instance name and its plugin."""
-    from gym_cli.example_rollouts import setup_config, setup_of
+def environment_config(
+    path: Path, plugins: PluginManager, *, config_file: bool = False
+) -> tuple[dict[str, Any], str, str]:
+    """An environment's servers, every model among them ``scripted`` (no weights, no network), its
+    resources server's instance name and its plugin. ``path``: a directory under
+    ``plugins/resources`` (the setup of its example rollouts), or with ``config_file`` a config of
+    any environment: one resources server, or one agent naming its ``resources_server``."""
+    from gym_cli.example_rollouts import Setup, setup_config, setup_of
 
-    config = setup_config(directory, setup_of(directory), plugins)
+    setup = Setup((path.name,)) if config_file else setup_of(path)
+    config = setup_config(path.parent if config_file else path, setup, plugins)
     servers = plugins.servers()
-    agents = [
-        options
-        for options in config.values()
-        if isinstance(options, dict)
-        and (server := servers.get(options.get("plugin", ""))) is not None
-        and server.kind == "agent"
-    ]
-    resources = agents[0].get("resources_server") if len(agents) == 1 else None
-    if not isinstance(resources, str) or resources not in config:
-        raise GymError(f"{directory.name}: its setup must run one agent naming its resources_server")
+
+    def of_kind(kind: str) -> list[str]:
+        return [
+            name
+            for name, options in config.items()
+            if isinstance(options, dict)
+            and (server := servers.get(str(options.get("plugin", "")))) is not None
+            and server.kind == kind
+        ]
+
+    agents, environments = of_kind("agent"), of_kind("resources")
+    resources = config[agents[0]].get("resources_server") if len(agents) == 1 else None
+    if resources is None and len(environments) == 1:
+        resources = environments[0]
+    if not isinstance(resources, str) or resources not in environments:
+        raise GymError(
+            f"{path}: the config must run one resources server, or one agent naming its resources_server "
+            f"(it runs {len(environments)} resources servers and {len(agents)} agents)"
+        )
     return config, resources, config[resources]["plugin"]
 
 
 def import_rows(
-    directory: Path,
+    path: Path,
     records: Sequence[SourceRow],
     mapping: Mapping,
     *,
+    config_file: bool = False,
     answer: str | None = None,
     plugins: PluginManager | None = None,
     parallel: int = 8,
 ) -> ImportReport:
-    """Check ``records`` as rows of the environment in ``directory`` on its servers run in this process.
-    ``answer``: the reference answer's template, else the environment's in :data:`REFERENCE_ANSWERS`."""
+    """Check ``records`` as rows of the environment of ``path`` (see :func:`environment_config`) on
+    its servers run in this process. ``answer``: the reference answer's template, else the
+    environment's in :data:`REFERENCE_ANSWERS`."""
     from gym_core.client import ServerClient
     from gym_core.options import ClientConfig
     from gym_core.plugins import get_plugin_manager
@@ -423,7 +439,7 @@ def import_rows(
     from gym_cli.rollouts import run_async
 
     plugins = plugins or get_plugin_manager()
-    config, resources, environment = environment_config(directory, plugins)
+    config, resources, environment = environment_config(path, plugins, config_file=config_file)
     reference = answer_template(answer) if answer is not None else REFERENCE_ANSWERS.get(environment)
 
     async def run(global_config: Any) -> ImportReport:

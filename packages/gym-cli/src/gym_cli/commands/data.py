@@ -20,7 +20,14 @@ def data() -> None:
 
 @data.command("import")
 @click.argument("source", type=click.Path(exists=True, path_type=Path))
-@click.option("--env", "env", required=True, help="The environment: a directory under plugins/resources.")
+@click.option("--env", "env", help="The environment: a directory under plugins/resources.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Instead of --env: the config of any environment (one resources server, or one agent naming its "
+    "resources_server); its models are replaced by scripted ones.",
+)
 @click.option(
     "--map",
     "maps",
@@ -56,7 +63,8 @@ def data() -> None:
 @click.option("--parallel", type=click.IntRange(min=1), default=8, show_default=True, help="Rows checked at once.")
 def import_(
     source: Path,
-    env: str,
+    env: str | None,
+    config_path: Path | None,
     maps: tuple[str, ...],
     sets: tuple[str, ...],
     system: str | None,
@@ -77,7 +85,8 @@ def import_(
     OUTPUT.rejected.jsonl, and summarised.
 
     Exit status 0 when every row was accepted, 1 when some were rejected (the accepted ones are
-    written), 2 for bad usage (an unknown environment or column: nothing is checked).
+    written), 2 for bad usage (an unknown environment or column: nothing is checked). --config
+    checks rows of any environment, a third party's too.
 
     \b
     Example:
@@ -96,12 +105,19 @@ def import_(
     from gym_cli.data_import import Mapping, check_columns, import_rows, parse_assignments, read_source, source_columns
     from gym_cli.example_rollouts import environment_directories
 
-    catalog = find_catalog()
-    if not catalog.in_workspace:
-        raise GymError(f"no {CATALOG_FILE} here or above: run inside a gym workspace, or set $GYM_WORKSPACE to one")
-    found = {d.name: d for d in environment_directories(catalog.root)}
-    if env not in found:
-        raise GymError(f"--env: no environment {env!r} under plugins/resources{did_you_mean(env, found)}")
+    if (env is None) == (config_path is None):
+        raise click.UsageError("give --env NAME or --config FILE (one of them)")
+    if env is not None:
+        catalog = find_catalog()
+        if not catalog.in_workspace:
+            raise GymError(f"no {CATALOG_FILE} here or above: run inside a gym workspace, or set $GYM_WORKSPACE to one")
+        found = {d.name: d for d in environment_directories(catalog.root)}
+        if env not in found:
+            raise GymError(f"--env: no environment {env!r} under plugins/resources{did_you_mean(env, found)}")
+        environment = found[env]
+    else:
+        assert config_path is not None
+        environment = config_path.resolve()
     mapping = Mapping(parse_assignments(maps, "--map"), parse_assignments(sets, "--set", json_values=True), system)
     columns = source_columns(source, split)
     records = list(read_source(source, split))
@@ -111,7 +127,9 @@ def import_(
         check_columns(mapping, columns, str(source))
     if not records:
         raise GymError(f"{source}: no records")
-    report = import_rows(found[env], records, mapping, answer=answer, parallel=parallel)
+    report = import_rows(
+        environment, records, mapping, config_file=config_path is not None, answer=answer, parallel=parallel
+    )
 
     rejected_path = output.with_name(f"{output.stem}.rejected.jsonl")
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -128,7 +146,7 @@ def import_(
     console = output_console(stderr=True)
     checks = "seed_session and a reference answer's verify" if report.verified else "seed_session (no reference answer)"
     console.print(
-        f"{report.read} rows read from {escape(str(source))}, checked by {escape(env)}'s {checks}: "
+        f"{report.read} rows read from {escape(str(source))}, checked by {escape(env or str(config_path))}'s {checks}: "
         f"{len(report.accepted)} accepted -> {escape(str(output))}, {len(report.rejected)} rejected"
         + (f" -> {escape(str(rejected_path))}" if report.rejected else "")
     )

@@ -234,6 +234,22 @@ class TestRepo(ResourcesServerTests):
         assert after["reward"] == 1.0 and after["fixed"] and after["kept"]
         assert after["tests_passed"] == after["tests_total"] == len(results)
 
+    def test_bad_rows_are_a_422_naming_the_field(self, gym_servers):
+        caller = gym_servers.caller()
+        for repository in ["/no/such/dir", {"../escape.py": "x"}]:
+            reply = caller.post("/seed_session", {**ROWS[0], "repository": repository})
+            assert reply.status == 422 and "repository" in reply.json()["error"]["message"], reply.json()
+        missing = {k: v for k, v in ROWS[0].items() if k != "repository"}
+        assert caller.post("/seed_session", missing).status == 422
+        caller = self.seeded(gym_servers)
+        reply = caller.post("/verify", {**ROWS[0], "hidden_tests": {"/abs.py": "x"}, "response": {"output": []}})
+        assert reply.status == 422 and "hidden_tests" in reply.json()["error"]["message"]
+        reply = caller.post("/verify", {**ROWS[0], "tests_to_fix": [], "tests_to_keep": [], "response": {"output": []}})
+        assert reply.status == 422 and "no test" in reply.json()["error"]["message"]
+        # A test id the hidden tests do not have fails, saying why.
+        verdict = verify(caller, {**ROWS[0], "tests_to_fix": ["tests.nope.T.test"], "tests_to_keep": []})
+        assert verdict["reward"] == 0.0 and "nope" in verdict["test_results"][0]["detail"]
+
     def test_rewriting_the_tests_or_shadowing_unittest_earns_nothing(self, gym_servers):
         row = ROWS[0]
         caller = self.seeded(gym_servers, row)

@@ -23,7 +23,7 @@ from gym_core.schemas import FunctionCall, RunRequest, VerifyRequest, VerifyResp
 from gym_core.sessions import Session
 
 from gym_cli.example_rollouts import environment_directories
-from gym_cli.redteam import GAMEABLE, ROBUST, checks_of_config, checks_of_directory, run_check, summarise
+from gym_cli.redteam import ERROR, GAMEABLE, ROBUST, checks_of_config, checks_of_directory, run_check, summarise
 from gym_simple_agent.config import SimpleAgentConfig
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -39,6 +39,8 @@ class LenientEnvironment(ResourcesServer):
 
     async def verify(self, session: Session, body: LenientVerifyRequest) -> VerifyResponse:
         text = assistant_text(body.response)
+        if len(text) > 100_000:
+            raise RuntimeError("too long for this environment")  # a 500, as a careless verifier gives
         return VerifyResponse(reward=float(body.expected_answer in text or "xyzzy" in text))
 
 
@@ -124,6 +126,7 @@ def test_a_lenient_environment_is_found_gameable_by_gym_s_probes_and_its_own(plu
     assert not any(r.probe == "never_applies" for r in results)
     # What does not score stays robust: the empty answer, a forged cookie (refused with 403).
     assert verdicts["empty", 0].reward == 0.0 and verdicts["empty", 0].verdict == ROBUST
+    assert verdicts["huge", 0].verdict == ERROR and verdicts["huge", 0].status == 502  # the agent relays the 500
     assert verdicts["forged_cookie", 0].reward is None and verdicts["forged_cookie", 0].status == 403
     # The task without a solving answer gets no probe that reshapes one.
     assert ("answer_list", 1) not in verdicts
@@ -163,10 +166,14 @@ def test_gym_redteam_exits_1_naming_the_gameable_probes_and_writes_json(gym, plu
     assert report["gameable"] == len(gameable)
     assert {s["probe"] for s in report["results"]} >= {"empty", "huge", "unoffered_tool", "forged_cookie"}
     assert "magic_word" in result.stderr
-    # The table, and the threshold: past 1.0 nothing is gameable, so the command succeeds.
+    # A 500 is neither a reward nor a refusal: an error, which fails the command too.
+    (huge,) = [s for s in report["results"] if s["probe"] == "huge"]
+    assert (huge["verdict"], huge["reward"], report["errors"]) == ("error", None, 1)
+    # The table, and the threshold: past 1.0 nothing is gameable; the error still fails the command.
     table = gym("redteam", "--config", str(config), "--input", str(rows), "--threshold", "1")
-    assert table.exit_code == 0, table.output
+    assert table.exit_code == 1, table.output
     assert "magic_word" in table.stdout and "robust" in table.stdout
+    assert "gameable probe" not in table.stderr and "server error" in table.stderr and "huge" in table.stderr
 
 
 def test_a_judged_environment_is_probed_with_its_scripted_judge_and_with_the_quoting_judge(plugins):
@@ -213,7 +220,7 @@ def test_every_first_party_environment_has_no_gameable_probe(plugins):
             gameable += [
                 f"{s.environment}/{s.probe}: {s.reward} > {s.baseline}"
                 for s in summarise(check, results)
-                if s.verdict == GAMEABLE and not s.reference
+                if s.verdict in (GAMEABLE, ERROR) and not s.reference
             ]
     assert problems == []
     assert gameable == []

@@ -60,7 +60,7 @@ def redteam(
     reference behaviour (verdict_mode, several_answers or keyword_stuffing: reference) are listed,
     not counted.
 
-    Exit status 1 when a probe is gameable.
+    Exit status 1 when a probe is gameable, or got a server error (5xx) instead of a reward or a 4xx.
 
     \b
     Example:
@@ -80,7 +80,7 @@ def redteam(
 
     from gym_cli.catalog import CATALOG_FILE, find_catalog
     from gym_cli.example_rollouts import environment_directories
-    from gym_cli.redteam import GAMEABLE, checks_of_config, checks_of_directory, read_rows, run_check, summarise
+    from gym_cli.redteam import ERROR, GAMEABLE, checks_of_config, checks_of_directory, read_rows, run_check, summarise
 
     plugins = get_plugin_manager()
     declarations = plugins.redteam_declarations()
@@ -122,10 +122,12 @@ def redteam(
             bad = sum(s.verdict == GAMEABLE for s in summaries if s.environment == check.label)
             err.print(f"{escape(check.label)}: {len({r.probe for r in results})} probes, {bad} gameable")
     counted = [s for s in summaries if s.verdict == GAMEABLE and not s.reference]
+    errors = [s for s in summaries if s.verdict == ERROR and not s.reference]
     if as_json:
         report = {
             "threshold": threshold,
             "gameable": len(counted),
+            "errors": len(errors),
             "results": [s.as_json() for s in summaries],
             "problems": problems,
         }
@@ -145,7 +147,15 @@ def redteam(
     if counted:
         raise CommandFailed(
             f"{len(counted)} gameable probe(s): "
-            + ", ".join(f"{s.environment}/{s.probe} ({s.reward:.3g} > {s.baseline:.3g})" for s in counted)
+            + ", ".join(
+                f"{s.environment}/{s.probe} ({'reached' if s.reward is None else f'{s.reward:.3g}'} > {s.baseline:.3g})"
+                for s in counted
+            )
+        )
+    if errors:
+        raise CommandFailed(
+            f"{len(errors)} probe(s) answered with a server error, never a reward nor a 4xx: "
+            + ", ".join(f"{s.environment}/{s.probe}" for s in errors)
         )
     if problems:
         raise CommandFailed(f"{len(problems)} task(s) could not be probed")

@@ -5,6 +5,7 @@ wrong ones, and the rollout row lands in --output."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -139,3 +140,19 @@ async def test_head_serves_an_instance_of_a_running_run(tmp_path: Path):
         async with Client(params, read_timeout_seconds=60) as client:
             verdict = await episode(client, 3)
     assert verdict["reward"] == 1.0
+
+
+async def test_the_tasks_own_tools_are_the_only_ones_offered():
+    row = json.loads(COUNTER_ROWS.read_text().splitlines()[0])
+    tools = [{"type": "function", "name": "get_counter_value", "parameters": {"type": "object", "properties": {}}}]
+    task = {**row, "responses_create_params": {**row["responses_create_params"], "tools": tools}}
+    args = ["-m", "gym_cli", "mcp", "serve", "counter", "--task", json.dumps(task)]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(ROOT))
+    async with Client(params, read_timeout_seconds=60) as client:
+        assert {tool.name for tool in (await client.list_tools()).tools} == {"get_counter_value", "gym_verify"}
+        refused = await client.call_tool("increment_counter", {"count": 3})
+        assert refused.is_error and "unknown tool" in refused.content[0].text
+        first, second = await asyncio.gather(
+            client.call_tool("gym_verify", {"answer": ""}), client.call_tool("gym_verify", {"answer": ""})
+        )
+        assert sorted([first.is_error, second.is_error]) == [False, True]  # one verdict per episode

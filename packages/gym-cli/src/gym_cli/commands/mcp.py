@@ -103,7 +103,8 @@ class EpisodeBridge:
         self.calls: list[dict[str, Any]] = []
         self.verdict: dict[str, Any] | None = None
         self.failure: str | None = None
-        self.closed = False
+        self.closed = False  # no more calls
+        self.session_closed = False
 
     async def start(self) -> None:
         """Seed the session; the tools: the task's own (``responses_create_params.tools``) when it
@@ -152,6 +153,7 @@ class EpisodeBridge:
         if self.closed:
             return "the episode is over: no tool works now", True
         if name == VERIFY_TOOL:
+            self.closed = True  # from now on: two gym_verify calls at once get one verdict
             return await self.verify(str(arguments.get("answer", ""))), False
         if name not in {tool["name"] for tool in self.tools}:
             offered = ", ".join(sorted(tool["name"] for tool in self.tools)) or "none"
@@ -195,9 +197,9 @@ class EpisodeBridge:
         return json.dumps(self.verdict)
 
     async def close(self) -> None:
-        if self.closed:
+        if self.session_closed:
             return
-        self.closed = True
+        self.closed = self.session_closed = True
         with contextlib.suppress(Exception):
             await self.client.request(
                 "POST", self.instance, "/close_session", body=b"{}", cookies=self.cookies, timeout_s=10.0

@@ -8,6 +8,7 @@ import asyncio
 import json
 import subprocess
 import tempfile
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from gym_repo.server import run_hidden_tests
 from gym_repo.workspace import load_repository
 
 PACKAGE = Path(__file__).resolve().parents[1]
-RUNNER = (PACKAGE / "src" / "gym_repo" / "runner.py").read_bytes()
+RUNNER = resources.files("gym_repo").joinpath("runner.py").read_bytes()
 
 
 def fixed_files(task: dict[str, Any]) -> dict[str, str]:

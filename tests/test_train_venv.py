@@ -28,11 +28,9 @@ import pytest
 
 from gym_cli.sources import normalize_name, requirement_name
 from gym_cli.venvs.find_links import harvest, wheel_find_links
-from gym_cli.venvs.keys import build_variables
 from gym_cli.venvs.layout import MARKER, default_home, site_packages, venv_python
 from gym_cli.venvs.lock import FileLock
 from gym_cli.venvs.uv import find_uv
-from gym_cli.venvs.wheels import Wheelhouse
 from gym_cli.workspace import find_members
 
 REPO = Path(__file__).resolve().parents[1]
@@ -182,39 +180,6 @@ def test_gym_train_tests_pass_in_the_training_venv():
     assert passed and not re.search(r"skipped|failed|error|deselected", summary), f"unexpected summary: {summary}"
     # Every test function there ran (parametrised ones count at least once): none left uncollected.
     assert int(passed.group(1)) >= _test_functions() > 0, output[-4000:]
-
-
-def test_the_training_venv_is_offered_the_kept_llama_cpp_wheel(tmp_path, monkeypatch):
-    """The training venv's install, and the one its docs show, are given the llama-cpp-python wheel gym
-    keeps under $GYM_HOME/wheels/ (compiled with the workspace's build variables), never compiling it
-    again. A stand-in wheel: nothing is installed here."""
-    monkeypatch.setenv("GYM_HOME", str(tmp_path))
-    variables = build_variables(None, REPO)[0]  # pyright: ignore[reportArgumentType]
-    kept = Wheelhouse(tmp_path / "wheels").path_for("llama-cpp-python", variables["llama-cpp-python"])
-    kept.mkdir(parents=True)
-    version = next(v for v in _locked_versions() if v[0] == "llama-cpp-python")[1]
-    (kept / f"llama_cpp_python-{version}-py3-none-linux_x86_64.whl").write_bytes(b"stand-in")
-    args = _find_links()
-    assert ["--find-links", str(kept)] == args[args.index(str(kept)) - 1 : args.index(str(kept)) + 1]
-    printed = subprocess.run(
-        [sys.executable, "-m", "gym_cli.venvs.find_links"],
-        cwd=REPO,
-        env={**_environ(), "GYM_HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert printed.stdout.split() == ["--find-links", str(kept)], printed.stdout + printed.stderr
-    for doc in (REPO / "docs" / "training.md", GYM_TRAIN / "README.md"):
-        command = re.search(r"uv pip install --python /tmp/gym-train-venv/bin/python[^\n]*", doc.read_text())
-        assert command and "$(uv run python -m gym_cli.venvs.find_links)" in command.group(0), doc
-
-
-def _locked_versions() -> list[tuple[str, str]]:
-    import tomllib
-
-    lock = tomllib.loads((REPO / "uv.lock").read_text())
-    return [(p["name"], p.get("version", "")) for p in lock.get("package", [])]
 
 
 def test_the_root_venv_has_no_torch():

@@ -428,7 +428,7 @@ def install(target: str, kind: str | None, rebuild: bool, find_links: tuple[str,
                 continue
             console.print(f"[dim]its example configs use {escape(name)}: installing {escape(requirement)}…[/]")
             also = dataclasses.replace(source, name=plugin_name_of(requirement), requirement=requirement)
-            needed |= _install_source(also, requirement, None, rebuild, catalog, venvs)
+            needed |= _install_source(also, requirement, None, False, catalog, venvs)
             installed.add(name)
 
 

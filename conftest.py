@@ -77,6 +77,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     # Run the real local model: local_llama (SmolLM2 on llama.cpp) or llama-cpp-python's own server.
     "model": (
         "plugins/models/local_llama/tests",
+        "plugins/resources/repo/tests/test_local_llama.py",
         "tests/test_local_judge.py",
         "tests/benchmarks/test_token_faithfulness.py",
         "plugins/models/local_vllm/tests/test_ray_engines.py",  # llama-cpp-python's server as the engine

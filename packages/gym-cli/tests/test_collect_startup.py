@@ -94,17 +94,25 @@ def describe_startup_lines(events: list[StartupEvent]) -> str:
     return "\n".join(describe_startup(e) for e in events)
 
 
-def test_eta_is_from_the_throughput_since_the_first_finished():
-    summary = CollectSummary(total=100, skipped=10)
-    assert eta_s(summary) is None  # nothing finished
-    summary.done, summary.first_finished = 1, 50.0
-    assert eta_s(summary, now=60.0) is None  # one finished: no throughput to measure yet
-    summary.done, summary.failed = 2, 1
-    # 2 finished in the 10 s since the first: 0.2/s, 87 left.
-    assert eta_s(summary, now=60.0) == 87 * 10 / 2
-    summary.done, summary.failed = 90, 0
-    assert eta_s(summary, now=60.0) is None  # none left
-    assert describe_progress(progress_event(CollectSummary(total=5))).count("ETA") == 0
+def test_eta_is_from_the_observed_throughput_and_none_before_enough_finished():
+    summary = CollectSummary(total=100, skipped=10, started=0.0)
+    assert eta_s(summary, now=5.0) is None  # nothing finished
+    summary.done, summary.failed = 1, 1
+    assert eta_s(summary, now=5.0) is None  # fewer than ETA_MIN_FINISHED
+    # 10 finished in 10 s, nothing running: 1/s, 80 left.
+    summary.done, summary.failed = 8, 2
+    assert eta_s(summary, now=10.0) == 80.0
+    # 8 running at a median latency of 2 s deliver 4/s (Little's law), more than the average 1/s.
+    for _ in range(8):
+        summary.latency.add(2.0)
+    summary.in_flight = 8
+    assert eta_s(summary, now=10.0) == 20.0
+    # Those waiting their turn are not running.
+    summary.queued = 6
+    assert eta_s(summary, now=10.0) == 80.0
+    summary.done = 88
+    assert eta_s(summary, now=10.0) is None  # none left
+    assert "ETA" not in describe_progress(progress_event(CollectSummary(total=5)))
 
 
 def test_reporters_show_the_startup_steps_before_the_rollouts():
@@ -129,17 +137,20 @@ def test_reporters_show_the_startup_steps_before_the_rollouts():
 
 def test_rich_bar_says_measuring_until_the_eta_is_known():
     console = Console(file=io.StringIO(), width=200, force_terminal=True)
-    summary = CollectSummary(total=10)
+    summary = CollectSummary(total=10, started=time.monotonic() - 100.0)
     reporter = RichReporter(console)
     reporter.start(summary)
     reporter.update(summary)
-    summary.done, summary.first_finished = 4, time.monotonic() - 3.0
+    # 4 finished; 2 running at a median latency of 0.5 s: 4/s (above 4 in the 100 s since the start),
+    # 6 left.
+    summary.done, summary.in_flight = 4, 2
+    for _ in range(4):
+        summary.latency.add(0.5)
     reporter.update(summary)
     reporter.stop(summary)
     text = console.file.getvalue()  # type: ignore[attr-defined]
     assert "ETA measuring" in text
-    # 3 finished in the 3 s since the first: 1/s, 6 left.
-    assert "ETA 0:00:06" in text or "ETA 0:00:05" in text or "ETA 0:00:07" in text
+    assert "ETA 0:00:02" in text  # 1.5 s
 
 
 def test_supervisor_tells_each_server_ready_and_those_still_waiting(tmp_path):

@@ -14,7 +14,7 @@ costs the same at 10 or 10,000 rollouts per second.
 Before the rollouts, ``--serve``'s start-up reports each step as a :class:`StartupEvent` (a plugin's
 venv prepared, the servers started, each server ready): a line in ``rich`` and ``plain``, an event
 of its own in ``json``. The ETA (:func:`eta_s`) is the rollouts left over the throughput observed
-since the first rollout finished, shown once :data:`ETA_MIN_FINISHED` have finished; never before.
+in this run, shown once :data:`ETA_MIN_FINISHED` rollouts finished; never before.
 
 Rollout latency is the wall time of a scored rollout, its retries included, kept in a
 :class:`LatencySketch`: its percentiles are those of ``gym profile`` and ``gym report``
@@ -161,8 +161,8 @@ class ProgressEvent(msgspec.Struct, kw_only=True):
     queued: int = 0
     queue_p50_s: float | None = None
     queue_p99_s: float | None = None
-    # Seconds left at the throughput observed since the first rollout finished (:func:`eta_s`); None
-    # until :data:`ETA_MIN_FINISHED` rollouts finished, and in the "done" event.
+    # Seconds left at the throughput observed (:func:`eta_s`); None until :data:`ETA_MIN_FINISHED`
+    # rollouts finished, and in the "done" event.
     eta_s: float | None = None
 
 
@@ -210,19 +210,27 @@ def describe_startup(event: StartupEvent) -> str:
 
 
 def eta_s(summary: CollectSummary, now: float | None = None) -> float | None:
-    """Seconds until every rollout is finished at the throughput observed since the first finished:
-    None before :data:`ETA_MIN_FINISHED` finished, or when none is left."""
+    """Seconds until every rollout is finished, from what this run observed: None before
+    :data:`ETA_MIN_FINISHED` rollouts finished (done or failed), or when none is left.
+
+    The rate is the larger of two observed throughputs: the rollouts finished over the seconds since
+    the rollouts began, and the rollouts running (in flight, not waiting their turn) over the median
+    latency of those scored (Little's law: what the ones in flight deliver at the latency seen). The
+    first lags while rollouts finish in waves (every ``--parallel`` at once, then none for a
+    latency); the second is right from the first wave but knows nothing of what is left to wait for."""
     import time
 
     finished = summary.done + summary.failed
     left = summary.total - summary.skipped - finished
-    first = summary.first_finished
-    if left <= 0 or first is None or finished < ETA_MIN_FINISHED:
+    if left <= 0 or finished < ETA_MIN_FINISHED:
         return None
-    window = (summary.finished or (now if now is not None else time.monotonic())) - first
-    if window <= 0:
-        return None
-    return left * window / (finished - 1)
+    elapsed = (summary.finished or (now if now is not None else time.monotonic())) - summary.started
+    rate = finished / elapsed if elapsed > 0 else 0.0
+    running = summary.in_flight - summary.queued
+    median = summary.latency.quantile(0.5)
+    if running > 0 and median:
+        rate = max(rate, running / median)
+    return left / rate if rate > 0 else None
 
 
 def progress_event(
@@ -432,8 +440,8 @@ class RichReporter(Reporter):
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            # Our ETA, from the throughput observed since the first rollout finished; rich's own
-            # remaining-time column extrapolates from the first seconds, which were 10x off.
+            # Our ETA, from the throughput this run observed (eta_s); rich's own remaining-time column
+            # extrapolated from its first seconds, which were 10x off.
             TextColumn("ETA {task.fields[eta]}"),
             console=self.console,
             auto_refresh=False,

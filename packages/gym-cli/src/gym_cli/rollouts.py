@@ -150,9 +150,6 @@ class CollectSummary:
     latency: LatencySketch = field(default_factory=LatencySketch)  # scored rollouts' wall time, retries included
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None  # set when collect_rollouts returns
-    # When the first rollout of this run was done or failed: the ETA's throughput is measured from
-    # there (before it, every rollout was still in its first latency and the rate said nothing).
-    first_finished: float | None = None
 
     @property
     def mean_reward(self) -> float | None:
@@ -1018,7 +1015,6 @@ async def collect_rollouts(
                     _encoder.encode({"task_index": task_index, "rollout_index": rollout_index, **fields}) + b"\n"
                 )
                 summary.failed += 1
-                summary.first_finished = summary.first_finished or time.monotonic()
                 summary.failure_reasons[fields["reason"]] = summary.failure_reasons.get(fields["reason"], 0) + 1
                 on_progress(summary)
                 return
@@ -1040,7 +1036,6 @@ async def collect_rollouts(
             # One write call per row: a kill can only cut the last line, which read_done repairs.
             out.write(_encoder.encode(row) + b"\n")
             summary.done += 1
-            summary.first_finished = summary.first_finished or time.monotonic()
             summary.reward_sum += reward
             summary.latency.add(latency_s)
             environment = str(row.get("environment") or "?")

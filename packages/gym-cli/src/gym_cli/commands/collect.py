@@ -127,7 +127,7 @@ async def _collect(
     'line; json: one JSON object per line on stdout (with --serve, "startup" events first: venvs, servers '
     'started, each ready; then "progress" at the start and per interval, "done" at the end) and nothing '
     "else there: the servers' output and the profile go to stderr; auto: rich when stderr is a terminal, "
-    "else plain. The ETA appears once 3 rollouts finished, from the throughput since the first.",
+    "else plain. The ETA appears once 3 rollouts finished, from the throughput observed.",
 )
 @click.option(
     "--progress-interval",

@@ -119,7 +119,14 @@ async def test_an_environment_failure_ends_the_episode_unscored(tmp_path: Path):
     args = ["-m", "gym_cli", "mcp", "serve", "env", "--config", str(config), "--task", json.dumps(task)]
     params = StdioServerParameters(command=sys.executable, args=[*args, "--output", str(output)], cwd=str(ROOT))
     async with Client(params, read_timeout_seconds=60) as client:
-        assert {tool.name for tool in (await client.list_tools()).tools} == {"hang", "die", "fail", "gym_verify"}
+        assert {tool.name for tool in (await client.list_tools()).tools} == {
+            "hang",
+            "die",
+            "fail",
+            "reject",
+            "crash",
+            "gym_verify",
+        }
         failed = await client.call_tool("hang", {"seconds": 30})
         assert failed.is_error and "mcp_server_failed" in failed.content[0].text
         late = await client.call_tool("gym_verify", {"answer": "woke"})

@@ -129,6 +129,15 @@ class TestFailingMcpServer:
         assert (reply.status, reply.json()["error"]["type"]) == (400, "tool_error")
         assert reply.json()["error"]["message"].endswith("no such file")
 
+    def test_a_protocol_error_for_arguments_is_the_models_other_errors_are_the_servers(self, servers):
+        caller = servers.caller()
+        caller.post("/seed_session", ADD_TASK)
+        rejected = caller.post("/tools/reject", {"value": "x"})
+        assert (rejected.status, rejected.json()["error"]["type"]) == (400, "tool_error")
+        assert "is not one I take" in rejected.json()["error"]["message"]
+        crashed = caller.post("/tools/crash", {})
+        assert (crashed.status, crashed.json()["error"]["type"]) == (502, "mcp_server_failed")
+
     def test_a_hanging_server_is_a_typed_failure(self, servers):
         caller = servers.caller()
         caller.post("/seed_session", ADD_TASK)

@@ -39,6 +39,7 @@ from gym_mcp_tools.config import McpToolsConfig
 
 __all__ = ["McpServerFailed", "McpToolsServer", "McpConnection", "ToolCall", "Check"]
 
+_INVALID_PARAMS = -32602  # JSON-RPC's "invalid params"
 _TOOL_NAME_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 
@@ -171,6 +172,11 @@ class McpConnection:
         try:
             return task.result()
         except Exception as exc:
+            from mcp import MCPError
+
+            if isinstance(exc, MCPError) and exc.code == _INVALID_PARAMS:
+                # The server refused the arguments (beyond their schema): the model's to see and fix.
+                raise ToolError(exc.message) from None
             raise McpServerFailed(f"{self.name}: the MCP server failed {what}: {_describe(exc)}") from None
 
     async def close(self) -> None:

@@ -159,6 +159,8 @@ def test_reference_answer_template(tmp_path: Path) -> None:
     assert status == 1 and "scored reward 0" in rejected[0]["reason"], output
     status, output, _, rejected = _import(tmp_path, source, *args, "--reference-answer", "$answr")
     assert status == 1 and "needs field 'answr'" in rejected[0]["reason"], output
+    status, output, accepted, _ = _import(tmp_path, source, *args, "--reference-answer", "costs $5")
+    assert status == 2 and "write $$ for a dollar sign" in output and accepted == []
 
 
 def test_config_of_any_environment_instead_of_env(tmp_path: Path) -> None:

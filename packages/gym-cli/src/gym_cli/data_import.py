@@ -1,7 +1,7 @@
 """Importing a dataset as an environment's task rows, each row checked by the environment first.
 
 ``gym data import`` reads a source (:func:`read_source`: JSONL, a Parquet file, or a Hugging Face
-``datasets`` directory written by ``save_to_disk``), builds each row from a :class:`Mapping` of row
+``datasets`` directory written by ``save_to_disk``), builds each row from a :class:`ColumnMapping` of row
 fields to source columns, and checks every row on the environment's own servers, started in this
 process on loopback with every model scripted (the setup of its example rollouts), before any model
 sees it (:func:`check_rows`):
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "INPUT_FIELD",
     "REFERENCE_ANSWERS",
-    "Mapping",
+    "ColumnMapping",
     "SourceRow",
     "Rejection",
     "ImportReport",
@@ -93,6 +93,8 @@ REFERENCE_ANSWERS: dict[str, Callable[[dict[str, Any]], str]] = {
 def answer_template(template: str) -> Callable[[dict[str, Any]], str]:
     """A ``--reference-answer`` template (``$FIELD`` for the row's top-level fields) as a function of the row."""
     parsed = string.Template(template)
+    if not parsed.is_valid():
+        raise GymError(f"--reference-answer {template!r}: a $ that starts no $FIELD (write $$ for a dollar sign)")
 
     def answer(row: dict[str, Any]) -> str:
         try:
@@ -116,7 +118,7 @@ class SourceRow:
 
 
 @dataclass(frozen=True)
-class Mapping:
+class ColumnMapping:
     """How a row is built: ``columns`` (row field, dotted for nested ones -> source column), ``constants``
     (row field -> value), ``system`` (a system message put before the prompt). With no columns,
     every source column becomes the row field of its name."""
@@ -250,7 +252,7 @@ def parse_assignments(items: Sequence[str], option: str, *, json_values: bool = 
     return parsed
 
 
-def check_columns(mapping: Mapping, columns: Sequence[str], where: str) -> None:
+def check_columns(mapping: ColumnMapping, columns: Sequence[str], where: str) -> None:
     """A :class:`~gym_core.errors.GymError` naming a mapped column ``columns`` lacks, with the closest one."""
     for target, column in mapping.columns.items():
         if column not in columns:
@@ -270,7 +272,7 @@ def _set(row: dict[str, Any], dotted: str, value: Any) -> None:
     holder[last] = value
 
 
-def build_row(record: SourceRow, mapping: Mapping) -> dict[str, Any]:
+def build_row(record: SourceRow, mapping: ColumnMapping) -> dict[str, Any]:
     """The task row of one record; a :class:`~gym_core.errors.GymError` says why it cannot be built."""
     if record.error is not None:
         raise GymError(record.error)
@@ -355,7 +357,7 @@ async def check_rows(
     client: ServerClient,
     resources: str,
     records: Sequence[SourceRow],
-    mapping: Mapping,
+    mapping: ColumnMapping,
     answer: Callable[[dict[str, Any]], str] | None,
     *,
     parallel: int = 8,
@@ -421,7 +423,7 @@ def environment_config(
 def import_rows(
     path: Path,
     records: Sequence[SourceRow],
-    mapping: Mapping,
+    mapping: ColumnMapping,
     *,
     config_file: bool = False,
     answer: str | None = None,

@@ -102,7 +102,14 @@ def import_(
 
     from gym_cli.catalog import CATALOG_FILE, find_catalog
     from gym_cli.consoles import output_console
-    from gym_cli.data_import import Mapping, check_columns, import_rows, parse_assignments, read_source, source_columns
+    from gym_cli.data_import import (
+        ColumnMapping,
+        check_columns,
+        import_rows,
+        parse_assignments,
+        read_source,
+        source_columns,
+    )
     from gym_cli.example_rollouts import environment_directories
 
     if (env is None) == (config_path is None):
@@ -118,7 +125,9 @@ def import_(
     else:
         assert config_path is not None
         environment = config_path.resolve()
-    mapping = Mapping(parse_assignments(maps, "--map"), parse_assignments(sets, "--set", json_values=True), system)
+    mapping = ColumnMapping(
+        parse_assignments(maps, "--map"), parse_assignments(sets, "--set", json_values=True), system
+    )
     columns = source_columns(source, split)
     records = list(read_source(source, split))
     if columns is None:  # JSONL: the keys its records have

@@ -186,7 +186,7 @@ def test_summarize():
         "mean": 2.5,
         "min": 1.0,
         "max": 4.0,
-        "median": 2.0,  # nearest rank: the lower middle value
+        "median": 2.5,  # the spec's median: the mean of the two middle values
         "std": pytest.approx(math.sqrt(1.25)),  # population std
     }
     assert summarize([5])["std"] == 0.0
@@ -306,13 +306,16 @@ def test_pass_at_k_family_of_two_tasks():
     assert pass_at_k_family([], "env/", answer_field="answer", scores={}, majority_score="no_answer") == {}
 
 
-def test_quantile_is_nearest_rank():
+def test_quantile_interpolates_so_that_p50_is_the_median():
+    import statistics
+
     from gym_core.metrics import quantile
 
-    assert quantile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.0  # the 2nd smallest of 4: no interpolation
+    assert quantile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.5 == statistics.median([4.0, 1.0, 3.0, 2.0])
     assert quantile([1.0, 2.0, 3.0], 0.5) == 2.0
     assert quantile([1.0, 2.0, 3.0, 4.0], 0.0) == 1.0 and quantile([1.0, 2.0, 3.0, 4.0], 1.0) == 4.0
-    assert quantile(range(1, 101), 0.99) == 99.0
+    assert quantile(range(1, 101), 0.99) == pytest.approx(99.01)  # numpy.quantile's default
+    assert quantile([7.0], 0.99) == 7.0
     assert quantile([], 0.5) is None
     with pytest.raises(ValueError):
         quantile([1.0], 1.5)

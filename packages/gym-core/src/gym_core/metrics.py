@@ -8,7 +8,7 @@ The headline score of a set of rollouts, overall and per environment, is :data:`
 reward: the sum of the rewards of the scored rollouts divided by their number (rollouts that failed
 and got no reward, the ``.failures.jsonl`` rows, are not in it), on the rewards' own scale (0 to 1 for
 every first-party environment). With the same number of rollouts per task and 0/1 rewards it equals
-the overall ``pass@1``. Every latency percentile is :func:`quantile` (nearest rank).
+the overall ``pass@1``. Every latency percentile is :func:`quantile` (linear interpolation; p50 is the median).
 
 Estimators (all exact, no sampling):
 
@@ -19,8 +19,8 @@ Estimators (all exact, no sampling):
   the ``n`` rewards; the generalisation of pass@k to non-binary rewards (equal to it on 0/1 rewards).
 - :func:`majority_at_k` — the expected score of the majority-vote answer of a uniformly random
   ``k``-subset (definition in its docstring).
-- :func:`quantile` — the nearest-rank quantile: the ``ceil(q·n)``-th smallest value (p50 of an even
-  count is the lower middle value), one definition for every percentile gym shows.
+- :func:`quantile` — the quantile with linear interpolation between the two nearest ranks (numpy's
+  default), so that p50 is the median; one definition for every percentile gym shows.
 - :func:`summarize` — count, mean, min, max, median (:func:`quantile` 0.5) and *population* standard
   deviation.
 - :func:`pass_at_k_family` — the environments spec's §1.4 metric family of an environment
@@ -86,14 +86,19 @@ HEADLINE = "mean reward"
 
 
 def quantile(values: Iterable[float], q: float) -> float | None:
-    """The nearest-rank ``q`` quantile of ``values`` (0 ≤ q ≤ 1): the ``ceil(q·n)``-th smallest value
-    (the smallest for q = 0); None when there are none."""
+    """The ``q`` quantile of ``values`` (0 ≤ q ≤ 1), interpolated linearly between the values at the
+    two ranks around ``q·(n-1)`` (numpy's default): q = 0.5 is the median (the mean of the two middle
+    values of an even count), the same number as ``statistics.median`` and the spec's per-field median;
+    None when there are none."""
     if not 0 <= q <= 1:
         raise ValueError(f"a quantile is in [0, 1], got {q}")
     ordered = sorted(float(v) for v in values)
     if not ordered:
         return None
-    return ordered[max(1, math.ceil(q * len(ordered))) - 1]
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def _check_k(n: int, k: int) -> None:
@@ -214,7 +219,7 @@ def _poly_mul_trunc(a: list[int], b: list[int], deg: int) -> list[int]:
 def summarize(values: Iterable[float]) -> dict[str, Any]:
     """``count``, ``mean``, ``min``, ``max``, ``median`` and ``std`` of ``values``.
 
-    ``median`` is :func:`quantile` 0.5 (nearest rank: the lower middle value of an even count); ``std``
+    ``median`` is :func:`quantile` 0.5 (the mean of the two middle values of an even count); ``std``
     is the population standard deviation (divides by ``count``, so one value gives 0.0). With no
     values, ``count`` is 0 and the other entries are None.
     """

@@ -51,7 +51,7 @@ def _cell(value: Any, digits: int = 3) -> str:
 
 
 def _quantile(values: list[float], q: float) -> float:
-    """The one percentile definition of gym's numbers (:func:`gym_core.metrics.quantile`, nearest rank)."""
+    """The one percentile definition of gym's numbers (:func:`gym_core.metrics.quantile`, interpolated; p50 is the median)."""
     from gym_core.metrics import quantile
 
     value = quantile(values, q)
@@ -109,7 +109,7 @@ def _summary(runs: list[Run], ks: list[int]) -> str:
         f'<table class="summary"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody></table>'
         f'<p class="note">Mean reward over all rollouts; its {CI_LEVEL:.0%} confidence interval is a {CI_METHOD}. '
         "pass@k and majority@k are means over the tasks with at least k rollouts (in majority@k, a task "
-        "whose rollouts gave no answer scores 0). Latency percentiles are nearest-rank, as in gym profile and "
+        "whose rollouts gave no answer scores 0). Latency percentiles interpolate between ranks (p50 is the median), as in gym profile and "
         "gym collect. Failed rollouts are the rows of the "
         "<code>.failures.jsonl</code> beside each rollouts file: rollouts that got no reward (an infrastructure "
         "failure, say); they are not in the other numbers.</p>"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gym_core.errors import InfrastructureError
-from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxUnavailable
+from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxPool, SandboxUnavailable
 
 QUICK = SandboxLimits(wall_time_s=10, cpu_time_s=5, memory_mb=256, processes=16, output_bytes=4096, scratch_mb=4)
 
@@ -585,3 +585,215 @@ def test_the_sandboxed_interpreter_is_the_one_it_says(sandbox):
     )
     result = run(sandbox, source)
     assert result.ok and result.stdout == host, result
+
+
+# --- long-lived workers (SandboxPool) ------------------------------------------------------------
+#
+# A pool's worker runs many jobs in one sandbox; each guarantee below is one a job could otherwise
+# break for the next: the next job must find a clean sandbox and get its own right answer.
+
+# What a job sees of the sandbox: the other processes, the writable mounts, its own descriptors.
+CANARY = (
+    "import os, json\n"
+    "me = os.getpid()\n"
+    "print(json.dumps({\n"
+    "    'others': sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, me, os.getppid())),\n"
+    "    'tmp': sorted(os.listdir('/tmp')), 'shm': sorted(os.listdir('/dev/shm')),\n"
+    "    'fds': sorted(int(f) for f in os.listdir('/proc/self/fd')),\n"
+    "    'sysvipc': [len(open(f'/proc/sysvipc/{k}').read().splitlines()) for k in ('sem', 'shm', 'msg')],\n"
+    "}))\n"
+)
+
+
+class PoolRunner:
+    """A pool on an event loop of its own, kept across the tests of this module."""
+
+    def __init__(self, box: Sandbox, **kw):
+        self.runner = asyncio.Runner()
+        self.pool = SandboxPool(box, **kw)
+
+    def run(self, source: str, limits: SandboxLimits = QUICK, **kw):
+        return self.runner.run(self.pool.run_python(source, limits=limits, **kw))
+
+    def canary(self) -> dict:
+        result = self.run(CANARY)
+        assert result.ok, result
+        return json.loads(result.stdout)
+
+    def close(self) -> None:
+        self.runner.run(self.pool.close())
+        self.runner.close()
+
+
+def assert_clean(seen: dict) -> None:
+    """What a fresh job must see: no other process, only its own main.py, descriptors 0-2 (and the one listing them)."""
+    assert seen["others"] == []
+    assert seen["tmp"] == ["main.py"] and seen["shm"] == []
+    assert seen["fds"] in ([0, 1, 2], [0, 1, 2, 3])
+    assert seen["sysvipc"] == [1, 1, 1]  # the tables' header lines only
+
+
+@pytest.fixture(scope="module")
+def pool(sandbox) -> Iterator[PoolRunner]:
+    runner = PoolRunner(sandbox, size=1, limits=QUICK)
+    yield runner
+    runner.close()
+
+
+def test_pool_jobs_get_stdin_files_args_and_exit_codes_as_runs_do(pool):
+    source = "import sys\ndata = open('data/in.txt').read()\nprint(data, sys.argv[1:], sys.stdin.read())\nsys.exit(3)"
+    result = pool.run(source, files={"data/in.txt": "abc"}, args=["x", "y"], stdin=b"from stdin")
+    assert result.outcome == "exited" and result.exit_code == 3
+    assert result.stdout == b"abc ['x', 'y'] from stdin\n"
+    big = pool.run(
+        "import sys\nsys.stdout.write(sys.stdin.read())",
+        stdin=b"z" * 300_000,
+        limits=SandboxLimits(output_bytes=400_000, scratch_mb=4),
+    )
+    assert big.ok and big.stdout == b"z" * 300_000
+
+
+def test_pool_jobs_hit_their_own_limits(pool):
+    assert (
+        pool.run("import time\ntime.sleep(30)", limits=SandboxLimits(wall_time_s=1, scratch_mb=4)).outcome == "timeout"
+    )
+    assert pool.run("while True: pass", limits=SandboxLimits(cpu_time_s=1, scratch_mb=4)).outcome == "cpu_limit"
+    cut = pool.run(
+        "import sys\nwhile True: sys.stdout.write('x' * 65536)", limits=SandboxLimits(output_bytes=1000, scratch_mb=4)
+    )
+    assert cut.outcome == "output_limit" and cut.stdout == b"x" * 1000
+    memory = pool.run(
+        "x = bytearray(600 * 1024 * 1024)\nprint('ESCAPED')", limits=SandboxLimits(memory_mb=256, scratch_mb=4)
+    )
+    assert b"ESCAPED" not in memory.stdout and b"MemoryError" in memory.stderr
+    assert_clean(pool.canary())
+
+
+@pytest.mark.parametrize("name", sorted(ESCAPES))
+def test_escape_attempt_fails_in_a_pool_and_the_next_job_is_unaffected(pool, host_listener, name):
+    hostname = socket.gethostname()
+    result = pool.run(ESCAPES[name], args=[str(host_listener), str(os.getpid())])
+    assert b"ESCAPED" not in result.stdout, f"{name} escaped: {result}"
+    assert result.outcome in ("exited", "signaled", "cpu_limit")
+    assert socket.gethostname() == hostname
+    assert_clean(pool.canary())
+
+
+def test_escape_a_job_that_leaves_processes_and_files_leaves_nothing_for_the_next(pool):
+    marker = uuid.uuid4().hex
+    source = (
+        "import os, sys, pathlib\n"
+        "pathlib.Path('left/deep').mkdir(parents=True)\n"
+        "pathlib.Path('left/deep/secret').write_text('PREVIOUS-' + sys.argv[1])\n"
+        "open('/dev/shm/secret', 'w').write('PREVIOUS-' + sys.argv[1])\n"
+        "os.chmod('left/deep', 0)\n"
+        "os.chmod('left', 0)\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', sys.argv[1]])\n"
+        "    os._exit(0)\n"
+        "print('parent exits', flush=True)\n"
+    )
+    before = pool.pool.workers_started
+    result = pool.run(source, args=[marker])
+    assert result.ok and result.stdout == b"parent exits\n"
+    assert host_processes_with(marker) == []
+    seen = pool.canary()
+    assert_clean(seen)
+    assert marker not in json.dumps(seen)
+    assert pool.pool.workers_started == before  # cleaned by the worker, not by replacing it
+
+
+def test_escape_a_job_cannot_read_or_write_the_workers_channel(pool):
+    # The worker (the job's parent) holds the channel to the host as its fd 0 and 1, and the
+    # previous job's bytes passed through its memory: none of it may be reachable.
+    source = (
+        "import os, ctypes\n"
+        "worker = os.getppid()\n"
+        "for path in (f'/proc/{worker}/fd/0', f'/proc/{worker}/fd/1', f'/proc/{worker}/mem', f'/proc/{worker}/environ'):\n"
+        "    for mode in ('rb', 'wb'):\n"
+        "        try:\n"
+        "            open(path, mode, buffering=0).write(b'{}\\n') if mode == 'wb' else open(path, mode).read(1)\n"
+        "            print('ESCAPED', path, mode)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "try:\n"
+        "    os.listdir(f'/proc/{worker}/fd')\n"
+        "    print('ESCAPED listed')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n"
+        '        os.write(fd, b\'{"outcome": "exited"}\\n\')\n'
+        "        print('ESCAPED fd', fd)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "if libc.ptrace(16, worker, 0, 0) == 0: print('ESCAPED ptrace')\n"  # PTRACE_ATTACH
+        "print('done')\n"
+    )
+    result = pool.run(source)
+    assert result.ok and result.stdout == b"done\n", result
+    assert_clean(pool.canary())
+
+
+def test_escape_a_job_that_kills_or_stops_its_worker_gets_no_pass_and_the_worker_is_replaced(sandbox):
+    runner = PoolRunner(sandbox, size=1, limits=QUICK)
+    try:
+        runner.canary()
+        killed = runner.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('ok')")
+        assert killed.outcome == "signaled" and not killed.ok
+        assert runner.pool.workers_started == 1
+        assert_clean(runner.canary())
+        assert runner.pool.workers_started == 2
+        stopped = runner.run(
+            "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\nprint('ok')",
+            limits=SandboxLimits(wall_time_s=1, scratch_mb=4),
+        )
+        assert stopped.outcome == "timeout" and not stopped.ok
+        assert_clean(runner.canary())
+        assert runner.pool.workers_started == 3
+    finally:
+        runner.close()
+
+
+def test_escape_a_job_that_leaves_a_system_v_semaphore_gets_its_worker_replaced(sandbox):
+    # semget is not denied by the filter; a semaphore outlives its process and would carry a value
+    # to the next job of the same worker: the worker refuses to go on.
+    runner = PoolRunner(sandbox, size=1, limits=QUICK)
+    try:
+        runner.canary()
+        made = runner.run(
+            "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.semget(0x1234, 1, 0o1666))"
+        )
+        assert made.ok and int(made.stdout) >= 0, made
+        assert_clean(runner.canary())
+        assert runner.pool.workers_started == 2
+    finally:
+        runner.close()
+
+
+def test_a_pool_worker_is_replaced_after_its_job_count(sandbox):
+    runner = PoolRunner(sandbox, size=1, limits=QUICK, jobs_per_worker=2)
+    try:
+        for _ in range(5):
+            assert runner.run("print('ok')").ok
+        assert runner.pool.workers_started == 3
+    finally:
+        runner.close()
+
+
+def test_concurrent_pool_jobs_each_get_their_own_answer(sandbox):
+    async def main() -> list[bytes]:
+        async with SandboxPool(sandbox, size=3, limits=QUICK) as pool:
+            results = await asyncio.gather(
+                *(
+                    pool.run_python("import sys\nprint(sys.stdin.read())", stdin=str(i).encode(), limits=QUICK)
+                    for i in range(9)
+                )
+            )
+            assert pool.workers_started <= 3
+            return [r.stdout for r in results]
+
+    assert asyncio.run(main()) == [f"{i}\n".encode() for i in range(9)]

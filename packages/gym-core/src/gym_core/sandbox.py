@@ -54,6 +54,11 @@ Public API:
   ``await sandbox.run(argv, files=..., stdin=..., limits=...)`` or
   ``await sandbox.run_python(source, ...)`` → :class:`SandboxResult`; runs at most
   ``max_concurrency`` programs at once.
+- :class:`SandboxPool` — ``SandboxPool(sandbox, size=..., jobs_per_worker=...)``: long-lived
+  sandboxed workers, each one bwrap sandbox that runs job after job (``await pool.run(...)``,
+  ``await pool.run_python(...)``, same arguments and results), each job in a fresh process with
+  its own limits and a cleaned scratch; a worker is replaced after ``jobs_per_worker`` jobs or on
+  any anomaly. A bwrap start per run costs tens of milliseconds; a job in a worker, a fork.
 - :class:`SandboxLimits` — the limits of one run (msgspec struct, usable as a config option).
 - :class:`SandboxResult` — ``outcome`` (``exited``, ``timeout``, ``output_limit``,
   ``cpu_limit``, ``signaled``), ``exit_code``, ``signal``, ``stdout``, ``stderr``, ``wall_time_s``.
@@ -93,6 +98,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxResult",
     "SandboxError",
+    "SandboxPool",
     "SandboxUnavailable",
     "SandboxMode",
     "SANDBOX_FAILED",
@@ -408,109 +414,13 @@ class Sandbox:
     async def _run_bwrap(
         self, argv: list[str], stdin: bytes, files: dict[str, bytes], limits: SandboxLimits
     ) -> SandboxResult:
-        assert self._bwrap is not None
         fds: list[int] = []
         try:
-            args = [
-                self._bwrap,
-                "--unshare-all",
-                "--unshare-user",
-                "--disable-userns",
-                "--die-with-parent",
-                "--new-session",
-                "--cap-drop",
-                "ALL",
-                "--hostname",
-                "sandbox",
-                "--clearenv",
-                "--setenv",
-                "PATH",
-                "/usr/local/bin:/usr/bin:/bin",
-                "--setenv",
-                "HOME",
-                SCRATCH,
-                "--setenv",
-                "LANG",
-                "C.UTF-8",
-                "--setenv",
-                "PYTHONIOENCODING",
-                "utf-8",
-            ]
-            args += _system_binds()
-            prefix = _prefix_of(self._sandbox_python)
-            if prefix is not None:
-                args += ["--ro-bind", prefix, prefix]
-            args += self._library_binds
-            scratch_bytes, shm_bytes = _writable_space(limits)
-            args += [
-                "--proc",
-                "/proc",
-                # The PID namespace's init (bwrap, pid 1) stays dumpable: cover its /proc entry with an
-                # empty read-only directory, so that no program opens /proc/1/mem (write access to it
-                # would let a program rewrite init and outlive the run's kill).
-                "--size",
-                str(_PAGE),
-                "--perms",
-                "0555",
-                "--tmpfs",
-                "/proc/1",
-                "--remount-ro",
-                "/proc/1",
-                # bwrap's /dev is a tmpfs with no size cap: give /dev/shm (POSIX shared memory) a
-                # capped tmpfs of its own, then make the rest of /dev read-only. The device nodes
-                # in it (null, zero, tty...) are bind mounts and keep working.
-                "--dev",
-                "/dev",
-                "--size",
-                str(shm_bytes),
-                "--perms",
-                "1777",
-                "--tmpfs",
-                "/dev/shm",
-                "--remount-ro",
-                "/dev",
-                "--size",
-                str(scratch_bytes),
-                "--perms",
-                "0700",
-                "--tmpfs",
-                SCRATCH,
-                "--chdir",
-                SCRATCH,
-                "--uid",
-                str(NOBODY),
-                "--gid",
-                str(NOBODY),
-            ]
-            # The run's files, copied into the tmpfs by bwrap from memory files: nothing touches the host's disk.
-            made: set[str] = set()
-            for name, content in files.items():
-                for parent in reversed(Path(name).parents[:-1]):
-                    if str(parent) not in made:
-                        made.add(str(parent))
-                        args += ["--dir", f"{SCRATCH}/{parent}"]
-                fd = os.memfd_create("gym-sandbox-file", os.MFD_CLOEXEC)
-                fds.append(fd)
-                _write_all(fd, content)
-                os.lseek(fd, 0, os.SEEK_SET)
-                args += ["--file", str(fd), f"{SCRATCH}/{name}"]
-            args += ["--remount-ro", "/"]  # the root's skeleton too: /tmp and /dev/shm stay the writable places
-            # The seccomp filter (see _seccomp_filter), applied to the program and all it starts.
-            seccomp = os.memfd_create("gym-sandbox-seccomp", os.MFD_CLOEXEC)
-            fds.append(seccomp)
-            _write_all(seccomp, self._seccomp)
-            os.lseek(seccomp, 0, os.SEEK_SET)
-            args += ["--seccomp", str(seccomp)]
-            status_read, status_write = os.pipe()
-            fds += [status_read, status_write]
-            args += ["--json-status-fd", str(status_write)]
             # In a user namespace of its own, RLIMIT_NPROC counts only the run's processes (+1: bwrap's init).
-            args += ["--", *self._rlimits(limits, limits.processes + 1), *argv]
+            args, status_read, status_write = self._bwrap_command(
+                [*self._rlimits(limits, limits.processes + 1), *argv], files, limits, fds
+            )
             pass_fds = [fd for fd in fds if fd != status_read]  # subprocess makes these inheritable
-            if self._root:
-                # bwrap itself runs as nobody: its user namespace then maps the program to nobody, not root.
-                # (setpriv, not Popen(user=...): uvloop's subprocess support refuses those arguments.)
-                args = [self._setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", *args]
             result = await self._supervise(
                 args, stdin, limits, pass_fds=pass_fds, cwd="/", env={"PATH": "/usr/bin:/bin"}
             )
@@ -525,6 +435,113 @@ class Sandbox:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+
+    def _bwrap_command(
+        self, command: list[str], files: dict[str, bytes], limits: SandboxLimits, fds: list[int]
+    ) -> tuple[list[str], int, int]:
+        """The command line that runs ``command`` in a fresh sandbox (as root: through setpriv),
+        with the read end and the write end of bwrap's status pipe. Every descriptor it opens is
+        appended to ``fds`` (the caller closes them; all but the status read end go to bwrap)."""
+        assert self._bwrap is not None
+        args = [
+            self._bwrap,
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "sandbox",
+            "--clearenv",
+            "--setenv",
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin",
+            "--setenv",
+            "HOME",
+            SCRATCH,
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "PYTHONIOENCODING",
+            "utf-8",
+        ]
+        args += _system_binds()
+        prefix = _prefix_of(self._sandbox_python)
+        if prefix is not None:
+            args += ["--ro-bind", prefix, prefix]
+        args += self._library_binds
+        scratch_bytes, shm_bytes = _writable_space(limits)
+        args += [
+            "--proc",
+            "/proc",
+            # The PID namespace's init (bwrap, pid 1) stays dumpable: cover its /proc entry with an
+            # empty read-only directory, so that no program opens /proc/1/mem (write access to it
+            # would let a program rewrite init and outlive the run's kill).
+            "--size",
+            str(_PAGE),
+            "--perms",
+            "0555",
+            "--tmpfs",
+            "/proc/1",
+            "--remount-ro",
+            "/proc/1",
+            # bwrap's /dev is a tmpfs with no size cap: give /dev/shm (POSIX shared memory) a
+            # capped tmpfs of its own, then make the rest of /dev read-only. The device nodes
+            # in it (null, zero, tty...) are bind mounts and keep working.
+            "--dev",
+            "/dev",
+            "--size",
+            str(shm_bytes),
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/dev/shm",
+            "--remount-ro",
+            "/dev",
+            "--size",
+            str(scratch_bytes),
+            "--perms",
+            "0700",
+            "--tmpfs",
+            SCRATCH,
+            "--chdir",
+            SCRATCH,
+            "--uid",
+            str(NOBODY),
+            "--gid",
+            str(NOBODY),
+        ]
+        # The run's files, copied into the tmpfs by bwrap from memory files: nothing touches the host's disk.
+        made: set[str] = set()
+        for name, content in files.items():
+            for parent in reversed(Path(name).parents[:-1]):
+                if str(parent) not in made:
+                    made.add(str(parent))
+                    args += ["--dir", f"{SCRATCH}/{parent}"]
+            fd = os.memfd_create("gym-sandbox-file", os.MFD_CLOEXEC)
+            fds.append(fd)
+            _write_all(fd, content)
+            os.lseek(fd, 0, os.SEEK_SET)
+            args += ["--file", str(fd), f"{SCRATCH}/{name}"]
+        args += ["--remount-ro", "/"]  # the root's skeleton too: /tmp and /dev/shm stay the writable places
+        # The seccomp filter (see _seccomp_filter), applied to the program and all it starts.
+        seccomp = os.memfd_create("gym-sandbox-seccomp", os.MFD_CLOEXEC)
+        fds.append(seccomp)
+        _write_all(seccomp, self._seccomp)
+        os.lseek(seccomp, 0, os.SEEK_SET)
+        args += ["--seccomp", str(seccomp)]
+        status_read, status_write = os.pipe()
+        fds += [status_read, status_write]
+        args += ["--json-status-fd", str(status_write)]
+        args += ["--", *command]
+        if self._root:
+            # bwrap itself runs as nobody: its user namespace then maps the program to nobody, not root.
+            # (setpriv, not Popen(user=...): uvloop's subprocess support refuses those arguments.)
+            args = [self._setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", *args]
+        return args, status_read, status_write
 
     async def _run_unsandboxed(
         self, argv: list[str], stdin: bytes, files: dict[str, bytes], limits: SandboxLimits
@@ -831,3 +848,256 @@ def _prefix_of(python: str) -> str | None:
         return None
     # .../bin/python3.11 -> ... ; the standard library sits under the same prefix.
     return str(Path(real).parent.parent)
+
+
+# --- long-lived workers --------------------------------------------------------------------------
+
+_WORKER_SOURCE = (Path(__file__).with_name("_sandbox_worker.py")).read_text()
+_WORKER_START_S = 30.0  # bound on a worker's start (bwrap, the interpreter, its first clean-up)
+_WORKER_MARGIN_S = 5.0  # past a job's wall time, how long the worker has to answer before it is killed
+
+
+class _Worker:
+    """One bwrap sandbox running ``_sandbox_worker.py``: jobs in, one at a time, over its stdin/stdout."""
+
+    def __init__(self, sandbox: Sandbox, limits: SandboxLimits):
+        self.sandbox = sandbox
+        self.limits = limits
+        self.jobs = 0
+        self.proc: asyncio.subprocess.Process | None = None
+        self._status: int | None = None  # the read end of bwrap's status pipe
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def start(self) -> None:
+        fds: list[int] = []
+        status_read = -1
+        try:
+            command = [self.sandbox.interpreter, "-I", "-B", "-c", _WORKER_SOURCE]
+            args, status_read, _ = self.sandbox._bwrap_command(command, {}, self.limits, fds)
+            try:
+                self.proc = await asyncio.create_subprocess_exec(
+                    *args,
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                    pass_fds=[fd for fd in fds if fd != status_read],
+                    cwd="/",
+                    env={"PATH": "/usr/bin:/bin"},
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise SandboxError(f"could not start {args[0]}: {exc}") from None
+        finally:
+            for fd in fds:
+                if fd != status_read:  # kept while the worker lives: bwrap writes its status there
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+        self._status = status_read
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        try:
+            ready = await asyncio.wait_for(self.proc.stdout.readline(), _WORKER_START_S)
+        except (TimeoutError, ValueError):
+            ready = b""
+        if ready != b"ready\n":
+            self.kill()
+            detail = b""
+            with contextlib.suppress(TimeoutError, OSError):
+                detail = await asyncio.wait_for(self.proc.stderr.read(4096), 1.0)
+            raise SandboxError(f"a sandbox worker did not start: {detail.decode(errors='replace').strip()[-500:]}")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            _kill(self.proc)
+
+    async def close(self) -> None:
+        if self.proc is None:
+            return
+        self.kill()
+        with contextlib.suppress(TimeoutError, ProcessLookupError):
+            await asyncio.wait_for(self.proc.wait(), 5.0)
+        if self._status is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._status)
+            self._status = None
+
+    async def run(self, argv: list[str], stdin: bytes, files: dict[str, bytes], limits: SandboxLimits) -> SandboxResult:
+        """One job; afterwards the worker is either ready for the next or dead (``alive`` False)."""
+        proc = self.proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        self.jobs += 1
+        header = {
+            "argv": argv,
+            "limits": {
+                "cpu": max(1, math.ceil(limits.cpu_time_s)),
+                "as": limits.memory_mb * 1024 * 1024,
+                "nofile": limits.open_files,
+                "fsize": limits.scratch_mb * 1024 * 1024,
+                # RLIMIT_NPROC counts per user namespace: the job's processes, the worker, bwrap's init.
+                "nproc": limits.processes + 2,
+            },
+            "wall_time_s": limits.wall_time_s,
+            "output_bytes": limits.output_bytes,
+            "files": [[name, len(content)] for name, content in files.items()],
+            "stdin": len(stdin),
+        }
+        started = time.monotonic()
+        budget = limits.wall_time_s + _WORKER_MARGIN_S
+        try:
+            proc.stdin.write(json.dumps(header).encode() + b"\n" + b"".join(files.values()) + stdin)
+            await asyncio.wait_for(proc.stdin.drain(), budget)
+            line = await asyncio.wait_for(proc.stdout.readline(), budget - (time.monotonic() - started))
+            answer = json.loads(line) if line else None
+            if answer is not None:
+                out = await asyncio.wait_for(proc.stdout.readexactly(answer["stdout"]), _WORKER_MARGIN_S)
+                err = await asyncio.wait_for(proc.stdout.readexactly(answer["stderr"]), _WORKER_MARGIN_S)
+        except TimeoutError:
+            # The worker went quiet (stopped by the job, or the job's output never ended): the job ran
+            # out of its time, and the worker is not trusted with another.
+            await self.close()
+            return SandboxResult(
+                outcome="timeout",
+                exit_code=None,
+                signal=None,
+                stdout=b"",
+                stderr=b"",
+                wall_time_s=time.monotonic() - started,
+            )
+        except (OSError, ConnectionError, ValueError, asyncio.IncompleteReadError):
+            answer = None
+        if answer is None:
+            # The channel ended mid-job: the job killed the worker (it can: same user). Its run is
+            # answered as a program killed by a signal; the worker is replaced.
+            await self.close()
+            return SandboxResult(
+                outcome="signaled",
+                exit_code=None,
+                signal=int(signal.SIGKILL),
+                stdout=b"",
+                stderr=b"gym sandbox: the job's worker was killed during the job\n",
+                wall_time_s=time.monotonic() - started,
+            )
+        if not answer["clean"] or self.jobs >= self.pool_jobs:
+            await self.close()
+        return SandboxResult(
+            outcome=answer["outcome"],
+            exit_code=answer["exit_code"],
+            signal=answer["signal"],
+            stdout=out,
+            stderr=err,
+            wall_time_s=time.monotonic() - started,
+        )
+
+    pool_jobs = 256
+
+
+class SandboxPool:
+    """Long-lived sandboxed workers that run jobs sent to them, each in a fresh process.
+
+    ``await pool.run(argv, ...)`` and ``await pool.run_python(source, ...)`` answer as
+    :meth:`Sandbox.run` and :meth:`Sandbox.run_python` do, at most ``size`` jobs at once (and within
+    the sandbox's ``max_concurrency``). Instead of a bwrap per run, each worker is one bwrap sandbox
+    (the same namespaces, mounts, seccomp filter and non-root user as a run's) holding a
+    non-dumpable worker that, per job, empties the scratch directory and ``/dev/shm``, writes the
+    job's files, forks one process for the job with its own session, its own standard streams, its
+    own hard rlimits and none of the worker's descriptors, watches its wall time and output, and
+    when it ends kills every process the job left. A worker is replaced after ``jobs_per_worker``
+    jobs, and on any anomaly: it could not clean up (a process it could not kill, a file it could not
+    remove, a System V object), it went quiet past a job's wall time (the job answered ``timeout``),
+    or it died (the job killed it: answered ``signaled``). ``scratch_mb`` of the pool's ``limits``
+    sizes every worker's writable mounts; a job's own limits set everything else.
+
+    The ``unsandboxed`` mode has no workers: jobs go to :meth:`Sandbox.run`.
+    """
+
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        *,
+        size: int = 4,
+        limits: SandboxLimits | None = None,
+        jobs_per_worker: int = 256,
+    ):
+        if size < 1 or jobs_per_worker < 1:
+            raise ValueError("a sandbox pool needs size >= 1 and jobs_per_worker >= 1")
+        self.sandbox = sandbox
+        self.size = size
+        self.limits = limits or SandboxLimits()
+        self.jobs_per_worker = jobs_per_worker
+        self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        self._slots = asyncio.Semaphore(size)
+        self.workers_started = 0  # how many workers this pool has started (replacements included)
+
+    async def __aenter__(self) -> SandboxPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop every worker (a job in flight ends as its worker dies)."""
+        workers = [*self._idle, *self._busy]
+        self._idle.clear()
+        await asyncio.gather(*(w.close() for w in workers))
+
+    async def run_python(
+        self,
+        source: str,
+        *,
+        args: list[str] | tuple[str, ...] = (),
+        stdin: bytes = b"",
+        files: dict[str, str | bytes] | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> SandboxResult:
+        """As :meth:`Sandbox.run_python`, in a worker."""
+        files = {**(files or {}), "main.py": source}
+        argv = [self.sandbox.interpreter, "-I", "-B", "main.py", *args]
+        return await self.run(argv, stdin=stdin, files=files, limits=limits)
+
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        stdin: bytes = b"",
+        files: dict[str, str | bytes] | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> SandboxResult:
+        """As :meth:`Sandbox.run`, in a worker."""
+        if self.sandbox.mode != "bwrap":
+            return await self.sandbox.run(argv, stdin=stdin, files=files, limits=limits)
+        if not self.sandbox._started:
+            raise SandboxError("the sandbox was not started (await sandbox.start() first)")
+        limits = limits or self.limits
+        named = {_check_name(k): (v.encode() if isinstance(v, str) else v) for k, v in (files or {}).items()}
+        async with self._slots, self.sandbox._slots:
+            worker = await self._take()
+            try:
+                return await worker.run(argv, stdin, named, limits)
+            finally:
+                self._busy.discard(worker)
+                if worker.alive:
+                    self._idle.append(worker)
+                else:
+                    await worker.close()
+
+    async def _take(self) -> _Worker:
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.alive:
+                self._busy.add(worker)
+                return worker
+            await worker.close()
+        worker = _Worker(self.sandbox, self.limits)
+        worker.pool_jobs = self.jobs_per_worker
+        self.workers_started += 1
+        self._busy.add(worker)
+        try:
+            await worker.start()
+        except BaseException:
+            self._busy.discard(worker)
+            await worker.close()
+            raise
+        return worker

@@ -253,3 +253,14 @@ async def test_example_config_solves_every_example():
                 params = {**task["responses_create_params"], "metadata": {"scripted_turns": json.dumps(script)}}
                 result = await client.post("agent", "/run", {**task, "responses_create_params": params})
                 assert result["reward"] == conformance["reward"], result
+
+
+def test_a_session_evicted_for_room_has_its_mcp_server_closed():
+    command = [sys.executable, "-m", "gym_mcp_tools.example_server"]
+    with RunningServersFor({"env": {"plugin": "mcp_tools", "command": command, "max_sessions": 1}}) as servers:
+        first, second = servers.caller(), servers.caller()
+        first.post("/seed_session", ADD_TASK)
+        second.post("/seed_session", ADD_TASK)  # evicts the first session: the store holds one
+        assert len(servers.server._connections) == 1  # one MCP server process, not one per session ever seeded
+        assert first.post("/tools/add", {"a": 1, "b": 2}).status == 409
+        assert second.post("/tools/add", {"a": 1, "b": 2}).json() == {"result": 3.0}

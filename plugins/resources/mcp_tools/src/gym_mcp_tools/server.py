@@ -268,6 +268,7 @@ class McpToolsServer(ResourcesServer):
         self._connections[session.id] = connection
         allowed = set(body.allowed_tools) if body.allowed_tools is not None else set(self.mcp_tools)
         self.sessions.set(session.id, {"allowed": allowed, "calls": []})
+        await self._close_stale()  # a session this one evicted for room (max_sessions)
         return {"tools": sorted(allowed)}
 
     async def _close_stale(self) -> None:

@@ -184,3 +184,15 @@ def test_supervisor_tells_each_server_ready_and_those_still_waiting(tmp_path):
     assert ready == ["quick", "loading"]
     assert ["loading"] in waiting and waiting[-1] == ["loading"]
     assert all(pending in (["loading"], ["loading", "quick"]) for pending in waiting)
+
+
+def test_each_venv_state_reads_as_a_line():
+    from gym_cli.live import describe_startup
+
+    def line(state: str, done: int) -> str:
+        return describe_startup(StartupEvent(phase="venv", state=state, name="math", done=done, total=2, elapsed_s=1.0))
+
+    assert line("preparing", 0) == "start-up: venv of math: checking, built if missing (0/2 ready), 1.0 s"
+    assert line("building", 0) == "start-up: building the venv of math (0/2 ready), 1.0 s"
+    assert line("built", 1) == "start-up: venv of math built (1/2 ready), 1.0 s"
+    assert line("reused", 2) == "start-up: venv of math reused (2/2 ready), 1.0 s"

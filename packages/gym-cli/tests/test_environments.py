@@ -215,15 +215,29 @@ def test_ensure_many_reports_progress(home: Path, core: Path, plugin: Path, tmp_
     other = make_package(tmp_path / "other", "other-plugin", dependencies=["fake-gym-core"])
     messages: list[str] = []
     m = manager(core, messages)
-    envs = m.ensure_many([PluginSource("demo", path=plugin), PluginSource("other", path=other)], max_parallel=2)
+    building: list[str] = []
+    ready: list[tuple[str, bool]] = []
+    envs = m.ensure_many(
+        [PluginSource("demo", path=plugin), PluginSource("other", path=other)],
+        max_parallel=2,
+        on_ready=lambda source, venv: ready.append((source.name, venv.reused)),
+        on_building=lambda source: building.append(source.name),
+    )
     assert [e.name for e in envs] == ["demo", "other"] and not any(e.reused for e in envs)
+    # gym collect --serve's start-up steps: each build as it starts, each venv ready in order.
+    assert sorted(building) == ["demo", "other"] and ready == [("demo", False), ("other", False)]
     assert sorted(m for m in messages if m.startswith("building")) == [
         "building venv for demo…",
         "building venv for other…",
     ]
     assert len([m for m in messages if m.startswith("built venv for ")]) == 2
     messages.clear()
-    assert all(e.reused for e in m.ensure_many([PluginSource("demo", path=plugin), PluginSource("other", path=other)]))
+    building.clear()
+    again = m.ensure_many(
+        [PluginSource("demo", path=plugin), PluginSource("other", path=other)],
+        on_building=lambda source: building.append(source.name),
+    )
+    assert all(e.reused for e in again) and building == []
     assert sorted(messages) == ["reused venv for demo", "reused venv for other"]
 
     assert m.remove("demo") == [envs[0].path]

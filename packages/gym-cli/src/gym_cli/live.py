@@ -172,7 +172,8 @@ StartupPhase = Literal["venv", "servers", "ready"]
 class StartupEvent(msgspec.Struct, kw_only=True):
     """One step of ``gym collect --serve``'s start-up, before any rollout; a line of ``--progress json``.
 
-    ``phase`` and ``state``: ``venv`` (a plugin's venv: ``preparing``, then ``built`` or ``reused``;
+    ``phase`` and ``state``: ``venv`` (a plugin's venv: ``preparing``, ``building`` when it must be
+    built, then ``built`` or ``reused``;
     none with ``--isolation none``), ``servers`` (``starting``: the server processes are started),
     ``ready`` (``waiting`` for each server, a model server loading its model included, then ``ready``
     as each answers ``/ready``, then ``all`` with no name). ``done`` of ``total``: the phase's steps
@@ -198,6 +199,8 @@ def describe_startup(event: StartupEvent) -> str:
             return (
                 f"start-up: venv of {event.name}: checking, built if missing ({event.done}/{event.total} ready), {at}"
             )
+        if event.state == "building":
+            return f"start-up: building the venv of {event.name} ({event.done}/{event.total} ready), {at}"
         return f"start-up: venv of {event.name} {event.state} ({event.done}/{event.total} ready), {at}"
     if event.phase == "servers":
         return f"start-up: starting {event.total} servers, {at}"

@@ -524,6 +524,7 @@ class _Step:
     def __init__(self, on_startup: Callable[[StartupEvent], None] | None, started: float):
         self.on_startup = on_startup
         self.started = started
+        self._lock = threading.Lock()  # venv builds report from their threads
 
     def __call__(
         self,
@@ -540,9 +541,10 @@ class _Step:
         from gym_cli.live import StartupEvent
 
         elapsed = round(time.monotonic() - self.started, 3)
-        self.on_startup(
-            StartupEvent(phase=phase, state=state, name=name, kind=kind, done=done, total=total, elapsed_s=elapsed)
-        )
+        with self._lock:
+            self.on_startup(
+                StartupEvent(phase=phase, state=state, name=name, kind=kind, done=done, total=total, elapsed_s=elapsed)
+            )
 
 
 def _pythons(
@@ -571,7 +573,11 @@ def _pythons(
             state = "reused" if venv.reused else "built"
             step("venv", state, source.name, done=len(prepared), total=len(sources))
 
-        for source, venv in zip(sources, manager.ensure_many(sources, on_ready=venv_ready)):
+        def venv_building(source: PluginSource) -> None:
+            step("venv", "building", source.name, done=len(prepared), total=len(sources))
+
+        built = manager.ensure_many(sources, on_ready=venv_ready, on_building=venv_building)
+        for source, venv in zip(sources, built):
             result[source.name] = (str(venv.python), "reused" if venv.reused else "built")
     return result
 

@@ -179,8 +179,9 @@ class VenvManager:
         key = self.key_for(source)
         return self._complete(source.name, self.venv_dir(source, key), key)
 
-    def ensure(self, source: PluginSource) -> Venv:
-        """The venv of ``source``: reused when complete (no uv call), else built (see the module docstring)."""
+    def ensure(self, source: PluginSource, on_building: Callable[[PluginSource], None] | None = None) -> Venv:
+        """The venv of ``source``: reused when complete (no uv call), else built (see the module
+        docstring), ``on_building`` told when its build starts."""
         key = self.key_for(source)
         path = self.venv_dir(source, key)
         venv = self._complete(source.name, path, key)
@@ -197,6 +198,8 @@ class VenvManager:
                 self.console(f"reused venv for {source.name}")
                 return venv
             self.console(f"building venv for {source.name}…")
+            if on_building is not None:
+                on_building(source)
             started = time.monotonic()
             self._build(source, path, key)
             self.console(f"built venv for {source.name} in {time.monotonic() - started:.1f} s")
@@ -207,9 +210,11 @@ class VenvManager:
         sources: Iterable[PluginSource],
         max_parallel: int = 2,
         on_ready: Callable[[PluginSource, Venv], None] | None = None,
+        on_building: Callable[[PluginSource], None] | None = None,
     ) -> list[Venv]:
         """:meth:`ensure` each source, up to ``max_parallel`` builds at a time; venvs in the order of
-        ``sources``, each passed to ``on_ready`` (in this thread, in that order) once it is ready.
+        ``sources``, each passed to ``on_ready`` (in this thread, in that order) once it is ready;
+        ``on_building`` is told each build that starts (from the thread that builds it).
         Every build runs to its end; the first failure is then raised (the others are reported
         through the console)."""
         sources = list(sources)
@@ -217,7 +222,7 @@ class VenvManager:
             return []
         pool = ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(sources))), thread_name_prefix="gym-venv")
         try:
-            futures = [pool.submit(self.ensure, source) for source in sources]
+            futures = [pool.submit(self.ensure, source, on_building) for source in sources]
             results: list[Venv] = []
             errors: list[BaseException] = []
             for source, future in zip(sources, futures):

@@ -283,7 +283,7 @@ def test_no_head_server_is_a_clear_error(tmp_path, gym):
         "http://127.0.0.1:9",
         "--no-profile",
     )
-    assert result.exit_code == 1  # a server does not answer
+    assert result.exit_code == 2  # nothing answers at the head: a usage error, as --help says (nothing was collected)
     assert "head" in result.output and "127.0.0.1:9" in result.output and "gym run" in result.output
 
 

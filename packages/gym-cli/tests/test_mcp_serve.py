@@ -56,7 +56,9 @@ async def test_stdio_episode_is_verified_by_the_environment(tmp_path: Path, coun
 
 
 async def test_control_routes_are_never_tools_and_unknown_names_reach_nothing(tmp_path: Path):
-    params = StdioServerParameters(command=sys.executable, args=serve_args(), cwd=str(ROOT))
+    # No --input: the counter plugin's own example tasks, row 0 (expected_count 3).
+    args = ["-m", "gym_cli", "mcp", "serve", "counter"]
+    params = StdioServerParameters(command=sys.executable, args=args, cwd=str(tmp_path))
     async with Client(params, read_timeout_seconds=60) as client:
         for name in ("seed_session", "verify", "close_session", "no_such_tool"):
             result = await client.call_tool(name, {})
@@ -64,7 +66,7 @@ async def test_control_routes_are_never_tools_and_unknown_names_reach_nothing(tm
         bad = await client.call_tool("increment_counter", {"count": "three"})
         assert bad.is_error  # the environment's 422 is the client's to see
         verdict = json.loads((await client.call_tool("gym_verify", {"answer": ""})).content[0].text)
-    assert verdict["reward"] == 0.0  # nothing was incremented
+    assert (verdict["reward"], verdict["final_count"]) == (0.0, 0)  # row 0 starts at 0; nothing was incremented
 
 
 def _free_port() -> int:

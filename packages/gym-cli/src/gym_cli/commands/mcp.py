@@ -49,6 +49,26 @@ def _require_mcp() -> None:
         ) from None
 
 
+def plugin_example_data(env: str) -> Path | None:
+    """The example tasks of the environment plugin ``env`` installed here: ``data/example.jsonl`` of
+    its package directory (a source checkout) or of its wheel (``<module>/examples/data/``)."""
+    import importlib.util
+
+    from gym_core.plugins import get_plugin_manager
+
+    server_type = get_plugin_manager().servers().get(env)
+    if server_type is None or not isinstance(server_type.server, str):
+        return None
+    spec = importlib.util.find_spec(server_type.server.split(":")[0].split(".")[0])
+    if spec is None or spec.origin is None:
+        return None
+    module = Path(spec.origin).parent
+    for candidate in (module / "examples" / "data" / "example.jsonl", module.parents[1] / "data" / "example.jsonl"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def read_task(input_path: Path | None, row: int, task_json: str | None) -> dict[str, Any]:
     """The task: ``--task JSON``, or row ``row`` (from 0) of the JSONL file ``input_path``."""
     if task_json is not None:
@@ -67,7 +87,7 @@ def read_task(input_path: Path | None, row: int, task_json: str | None) -> dict[
             raise GymError(f"{input_path}: row {row} is not JSON: {exc}") from None
         where = f"{input_path}: row {row}"
     else:
-        raise GymError("say which task: --input FILE (with --row N), or --task JSON")
+        raise GymError("say which task: --input FILE (with --row N), or --task JSON (ENV has no example data here)")
     if not isinstance(task, dict) or not isinstance(task.get("responses_create_params"), dict):
         raise GymError(f"{where}: a task is a JSON object with a 'responses_create_params' object")
     return task
@@ -363,7 +383,7 @@ def mcp() -> None:
 @click.option("--head", default=None, help="Use ENV of this running run's head server instead (URL).")
 @click.option("--running", is_flag=True, help="Use ENV of the only running run (gym run) instead.")
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A JSONL file of tasks; --row picks one.")  # fmt: skip
+              help="A JSONL file of tasks; --row picks one [default: a plugin ENV's own data/example.jsonl].")  # fmt: skip
 @click.option("--row", default=0, show_default=True, help="The task's row in --input, from 0.")
 @click.option("--task", "task_json", default=None, help="The task as one JSON object (instead of --input).")
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True,
@@ -403,7 +423,7 @@ def serve(
 
     \b
     Example:
-      gym mcp serve counter --input plugins/resources/counter/data/example.jsonl --row 0
+      gym mcp serve counter --row 2        # the counter's own example task 2, over stdio
       gym mcp serve math --config my.yaml --task '{"responses_create_params": {...}, ...}' --transport http
     """
     import anyio
@@ -413,6 +433,8 @@ def serve(
         raise GymError("give --head URL or --running, not both")
     if (running or head) and config_path:
         raise GymError("--config starts the environment here; --head/--running use a running one: give one")
+    if input_path is None and task_json is None and config_path is None and not (running or head):
+        input_path = plugin_example_data(env)  # the plugin's own example tasks
     task = read_task(input_path, row, task_json)
     try:
         anyio.run(

@@ -385,6 +385,18 @@ def _remove(path):
         os.unlink(path)
 
 
+def _own_pid_namespace():
+    """Whether this driver runs in a sandbox's PID namespace of its own: started by its init (a
+    one-off run), or by a sandbox pool's worker (pid 2, under an init whose /proc entry the
+    sandbox covers with an empty directory)."""
+    if os.getppid() == 1 and os.getpid() <= 3:
+        return True
+    try:
+        return os.getppid() == 2 and not os.listdir("/proc/1")
+    except OSError:
+        return False
+
+
 class DriverStopped(Exception):
     """The zygote is gone or stuck, or a test's processes could not be stopped: the program did it."""
 
@@ -427,7 +439,7 @@ class Driver:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         _prctl(PR_SET_DUMPABLE, 0)  # /proc/<driver>/{mem,fd,environ}: closed to the program
         _prctl(PR_SET_CHILD_SUBREAPER, 1)  # every orphan of a test comes here, to be reaped
-        if self.isolated and not (os.getppid() == 1 and os.getpid() <= 3):
+        if self.isolated and not _own_pid_namespace():
             raise SystemExit("isolated mode outside a PID namespace of its own: refusing to stop 'every other process'")
         with open("compare.py", encoding="utf-8") as file:
             exec(compile(file.read(), "compare.py", "exec"), self.compare)
@@ -557,13 +569,14 @@ class Driver:
 
     def stop(self, pid):
         """Kill the test's process group, and (isolated, in the sandbox's PID namespace) every process
-        but the namespace's init, this driver and the zygote, until none is left; reap the orphans."""
+        but the namespace's init, this driver's parent (a sandbox pool's worker), this driver and the
+        zygote, until none is left; reap the orphans."""
         for kill in (os.killpg, os.kill):
             try:
                 kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        keep = {1, os.getpid(), self.zygote}
+        keep = {1, os.getpid(), os.getppid(), self.zygote}  # the parent: a sandbox pool's worker (or init)
         give_up = time.monotonic() + 2.0
         while True:
             self.reap()

@@ -37,7 +37,7 @@ from typing import Any
 import msgspec
 
 from gym_core import ResourcesServer, Session, ToolError
-from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxUnavailable
+from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxPool, SandboxUnavailable
 from gym_core.schemas import VerifyRequest, VerifyResponse, output_text
 
 from gym_code_gen.config import CodeGenConfig
@@ -101,6 +101,8 @@ class CodeGenServer(ResourcesServer):
         self.sandbox = Sandbox(
             self.config.sandbox_mode, max_concurrency=self.config.num_processes, bwrap=self.config.sandbox_bwrap
         )
+        # Long-lived sandboxed workers: a verification is a job forked in one (no bwrap start each).
+        self.pool = SandboxPool(self.sandbox, size=self.config.num_processes)
         # The same bound as the sandbox's: a run holding a slot starts at once (the deadline's clock runs).
         # On Ray it bounds the tasks in flight.
         self.slots = asyncio.Semaphore(self.config.num_processes)
@@ -202,6 +204,9 @@ class CodeGenServer(ResourcesServer):
 
     # --- running the tests -------------------------------------------------------------------------
 
+    async def shutdown(self) -> None:
+        await self.pool.close()
+
     async def run_tests(self, code: str, tests: UnitTests) -> tuple[list[bool | int], dict[str, Any]]:
         """``result`` (``True`` for each passed test, up to the first failure, which ends it) and
         ``metadata`` (the failure, or ``{"execution time": s}``): one sandboxed run of the driver
@@ -246,7 +251,7 @@ class CodeGenServer(ResourcesServer):
                 )
             else:
                 argv = [self.sandbox.interpreter, *PYTHON_FLAGS, "main.py", *args]
-                run = await self.sandbox.run(argv, stdin=task, files={**files_, "main.py": self.runner}, limits=limits)
+                run = await self.pool.run(argv, stdin=task, files={**files_, "main.py": self.runner}, limits=limits)
         if self.config.debug:
             self.log.info("driver run: %s, exit %s, %.3f s", run.outcome, run.exit_code, run.wall_time_s)
         if run.outcome == "timeout":

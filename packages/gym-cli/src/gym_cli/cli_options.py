@@ -5,9 +5,10 @@ imports rich, tomlkit and the catalog)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-__all__ = ["ISOLATION_MODES", "serve_options", "served_overrides"]
+__all__ = ["ISOLATION_MODES", "serve_options", "served_overrides", "TRACKERS", "track_options"]
 
 ISOLATION_MODES = ("venv", "none")
 """``venv``: each plugin in its own venv; ``none``: every server with the interpreter running gym."""
@@ -53,3 +54,36 @@ def served_overrides(overrides: tuple[str, ...] | list[str]) -> list[str]:
     find it on the default one: the command talks to it, and ``gym status`` finds it through its state
     file; a `gym run` already on 11000 does not stop it), then ``--set`` (which may set another)."""
     return ["head_server.port=0", *overrides]
+
+
+TRACKERS = ("mlflow", "wandb")
+"""The experiment trackers ``--track`` logs to (:mod:`gym_cli.tracking`)."""
+
+
+def track_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The options of a command that logs its reward profile to experiment trackers
+    (:mod:`gym_cli.tracking`): ``--track`` (repeatable), ``--track-dir`` and ``--run-name``, passed as
+    ``track``, ``track_dir`` and ``run_name``."""
+    import click
+
+    for option in reversed(
+        (
+            click.option(
+                "--track",
+                multiple=True,
+                type=click.Choice(TRACKERS),
+                help="Log the profile's metrics and files to MLflow or Weights & Biases (repeatable; needs "
+                "pip install 'gym-cli[mlflow]' or 'gym-cli[wandb]'). MLflow: a local file store, or "
+                "MLFLOW_TRACKING_URI; W&B: an offline run unless WANDB_MODE says otherwise.",
+            ),
+            click.option(
+                "--track-dir",
+                type=click.Path(file_okay=False, path_type=Path),
+                help="Where --track writes: MLflow's store in DIR/mlruns, W&B's runs in DIR/wandb "
+                "(default: MLFLOW_TRACKING_URI or ./mlruns; WANDB_DIR or the current directory).",
+            ),
+            click.option("--run-name", help="Name of the tracked run (default: the tracker's own)."),
+        )
+    ):
+        command = option(command)
+    return command

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gym_cli.cli_options import serve_options, served_overrides
+from gym_cli.cli_options import serve_options, served_overrides, track_options
 from gym_cli.exits import CommandFailed
 from gym_cli.live import PROGRESS_MODES
 
@@ -136,6 +136,7 @@ async def _collect(
     show_default=True,
     help="Seconds between progress lines of --progress plain and json.",
 )
+@track_options
 def collect(
     input_path,
     output_path,
@@ -157,6 +158,9 @@ def collect(
     profile,
     progress_mode,
     progress_interval,
+    track,
+    track_dir,
+    run_name,
 ) -> None:
     """Collect scored rollouts: each task of INPUT runs REPEATS times through an agent.
 
@@ -164,7 +168,8 @@ def collect(
     (task, rollout) pairs are skipped; failed ones are retried. A rollout that fails for an
     infrastructure reason (a server down or restarting, a 5xx, a timeout) is retried in the same
     run, up to --retries times. One collection at a time writes an output file: a second one on
-    the same file stops at once and names the first. Without --serve or --head, the servers are
+    the same file stops at once and names the first. With --track, the run's counts and its profile
+    are logged to MLflow or Weights & Biases at the end. Without --serve or --head, the servers are
     those of your running `gym run` (the only one; with several, --head says which).
     Exits 1 when some rollouts failed (they are in the failures file), 2 when nothing could start
     (no head server answers, bad input), 130 when interrupted.
@@ -191,7 +196,9 @@ def collect(
         run_async,
         scan_tasks,
     )
+    from gym_cli.tracking import check_trackers, log_collection, tracking
 
+    check_trackers(track)  # before anything starts: a missing extra is a usage error
     console = output_console(stderr=True, soft_wrap=True)
     reporter = make_reporter(progress_mode, console, progress_interval, stdout=sys.stdout)
     # With --progress json stdout carries the events only: the rest (the servers' output, which the
@@ -206,7 +213,11 @@ def collect(
     # Before anything starts (--serve): an output that cannot be written would fail after the servers did.
     check_writable(output_path, "--output")
     check_writable(failures_path, "--failures")
-    with output_lock(output_path), quiet_stdout, tasks:  # until the command ends, however it ends
+    track_tags = {"command": "gym collect", "input": str(input_path), "output": str(output_path)}
+    runs = tracking(track, track_dir, run_name, track_tags) if track else contextlib.nullcontext([])
+    # The runs open first (a bad store fails before any rollout) and end last: as failed when the
+    # collection is interrupted or cannot start.
+    with output_lock(output_path), quiet_stdout, runs as tracked, tasks:  # until the command ends, however it ends
         done, duplicates = read_done(output_path, DonePairs(len(tasks), repeats))
         if duplicates:
             console.print(
@@ -257,7 +268,14 @@ def collect(
         if interrupted:
             console.print("[yellow]completed rollouts are kept; re-run the same command to resume[/]")
             raise KeyboardInterrupt
+        result = None
         if profile and output_path.exists():
-            print_profile(profile_file(output_path), console if progress_mode == "json" else output_console())
+            result = profile_file(output_path)
+            print_profile(result, console if progress_mode == "json" else output_console())
+        if tracked:
+            params = {"repeats": repeats, "parallel": parallel, "agent": agent, **sampling}
+            log_collection(tracked, summary, params, result, [output_path, failures_path])
+            for run in tracked:
+                console.print(f"tracked ({run.name}): {run.where}")
         if summary.failed:
             raise CommandFailed()

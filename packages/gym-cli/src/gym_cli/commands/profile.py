@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from gym_cli.cli_options import track_options
+
 __all__ = ["profile"]
 
 
@@ -22,15 +24,35 @@ __all__ = ["profile"]
     show_default=True,
     help="Group rollouts by the environment that verified them, the agent that ran them, or the model.",
 )
-def profile(rollouts: Path, output: Path | None, ks: tuple[int, ...], answer_field: str | None, by: str) -> None:
+@track_options
+def profile(
+    rollouts: Path,
+    output: Path | None,
+    ks: tuple[int, ...],
+    answer_field: str | None,
+    by: str,
+    track: tuple[str, ...],
+    track_dir: Path | None,
+    run_name: str | None,
+) -> None:
     """Reward statistics of a rollouts file: per task and overall, with pass@k and majority@k; per
     group (--by), rollouts, mean reward, pass@k, and turns and tokens per rollout where rows record them.
 
     \b
     Example:
       gym profile rollouts.jsonl -k 1 -k 4 --by model
+      gym profile rollouts.jsonl --track mlflow --track wandb --track-dir runs/
     """
     from gym_cli.consoles import output_console
     from gym_cli.reward_profile import DEFAULT_KS, print_profile, profile_file
+    from gym_cli.tracking import check_trackers, log_profile, tracking
 
-    print_profile(profile_file(rollouts, output, ks or DEFAULT_KS, answer_field, by), output_console())
+    check_trackers(track)  # before the work: a missing extra is a usage error
+    result = profile_file(rollouts, output, ks or DEFAULT_KS, answer_field, by)
+    print_profile(result, output_console())
+    if track:
+        tags = {"command": "gym profile", "rollouts": str(rollouts)}
+        with tracking(track, track_dir, run_name, tags) as runs:
+            log_profile(runs, result, [rollouts])
+        for run in runs:
+            output_console(stderr=True).print(f"tracked ({run.name}): {run.where}")

@@ -774,6 +774,13 @@ def test_escape_a_job_that_leaves_a_system_v_semaphore_gets_its_worker_replaced(
         runner.close()
 
 
+def test_a_pool_job_whose_files_do_not_fit_is_a_typed_failure_and_the_next_job_runs(pool):
+    # As with a bwrap per run (whose --file then fails): the sandbox could not run it, not a result.
+    with pytest.raises(SandboxError, match="worker failed"):
+        pool.run("print('ran')", files={"big.bin": b"x" * (5 << 20)})
+    assert_clean(pool.canary())
+
+
 def test_a_pool_worker_is_replaced_after_its_job_count(sandbox):
     runner = PoolRunner(sandbox, size=1, limits=QUICK, jobs_per_worker=2)
     try:

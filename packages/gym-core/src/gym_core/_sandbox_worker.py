@@ -276,7 +276,11 @@ def main():
             stdin = _read_exact(header["stdin"])
         except EOFError:
             return
-        result, out, err = run_job(header, files, stdin)
+        try:
+            result, out, err = run_job(header, files, stdin)
+        except Exception as exc:  # the worker's own failure (its files did not fit...): not the job's
+            _write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
+            sys.exit(3)
         ok = clean()
         result.update(stdout=len(out), stderr=len(err), clean=ok)
         _write(json.dumps(result).encode() + b"\n" + out + err)

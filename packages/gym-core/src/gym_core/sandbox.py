@@ -950,6 +950,9 @@ class _Worker:
             await asyncio.wait_for(proc.stdin.drain(), budget)
             line = await asyncio.wait_for(proc.stdout.readline(), budget - (time.monotonic() - started))
             answer = json.loads(line) if line else None
+            if answer is not None and "error" in answer:
+                await self.close()
+                raise SandboxError(f"a sandbox worker failed to run a job: {answer['error']}"[:600])
             if answer is not None:
                 out = await asyncio.wait_for(proc.stdout.readexactly(answer["stdout"]), _WORKER_MARGIN_S)
                 err = await asyncio.wait_for(proc.stdout.readexactly(answer["stderr"]), _WORKER_MARGIN_S)

@@ -111,6 +111,17 @@ class TestRepo(ResourcesServerTests):
         assert out["stdout"] == "5\n"
         assert caller.post("/list_files", {"path": "pkg2"}).json()["files"] == ["mod.py"]
 
+    def test_a_long_listing_says_how_many_names_it_left_out(self, gym_servers):
+        caller = self.seeded(gym_servers)
+        assert (
+            caller.post("/run_command", {"command": "mkdir many; cd many; seq 1 1100 | xargs touch"}).json()[
+                "exit_code"
+            ]
+            == 0
+        )
+        listing = caller.post("/list_files", {"path": "many"}).json()
+        assert len(listing["files"]) == 1000 and listing["more"] == 100
+
     def test_output_is_truncated_with_a_marker(self, gym_servers):
         caller = self.seeded(gym_servers)
         out = caller.post("/run_command", {"command": "python -c 'print(\"x\" * 5000)'"}).json()

@@ -44,6 +44,7 @@ from gym_repo.workspace import (
 )
 
 Repository = str | dict[str, str]
+LIST_LIMIT = 1000  # names list_files returns at most; `more` says how many it left out
 
 
 class RepoSeed(SeedSessionRequest, kw_only=True):
@@ -225,6 +226,8 @@ class RepoServer(ResourcesServer):
             files = state["workspace"].list(path, recursive=recursive)
         except WorkspaceError as exc:
             raise ToolError(str(exc), 400) from None
+        if len(files) > LIST_LIMIT:
+            return {"path": path, "files": files[:LIST_LIMIT], "more": len(files) - LIST_LIMIT}
         return {"path": path, "files": files}
 
     @tool

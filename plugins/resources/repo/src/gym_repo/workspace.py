@@ -154,7 +154,7 @@ class Workspace:
         Workspace(trial, max_bytes=self.max_bytes)  # the size check
         self.entries = trial
 
-    def list(self, path: str = "", *, recursive: bool = True, limit: int = 1000) -> list[str]:
+    def list(self, path: str = "", *, recursive: bool = True) -> list[str]:
         real = self.resolve(path)
         if real and not self._is_dir(real):
             if real in self.entries:
@@ -170,7 +170,7 @@ class Workspace:
                 names.add(rest.split("/", 1)[0] + "/")
                 continue
             names.add(rest + ("/" if entry.kind == "dir" else ""))
-        return sorted(names)[:limit]
+        return sorted(names)
 
 
 # --- repositories from rows ------------------------------------------------------------------------

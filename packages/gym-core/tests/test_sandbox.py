@@ -781,6 +781,20 @@ def test_a_pool_job_whose_files_do_not_fit_is_a_typed_failure_and_the_next_job_r
     assert_clean(pool.canary())
 
 
+def test_a_cancelled_pool_job_never_hands_its_answer_to_the_next(sandbox):
+    async def main() -> tuple[bytes, int]:
+        async with SandboxPool(sandbox, size=1, limits=QUICK) as pool:
+            await pool.run_python("print('warm')", limits=QUICK)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(pool.run_python("import time\ntime.sleep(1)\nprint('STALE')", limits=QUICK), 0.3)
+            after = await pool.run_python("print('mine')", limits=QUICK)
+            return after.stdout, pool.workers_started
+
+    stdout, started = asyncio.run(main())
+    assert stdout == b"mine\n"
+    assert started == 2
+
+
 def test_a_pool_worker_is_replaced_after_its_job_count(sandbox):
     runner = PoolRunner(sandbox, size=1, limits=QUICK, jobs_per_worker=2)
     try:

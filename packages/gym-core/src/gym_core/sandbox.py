@@ -866,10 +866,11 @@ class _Worker:
         self.jobs = 0
         self.proc: asyncio.subprocess.Process | None = None
         self._status: int | None = None  # the read end of bwrap's status pipe
+        self.broken = False  # killed, or left mid-job (its channel may hold a stale answer)
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
+        return self.proc is not None and self.proc.returncode is None and not self.broken
 
     async def start(self) -> None:
         fds: list[int] = []
@@ -909,6 +910,7 @@ class _Worker:
             raise SandboxError(f"a sandbox worker did not start: {detail.decode(errors='replace').strip()[-500:]}")
 
     def kill(self) -> None:
+        self.broken = True
         if self.proc is not None:
             _kill(self.proc)
 
@@ -1079,6 +1081,11 @@ class SandboxPool:
             worker = await self._take()
             try:
                 return await worker.run(argv, stdin, named, limits)
+            except BaseException:
+                # Cancelled mid-job (or failed): its answer may still come down the channel, where
+                # the next job would read it. The worker is never reused.
+                worker.kill()
+                raise
             finally:
                 self._busy.discard(worker)
                 if worker.alive:

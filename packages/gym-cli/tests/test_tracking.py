@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gym_core.testing import running_servers
+from gym_core.testing import running_servers, wait_until
 
 from gym_cli.tracking import metric_name
 
@@ -61,6 +61,8 @@ def wandb_records(directory: Path) -> list:
             offset += room
             continue
         _crc, length, kind = struct.unpack("<IHB", data[offset : offset + 7])
+        if offset + 7 + length > len(data):  # still being written
+            break
         chunk = data[offset + 7 : offset + 7 + length]
         offset += 7 + length
         if kind == 0 and length == 0:
@@ -75,10 +77,15 @@ def wandb_records(directory: Path) -> list:
 
 
 def wandb_logged(directory: Path) -> tuple[dict[str, float], list[str]]:
-    """The metrics an offline run logged (its history) and the names of the artifacts it logged."""
+    """The metrics an offline run logged (its history) and the names of the artifacts it logged, once
+    wandb's service (a process of its own, writing after ``finish`` returns) wrote the run's end."""
+    records = wait_until(
+        lambda: (found := wandb_records(directory)) and found[-1].WhichOneof("record_type") == "exit" and found,
+        "the offline run's exit record",
+    )
     metrics: dict[str, float] = {}
     artifacts: list[str] = []
-    for record in wandb_records(directory):
+    for record in records:
         kind = record.WhichOneof("record_type")
         if kind == "history":
             for item in record.history.item:
@@ -92,6 +99,7 @@ def wandb_logged(directory: Path) -> tuple[dict[str, float], list[str]]:
 
 def test_metric_names_are_valid_in_both_trackers():
     assert metric_name("pass@4") == "pass_at_4"
+    assert metric_name("mcqa/pass@1[avg-of-4]/accuracy") == "mcqa/pass_at_1_avg-of-4/accuracy"
     assert metric_name("env/a b:c@d/mean_reward") == "env/a b_c_at_d/mean_reward"
     assert metric_name("env/../mean_reward") == "env/_/mean_reward"  # MLflow refuses names that resolve elsewhere
 
@@ -118,6 +126,24 @@ def test_profile_tracked_to_mlflow(gym, rollouts, tmp_path, offline):
     assert logged == {"rollouts.profile.json", "rollouts.jsonl"}
     copy = Path(client.download_artifacts(run.info.run_id, "rollouts.profile.json", str(tmp_path / "dl")))
     assert json.loads(copy.read_text())["overall"] == overall
+
+
+def test_the_environments_own_metrics_are_tracked(gym, tmp_path, offline):
+    """mcqa's recorded rollouts: its aggregate metrics (the pass@k family, in percent) under metrics/."""
+    rollouts = Path(shutil.copy(ROOT / "plugins/resources/mcqa/data/example_rollouts.jsonl", tmp_path / "mc.jsonl"))
+    result = gym("profile", str(rollouts), "--track", "mlflow", "--track-dir", str(tmp_path / "t"))
+    assert result.exit_code == 0, result.output
+    own = json.loads((tmp_path / "mc.profile.json").read_text())["plugin_metrics"]
+    (run,) = mlflow_runs(tmp_path / "t/mlruns")
+    metrics = run.data.metrics
+    assert metrics["metrics/mcqa.pass_at_1.accuracy"] == own["mcqa/pass@1/accuracy"]
+    assert metrics["metrics/mcqa.pass_at_1_avg-of-1.no_answer"] == own["mcqa/pass@1[avg-of-1]/no_answer"]
+    # a metric and one nested below it, both kept (MLflow's file store holds a metric as a file)
+    accuracy = "metrics/mcqa.pass_at_1_avg-of-1.accuracy"
+    assert metrics[accuracy] == own["mcqa/pass@1[avg-of-1]/accuracy"]
+    assert metrics[accuracy + ".std_dev_across_runs"] == own["mcqa/pass@1[avg-of-1]/accuracy/std_dev_across_runs"]
+    assert metrics["metrics/mcqa.majority_at_1.accuracy"] == own["mcqa/majority@1/accuracy"]
+    assert sum(name.startswith("metrics/") for name in metrics) == len(own)
 
 
 def test_profile_tracked_to_mlflow_tracking_uri(gym, rollouts, tmp_path, offline, monkeypatch):

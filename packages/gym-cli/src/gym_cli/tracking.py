@@ -13,7 +13,7 @@ One small interface, :class:`Tracker` (metrics, parameters, artifacts, an end), 
 Metric names are the same in both: ``mean_reward`` (the headline) with ``num_rollouts`` and
 ``num_tasks`` (its denominator), ``pass_at_K`` and ``majority_at_K`` (MLflow allows no ``@``), costs per
 rollout, ``env/<environment>/…`` per environment, and ``metrics/<name>`` for the environments' own
-aggregate metrics (``gym_aggregate_metrics``).
+aggregate metrics (``gym_aggregate_metrics``; ``mcqa/pass@1/accuracy`` → ``metrics/mcqa.pass_at_1.accuracy``).
 """
 
 from __future__ import annotations
@@ -67,8 +67,9 @@ class Tracker(Protocol):
 
 
 def metric_name(name: str) -> str:
-    """``name`` as both backends accept it: ``pass@4`` → ``pass_at_4``, other odd characters → ``_``."""
-    name = _UNSAFE.sub("_", name.replace("@", "_at_"))
+    """``name`` as both backends accept it: ``pass@4`` → ``pass_at_4``, ``pass@1[avg-of-4]`` →
+    ``pass_at_1_avg-of-4``, any other character MLflow refuses → ``_``."""
+    name = _UNSAFE.sub("_", name.replace("@", "_at_").replace("[", "_").replace("]", ""))
     return "/".join(part if part.strip(".") else "_" for part in name.split("/"))
 
 
@@ -212,8 +213,12 @@ def profile_metrics(profile: Mapping[str, Any]) -> dict[str, float]:
     """The numbers of a ``gym profile`` result under the names every backend logs them as."""
     metrics = dict(_block_metrics("", profile["overall"]))
     for environment, block in (profile.get("environments") or {}).items():
-        metrics.update(_block_metrics(f"env/{environment}/", block))
-    metrics.update(_numbers("metrics", profile.get("plugin_metrics") or {}))
+        metrics.update(_block_metrics(f"env/{environment.replace('/', '_')}/", block))
+    # An environment's metrics nest (``x/accuracy`` beside ``x/accuracy/std_dev_across_runs``), which
+    # MLflow's file store cannot hold (a metric is a file, so ``x/accuracy`` cannot be a directory too):
+    # below ``metrics/`` their parts are joined with dots.
+    for name, value in (profile.get("plugin_metrics") or {}).items():
+        metrics.update(_numbers("metrics/" + name.replace("/", "."), value))
     return metrics
 
 

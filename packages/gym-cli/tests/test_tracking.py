@@ -217,3 +217,34 @@ def test_collect_tracks_its_counts_and_profile(gym, tmp_path, offline):
     assert logged["collect/done"] == n
     assert logged["mean_reward"] == profile["overall"]["mean_reward"]
     assert sorted(artifacts) == ["out.jsonl", "out.profile.json"]  # no failures file: nothing failed
+
+
+def test_a_collection_with_failed_rollouts_logs_them_and_ends_failed(gym, tmp_path, offline):
+    tasks = tmp_path / "tasks.jsonl"
+    good = {"responses_create_params": {"input": "add"}, "initial_count": 0, "expected_count": 3}
+    bad = {"responses_create_params": {"input": "add"}, "initial_count": "not a number", "expected_count": 3}
+    tasks.write_text("\n".join(json.dumps(r) for r in [good, bad, good]) + "\n")
+    config = {
+        "counter": {"plugin": "counter"},
+        "policy": {"plugin": "scripted", "turns": TURNS},
+        "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter"},
+    }
+    out = tmp_path / "out.jsonl"
+    with running_servers(config) as served:
+        result = gym(
+            "collect",
+            *("--input", str(tasks), "--output", str(out), "--head", served.head_url, "--progress", "plain"),
+            *("--track", "mlflow", "--track-dir", str(tmp_path / "t")),
+        )
+    assert result.exit_code == 1  # some rollouts failed
+    (run,) = mlflow_runs(tmp_path / "t/mlruns")
+    assert run.info.status == "FAILED"
+    metrics = run.data.metrics
+    assert metrics["collect/done"] == 2 and metrics["collect/failed"] == 1
+    assert metrics["collect/failures/validation_error"] == 1
+    assert metrics["num_rollouts"] == 2  # the profile's denominator: scored rollouts only
+    import mlflow
+
+    client = mlflow.MlflowClient((tmp_path / "t/mlruns").resolve().as_uri())
+    logged = {f.path for f in client.list_artifacts(run.info.run_id)}
+    assert logged == {"out.jsonl", "out.profile.json", "out.failures.jsonl"}

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gym_core.errors import GymError
 
 from gym_cli.cli_options import TRACKERS
+from gym_cli.exits import CommandFailed
 
 if TYPE_CHECKING:
     from gym_cli.rollouts import CollectSummary
@@ -238,11 +239,14 @@ def log_profile(
     if profile and profile.get("_written_to"):
         artifacts = [Path(profile["_written_to"]), *artifacts]
     for run in runs:
-        run.log_params({k: v for k, v in params.items() if v is not None})
-        run.log_metrics(metrics)
-        for path in artifacts:
-            if path.is_file():
-                run.log_artifact(path)
+        try:
+            run.log_params({k: v for k, v in params.items() if v is not None})
+            run.log_metrics(metrics)
+            for path in artifacts:
+                if path.is_file():
+                    run.log_artifact(path)
+        except Exception as exc:  # the work is done and written: only the logging of it failed
+            raise CommandFailed(f"--track {run.name}: could not log to {run.where}: {exc}") from exc
 
 
 def collection_metrics(summary: CollectSummary) -> dict[str, float]:

@@ -265,17 +265,22 @@ def collect(
             console.print(f"{summary.retried} attempts failed for an infrastructure reason and were retried")
         if summary.failed:
             console.print(f"[yellow]failures written to {failures_path}; re-run the same command to retry them[/]")
+        params = {"repeats": repeats, "parallel": parallel, "agent": agent, **sampling}
+
+        def track_run(result: dict | None) -> None:
+            if tracked:
+                log_collection(tracked, summary, params, result, [output_path, failures_path])
+                for run in tracked:
+                    console.print(f"tracked ({run.name}): {run.where}")
+
         if interrupted:
             console.print("[yellow]completed rollouts are kept; re-run the same command to resume[/]")
+            track_run(None)  # the counts so far; the run ends as failed
             raise KeyboardInterrupt
         result = None
         if profile and output_path.exists():
             result = profile_file(output_path)
             print_profile(result, console if progress_mode == "json" else output_console())
-        if tracked:
-            params = {"repeats": repeats, "parallel": parallel, "agent": agent, **sampling}
-            log_collection(tracked, summary, params, result, [output_path, failures_path])
-            for run in tracked:
-                console.print(f"tracked ({run.name}): {run.where}")
+        track_run(result)
         if summary.failed:
             raise CommandFailed()

@@ -79,6 +79,7 @@ def track_options(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--track-dir",
                 type=click.Path(file_okay=False, path_type=Path),
+                metavar="DIR",
                 help="Where --track writes: MLflow's store in DIR/mlruns, W&B's runs in DIR/wandb "
                 "(default: MLFLOW_TRACKING_URI or ./mlruns; WANDB_DIR or the current directory).",
             ),

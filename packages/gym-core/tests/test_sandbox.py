@@ -653,6 +653,15 @@ def test_pool_jobs_get_stdin_files_args_and_exit_codes_as_runs_do(pool):
     assert big.ok and big.stdout == b"z" * 300_000
 
 
+def test_pool_jobs_start_with_the_signal_state_of_a_run(sandbox, pool):
+    # What the worker ignores (SIGPIPE) must not be ignored by its jobs: `yes | head` must end.
+    argv = ["/bin/sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"]
+    alone = asyncio.run(sandbox.run(argv, limits=QUICK))
+    pooled = pool.runner.run(pool.pool.run(argv, limits=QUICK))
+    assert alone.ok and pooled.ok
+    assert pooled.stdout == alone.stdout
+
+
 def test_pool_jobs_hit_their_own_limits(pool):
     assert (
         pool.run("import time\ntime.sleep(30)", limits=SandboxLimits(wall_time_s=1, scratch_mb=4)).outcome == "timeout"

@@ -134,6 +134,11 @@ def clean():
 
 def _child(argv, limits, stdin_r, out_w, err_w):
     try:
+        # The signal state of a fresh process: Python's ignored signals (SIGPIPE, SIGXFSZ) would stay
+        # ignored across exec, and a blocked mask would stay blocked.
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(number, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.setsid()
         os.dup2(stdin_r, 0)
         os.dup2(out_w, 1)

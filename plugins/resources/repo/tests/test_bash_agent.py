@@ -81,7 +81,16 @@ def test_the_command_of_a_reply():
     assert command_of("```sh\npwd\n```")[0] == "pwd"
     assert command_of("```\nsubmit\n```")[0] == "submit"
     assert command_of("nothing")[0] is None
-    assert command_of("```bash\na\n``` and ```bash\nb\n```")[0] is None
+    assert command_of("```bash\na\n```\nand\n```bash\nb\n```") == (
+        None,
+        command_of("```bash\na\n```\n```sh\nb\n```")[1],
+    )
+    assert "2 ```bash blocks" in command_of("```bash\na\n```\nand\n```bash\nb\n```")[1]
+    # A block in another language is not a command, and its closing fence opens nothing.
+    reply = "```bash\nls\n```\n\nsorry\n\n```python\nx = 1\n```\n\nsorry\n\n```python\ny = 2\n```\n"
+    assert command_of(reply) == ("ls", None)
+    assert command_of("```python\nprint(1)\n```")[0] is None
+    assert command_of("```bash\nunclosed")[0] is None
 
 
 def test_the_observation_is_cut_with_a_marker():

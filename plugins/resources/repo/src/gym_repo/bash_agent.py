@@ -36,15 +36,36 @@ from gym_repo.config import BashAgentConfig
 
 __all__ = ["BashAgent", "command_of"]
 
-_BLOCK = re.compile(r"```(?:bash|sh|shell)?[ \t]*\n(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"^\s*```\s*([\w+-]*)\s*$")
+_SHELLS = ("bash", "sh", "shell", "")
+
+
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """The fenced code blocks of a reply, as (language, body): a block opens at a line that is a
+    fence with an optional language and closes at the next line that is a bare fence."""
+    blocks: list[tuple[str, str]] = []
+    language: str | None = None
+    body: list[str] = []
+    for line in text.splitlines():
+        fence = _FENCE.match(line)
+        if language is None:
+            if fence:
+                language, body = fence.group(1).lower(), []
+        elif fence and not fence.group(1):
+            blocks.append((language, "\n".join(body)))
+            language = None
+        else:
+            body.append(line)
+    return blocks
 
 
 def command_of(text: str) -> tuple[str | None, str | None]:
-    """The command of a reply (its one fenced bash block), or None and what is wrong with the reply."""
-    blocks = _BLOCK.findall(text)
+    """The command of a reply (its one fenced bash block; blocks in other languages are not commands),
+    or None and what is wrong with the reply."""
+    blocks = [body for language, body in fenced_blocks(text) if language in _SHELLS]
     if len(blocks) == 1 and blocks[0].strip():
         return blocks[0].strip(), None
-    if not blocks:
+    if not blocks or not blocks[0].strip():
         return None, "your reply has no ```bash block: reply with exactly one command in one ```bash block"
     return None, f"your reply has {len(blocks)} ```bash blocks: reply with exactly one command in one ```bash block"
 

@@ -55,6 +55,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "packages/gym-cli/tests/test_collect.py::test_sessions_lost_in_a_restart_are_retried_not_scored",
         "packages/gym-cli/tests/test_collect.py::test_the_lock_is_released_when_its_holder_is_killed",
         "packages/gym-cli/tests/test_collect.py::test_second_collect_on_the_same_output_fails_fast_naming_the_first",
+        "packages/gym-cli/tests/test_tracking.py::test_an_interrupted_collection_logs_its_counts_and_ends_failed",
         "packages/gym-cli/tests/test_redteam.py::test_every_first_party_environment_has_no_gameable_probe",
         "packages/gym-cli/tests/test_guide.py::test_the_guide_runs_as_written_when_port_11000_is_taken",
         "packages/gym-cli/tests/test_guide.py::test_a_command_that_talks_to_a_run_asks_which_when_several_run",

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,9 +33,13 @@ def rollouts(tmp_path) -> Path:
 
 @pytest.fixture
 def offline(monkeypatch) -> None:
+    """W&B offline and quiet; no MLflow URI, nor MLflow 3's file-store switch, which gym sets itself
+    (set then removed: monkeypatch puts back what was there, so what gym sets ends with the test)."""
     for key, value in OFFLINE.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE"):
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
 
 
 def mlflow_runs(store: Path) -> list:
@@ -178,7 +184,8 @@ def test_a_missing_extra_is_a_usage_error_naming_the_install(gym, rollouts, tmp_
     assert not (tmp_path / "t").exists()
 
 
-def test_collect_tracks_its_counts_and_profile(gym, tmp_path, offline):
+def test_collect_tracks_its_counts_and_profile(gym, tmp_path, offline, monkeypatch):
+    monkeypatch.delenv("WANDB_SILENT")  # wandb says what it does: on stderr, never among the JSON events
     config = {
         "counter": {"plugin": "counter"},
         "policy": {"plugin": "scripted", "turns": TURNS},
@@ -197,7 +204,7 @@ def test_collect_tracks_its_counts_and_profile(gym, tmp_path, offline):
             "--head",
             served.head_url,
             "--progress",
-            "plain",
+            "json",
             "--track",
             "mlflow",
             "--track",
@@ -206,6 +213,9 @@ def test_collect_tracks_its_counts_and_profile(gym, tmp_path, offline):
             str(tmp_path / "t"),
         )
     assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert events[-1]["event"] == "done"
+    assert "tracked (wandb): run " in result.stderr and "tracked (mlflow): run " in result.stderr
     profile = json.loads((tmp_path / "out.profile.json").read_text())
     n = len(COUNTER_TASKS.read_text().splitlines()) * 2
     (run,) = mlflow_runs(tmp_path / "t/mlruns")
@@ -248,3 +258,29 @@ def test_a_collection_with_failed_rollouts_logs_them_and_ends_failed(gym, tmp_pa
     client = mlflow.MlflowClient((tmp_path / "t/mlruns").resolve().as_uri())
     logged = {f.path for f in client.list_artifacts(run.info.run_id)}
     assert logged == {"out.jsonl", "out.profile.json", "out.failures.jsonl"}
+
+
+def test_an_interrupted_collection_logs_its_counts_and_ends_failed(gym, tmp_path, offline, monkeypatch):
+    config = {
+        "counter": {"plugin": "counter"},
+        "policy": {"plugin": "scripted", "turns": TURNS, "delay_s": 0.05},
+        "agent": {"plugin": "simple_agent", "model_server": "policy", "resources_server": "counter"},
+    }
+    out = tmp_path / "out.jsonl"
+    with running_servers(config) as served:
+        proc = gym.start(
+            *("collect", "--input", str(COUNTER_TASKS), "--output", str(out), "--head", served.head_url),
+            *("--repeats", "50", "--parallel", "2", "--track", "mlflow", "--track-dir", str(tmp_path / "t")),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        wait_until(lambda: out.exists() and len(out.read_bytes().splitlines()) >= 4, "4 rollouts written")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # gym set it in its own process; this one reads
+    (run,) = mlflow_runs(tmp_path / "t/mlruns")
+    assert run.info.status == "FAILED"
+    kept = len(out.read_text().splitlines())
+    assert run.data.metrics["collect/done"] == kept < run.data.metrics["collect/total"]
+    assert "mean_reward" not in run.data.metrics  # no profile of an unfinished collection

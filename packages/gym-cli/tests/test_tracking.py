@@ -184,6 +184,14 @@ def test_a_missing_extra_is_a_usage_error_naming_the_install(gym, rollouts, tmp_
     assert not (tmp_path / "t").exists()
 
 
+def test_a_store_that_cannot_be_opened_is_a_usage_error_before_any_work(gym, rollouts, tmp_path, offline, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "nosuchscheme://here")
+    result = gym("profile", str(rollouts), "--track", "mlflow")
+    assert result.exit_code == 2
+    assert "--track mlflow: cannot start a run" in result.output and "nosuchscheme" in result.output
+    assert not (tmp_path / "rollouts.profile.json").exists()
+
+
 def test_collect_tracks_its_counts_and_profile(gym, tmp_path, offline, monkeypatch):
     monkeypatch.delenv("WANDB_SILENT")  # wandb says what it does: on stderr, never among the JSON events
     config = {

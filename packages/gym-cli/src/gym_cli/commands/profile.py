@@ -45,14 +45,13 @@ def profile(
     """
     from gym_cli.consoles import output_console
     from gym_cli.reward_profile import DEFAULT_KS, print_profile, profile_file
-    from gym_cli.tracking import check_trackers, log_profile, tracking
+    from gym_cli.tracking import log_profile, tracking
 
-    check_trackers(track)  # before the work: a missing extra is a usage error
-    result = profile_file(rollouts, output, ks or DEFAULT_KS, answer_field, by)
-    print_profile(result, output_console())
-    if track:
-        tags = {"command": "gym profile", "rollouts": str(rollouts)}
-        with tracking(track, track_dir, run_name, tags) as runs:
-            log_profile(runs, result, [rollouts])
-        for run in runs:
-            output_console(stderr=True).print(f"tracked ({run.name}): {run.where}")
+    tags = {"command": "gym profile", "rollouts": str(rollouts)}
+    # The runs open first: a store that cannot be opened stops the command before it writes anything.
+    with tracking(track, track_dir, run_name, tags) as runs:
+        result = profile_file(rollouts, output, ks or DEFAULT_KS, answer_field, by)
+        print_profile(result, output_console())
+        log_profile(runs, result, [rollouts])
+    for run in runs:
+        output_console(stderr=True).print(f"tracked ({run.name}): {run.where}")

@@ -546,6 +546,35 @@ def test_escape_no_process_can_trace_or_read_another(sandbox):
     assert b"SECRET" not in result.stdout
 
 
+KEYRING = r"""
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+SYS = {"x86_64": {"add_key": 248, "request_key": 249, "keyctl": 250},
+       "aarch64": {"add_key": 217, "request_key": 218, "keyctl": 219}}[os.uname().machine]
+KEY_SPEC_USER_KEYRING, KEYCTL_GET_KEYRING_ID = -4, 0
+
+def tried(*args):
+    ctypes.set_errno(0)
+    value = libc.syscall(*args)
+    return "ok" if value >= 0 else os.strerror(ctypes.get_errno())
+
+print(json.dumps({
+    "add_key": tried(SYS["add_key"], b"user", b"gym-left-behind", b"hidden", 6, KEY_SPEC_USER_KEYRING),
+    "request_key": tried(SYS["request_key"], b"user", b"gym-left-behind", None, 0),
+    "keyctl": tried(SYS["keyctl"], KEYCTL_GET_KEYRING_ID, KEY_SPEC_USER_KEYRING, 1),
+}))
+"""
+
+
+def test_escape_nothing_is_left_in_the_kernel_keyrings(sandbox):
+    """The user's keyrings outlive a run: a run that could add a key there could leave data for the
+    next run (or pool job) to read. add_key, request_key and keyctl are refused."""
+    result = run(sandbox, KEYRING, limits=QUICK)
+    assert result.ok, result
+    assert json.loads(result.stdout) == dict.fromkeys(("add_key", "request_key", "keyctl"), "Operation not permitted")
+
+
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="32-bit system calls through int 0x80 are x86's")
 def test_escape_a_32_bit_system_call_which_the_filter_cannot_read_kills_the_process(sandbox):
     """i386 system call numbers differ from x86-64's (ptrace is 26 there): a call through
@@ -567,7 +596,7 @@ def test_the_seccomp_filter_is_built_for_x86_64_and_aarch64_and_refuses_other_ar
     from gym_core.sandbox import _seccomp_filter
 
     x86, arm = _seccomp_filter("x86_64"), _seccomp_filter("aarch64")
-    assert len(x86) == len(arm) == 8 * 19 and x86 != arm  # 19 instructions of 8 bytes
+    assert len(x86) == len(arm) == 8 * 22 and x86 != arm  # 22 instructions of 8 bytes
     with pytest.raises(SandboxUnavailable, match="no system call table for riscv64"):
         _seccomp_filter("riscv64")
 

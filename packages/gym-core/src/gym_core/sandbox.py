@@ -716,7 +716,10 @@ _PAGE = 4096
 # - memory no limit counts: System V shared memory and message queues (shmget, msgget: their
 #   segments outlive the process that made them, and RLIMIT_AS does not count them unless mapped),
 #   memfd_create and memfd_secret (anonymous files, each as large as RLIMIT_FSIZE, as many as the
-#   open-file limit), io_uring_setup (its rings and registered buffers).
+#   open-file limit), io_uring_setup (its rings and registered buffers);
+# - state outside the run: the kernel's key retention service (add_key, request_key, keyctl), whose
+#   keyrings belong to the user, not the run, so one run (or one pool job) could leave data there
+#   for the next.
 #
 # A system call of another ABI than the host's (32-bit calls through ``int 0x80`` on x86-64, 32-bit
 # ARM on arm64) has other numbers, which would slip past these: it kills the process. An x32 call
@@ -744,6 +747,9 @@ _DENIED_SYSCALLS = (
     "memfd_create",
     "memfd_secret",
     "io_uring_setup",
+    "add_key",
+    "request_key",
+    "keyctl",
 )
 
 # AUDIT_ARCH_* (linux/audit.h) and the system call numbers (asm/unistd_64.h on x86-64,
@@ -764,6 +770,9 @@ _SYSCALL_TABLES: dict[str, tuple[int, dict[str, int]]] = {
             "memfd_create": 319,
             "memfd_secret": 447,
             "io_uring_setup": 425,
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
         },
     ),
     "aarch64": (
@@ -781,6 +790,9 @@ _SYSCALL_TABLES: dict[str, tuple[int, dict[str, int]]] = {
             "memfd_create": 279,
             "memfd_secret": 447,
             "io_uring_setup": 425,
+            "add_key": 217,
+            "request_key": 218,
+            "keyctl": 219,
         },
     ),
 }

@@ -238,18 +238,12 @@ def test_examples_copies_a_plugin_s_data_and_configs_and_keeps_what_is_there(tmp
     assert not (tmp_path / "x").exists()
 
 
-# Plugins other engineers are writing as this check lands; `gym plugin build` names what they lack.
-BEING_WRITTEN = {"plugins/resources/repo"}
-
-
 def test_every_plugin_ships_its_data_and_configs_in_its_wheel():
     """Each plugin with data/ or configs/ force-includes them under <module>/examples/ (what `gym plugin
     examples` reads from an installed wheel); the template's plugins too (checked where it is rendered)."""
     missing = []
     for pyproject in sorted(ROOT.glob("plugins/*/*/pyproject.toml")):
         directory = pyproject.parent
-        if directory.relative_to(ROOT).as_posix() in BEING_WRITTEN:
-            continue
         table = tomllib.loads(pyproject.read_text())
         module = next(iter(table["project"]["entry-points"]["gym"].values())).split(".")[0]
         included = table.get("tool", {}).get("hatch", {}).get("build", {}).get("targets", {}).get("wheel", {})

@@ -18,7 +18,7 @@ in this run, shown once :data:`ETA_MIN_FINISHED` rollouts finished; never before
 
 Rollout latency is the wall time of a scored rollout, its retries included, kept in a
 :class:`LatencySketch`: its percentiles are those of ``gym profile`` and ``gym report``
-(:func:`gym_core.metrics.quantile`, nearest rank), exactly up to :attr:`LatencySketch.EXACT_LIMIT`
+(:func:`gym_core.metrics.quantile`, interpolated; p50 is the median), exactly up to :attr:`LatencySketch.EXACT_LIMIT`
 rollouts, then within 1% (bounded memory) rather than from a list of every value.
 This module imports only the standard library and msgspec (rich inside :class:`RichReporter`):
 :mod:`gym_cli.rollouts` imports the sketch from here.
@@ -67,10 +67,11 @@ ETA_MIN_FINISHED = 3
 
 class LatencySketch:
     """Quantiles of a stream of durations in bounded memory. The first :attr:`EXACT_LIMIT` values are
-    kept, and their quantiles are exact (:func:`gym_core.metrics.quantile`, nearest rank: what
+    kept, and their quantiles are exact (:func:`gym_core.metrics.quantile`, interpolated: what
     ``gym profile`` and ``gym report`` show for the same rollouts). Beyond, a log-bucketed histogram
     (the DDSketch idea): each value falls in the bucket ``ceil(log(value) / log(gamma))``; a quantile
-    is read as its bucket's midpoint, within ``relative_error`` of the true value (nearest rank),
+    is read as its bucket's midpoint (the bucket of the ``ceil(q·n)``-th value), within
+    ``relative_error`` of the true value,
     clamped to the exact minimum and maximum. Values are clamped to [``MIN_S``, ``MAX_S``], so that
     at the default 1% there are at most 1,500 buckets however many values are added."""
 
@@ -105,7 +106,7 @@ class LatencySketch:
         self.max = value if self.max is None else max(self.max, value)
 
     def quantile(self, q: float) -> float | None:
-        """The ``q`` quantile (0 ≤ q ≤ 1, nearest rank), None when nothing was added."""
+        """The ``q`` quantile (0 ≤ q ≤ 1), None when nothing was added."""
         if not 0 <= q <= 1:
             raise ValueError(f"a quantile is in [0, 1], got {q}")
         if self.min is None or self.max is None:  # nothing added

@@ -266,7 +266,7 @@ def launch(
             config.head_host,
             config.head_port,
             "head server; another `gym run`?",
-            "stop it or set head_server.port=<free port>",
+            "stop it or set head_server.port=0 (any free port; gym collect and gym status find the run)",
         )
         for inst in config.instances.values() if ray_settings is None else ():  # placed: checked on their nodes
             ports = inst.replica_ports if inst.replicas > 1 else [inst.port]

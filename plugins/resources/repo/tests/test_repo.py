@@ -223,6 +223,18 @@ class TestRepo(ResourcesServerTests):
         assert caller.post("/run_command", {"command": "echo alive"}).json()["stdout"] == "alive\n"
         assert verify(caller, ROWS[0])["reward"] == 0.0
 
+    def test_nothing_of_one_command_reaches_the_next_outside_the_workspace(self, gym_servers):
+        # Commands run in pooled workers (sandbox_pool, the default): each job's scratch, /dev/shm and
+        # processes are cleaned, so neither the next command nor another session finds what one left.
+        first = self.seeded(gym_servers)
+        plant = "echo secret > /tmp/left.txt; echo secret > /dev/shm/left.txt; mkdir -p /tmp/.gym/x; echo ok"
+        assert first.post("/run_command", {"command": plant}).json()["stdout"] == "ok\n"
+        look = "ls -a /tmp /dev/shm /tmp/.gym; cat /tmp/left.txt /dev/shm/left.txt; cat /tmp/work/*.txt"
+        for caller in (first, self.seeded(gym_servers)):
+            seen = caller.post("/run_command", {"command": look}).json()
+            assert "left.txt" not in seen["stdout"] and "secret" not in seen["stdout"] + seen["stderr"], seen
+            assert "x\n" not in seen["stdout"].split("/tmp/.gym:")[1], seen
+
     def test_a_closed_session_has_no_workspace(self, gym_servers):
         caller = self.seeded(gym_servers)
         caller.post("/write_file", {"path": "mine.txt", "content": "x"})
@@ -278,7 +290,10 @@ class TestFractionRewardAndSessionBudget:
     def test_fraction_reward_and_the_session_budget(self):
         from gym_core.testing import HTTPCaller, plugin_manager, running_servers
 
-        config = {"repo": {"plugin": "repo", "reward": "fraction", "session_command_time_s": 1.5}}
+        # Also the sandbox-per-command mode (sandbox_pool off).
+        config = {
+            "repo": {"plugin": "repo", "reward": "fraction", "session_command_time_s": 1.5, "sandbox_pool": False}
+        }
         with running_servers(config, plugin_manager(gym_repo.plugin)) as global_config:
             url = global_config.instances["repo"].url
             caller = HTTPCaller(url, 60, auth_token=global_config.auth_token)

@@ -38,6 +38,13 @@ class RepoConfig(ServerConfig, kw_only=True):
     memory_mb: Annotated[int, Meta(ge=64, description="address space of each process of a command, MiB")] = 1024
     processes: Annotated[int, Meta(ge=4, description="processes and threads of one command at once")] = 64
     max_concurrency: Annotated[int, Meta(ge=1, description="sandboxed runs (commands, verifications) at once")] = 8
+    sandbox_pool: Annotated[
+        bool,
+        Meta(
+            description="run each command in a long-lived sandboxed worker (a fresh process per command; the "
+            "scratch, /dev/shm and leftover processes cleaned after each) instead of starting a sandbox per command"
+        ),
+    ] = True
     repository_root: Annotated[
         str | None,
         Meta(

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 import msgspec
 
 from gym_core import ResourcesServer, Session, ToolError, tool
-from gym_core.sandbox import Sandbox, SandboxLimits
+from gym_core.sandbox import Sandbox, SandboxLimits, SandboxPool
 from gym_core.schemas import SeedSessionRequest, VerifyRequest, VerifyResponse
 
 from gym_repo.config import RepoConfig
@@ -86,8 +86,19 @@ class RepoServer(ResourcesServer):
         await super().startup()
         self.sandbox = Sandbox("bwrap", max_concurrency=self.config.max_concurrency, bwrap=self.config.sandbox_bwrap)
         await self.sandbox.start()  # SandboxUnavailable: start-up fails saying why
+        # Commands run in long-lived sandboxed workers (a fork per command, everything cleaned after it),
+        # or each in a sandbox of its own. The pool's limits size every worker's writable space.
+        self.pool: SandboxPool | None = None
+        if self.config.sandbox_pool:
+            limits = self._limits(self.config.command_timeout_s)
+            self.pool = SandboxPool(self.sandbox, size=self.config.max_concurrency, limits=limits)
         self.runner = resources.files("gym_repo").joinpath("runner.py").read_bytes()
         self.max_bytes = self.config.workspace_mb << 20
+
+    async def shutdown(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+        await super().shutdown()
 
     def _base(self) -> Path | None:
         return Path(self.config.repository_root) if self.config.repository_root else None
@@ -139,7 +150,8 @@ class RepoServer(ResourcesServer):
             extra["stdin"] = stdin
         started = time.monotonic()
         try:
-            result = await self.sandbox.run(
+            runner = self.pool or self.sandbox
+            result = await runner.run(
                 ["/bin/sh", f"{META}/main.sh"], files=sandbox_files(workspace, extra), limits=self._limits(timeout_s)
             )
         finally:

@@ -19,6 +19,7 @@ from benchmarks._common import ROOT, load
 
 MEASUREMENTS = (
     "orchestration",
+    "strict_floor",
     "startup",
     "scale",
     "model_overhead",
@@ -130,6 +131,10 @@ def markdown(results: dict[str, Any]) -> str:
                     f"{g['errors'] + f['errors'] + lean['errors']} |"
                 )
         lines.append("")
+    if "strict_floor" in results:
+        from benchmarks.strict_floor import markdown as strict_floor_markdown
+
+        lines += strict_floor_markdown(results["strict_floor"])
     if "startup" in results:
         s = results["startup"]
         lines += [

@@ -1,9 +1,9 @@
-"""The strict floor's agent: a bare ASGI app on uvicorn (gym's settings) that makes a rollout's five
+"""The strict floor's agent: a bare ASGI app on uvicorn (gym's settings) that makes a rollout's six
 calls with gym's own transport and answers a fixed JSON body; no gym logic.
 
 ``python -m benchmarks._floor_agent PORT MODEL_URL RESOURCES_URL``: each request is read whole, then
-seed (resources), model, tool (resources), model, verify (resources), one after another, each with
-``gym_core.http1`` as gym's agent calls its servers; any answer but 200 is a 502."""
+seed (resources), model, tool (resources), model, verify, close the session (resources), one after
+another, each with ``gym_core.http1`` as gym's agent calls its servers; any answer but 200 is a 502."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ CALL_BODY = b'{"task": 1}'
 
 def make_app(model_url: str, resources_url: str):
     model, resources = origin_of(model_url), origin_of(resources_url)
-    hops = [resources, model, resources, model, resources]
+    hops = [resources, model, resources, model, resources, resources]
     pools: list[Pool] = []  # made on the server's loop, at the first request
 
     async def app(scope, receive, send):

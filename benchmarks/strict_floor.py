@@ -2,7 +2,8 @@
 
 Both sides run the scripted rollout's shape with the same processes: a collector in the driver
 (gym: ``gym collect``'s collector) → agent ``/run`` → resources (seed), model, resources (tool),
-model, resources (verify); six round trips, four processes. Gym's side is ``simple_agent``, the
+model, resources (verify), resources (close the session, as ``Rollout`` does on exit); seven round
+trips, four processes. Gym's side is ``simple_agent``, the
 ``scripted`` model and the ``counter`` environment, started as ``gym run --isolation none`` starts
 them. The floor's side is bare ASGI apps on uvicorn with gym's uvicorn settings and no gym logic
 (``_floor_agent``, ``_floor_server``), every call made with gym's own transport
@@ -235,7 +236,7 @@ def markdown(s: dict[str, Any]) -> list[str]:
     lines = [
         "## gym against the strict floor (strict_floor)",
         "",
-        "The same rollout (collector → agent; seed, model, tool, model, verify: 6 round trips) through gym's "
+        "The same rollout (collector → agent; seed, model, tool, model, verify, close: 7 round trips) through gym's "
         "servers and through bare uvicorn apps calling each other with gym's transport, same processes. CPU: "
         "every process of the side (driver included), ms per rollout. Median (min–max) of "
         f"{s['rounds']} alternating round(s); ratios within each round. Commit {s['commit']}, load average "

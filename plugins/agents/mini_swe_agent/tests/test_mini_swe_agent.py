@@ -1,115 +1,224 @@
-"""Tests of the mini_swe_agent plugin, real servers on loopback: gym's conformance kit for
-an agent server, then what is particular to this one.
+"""mini-swe-agent (the PyPI package, unmodified) as a gym rollout, real servers on loopback: the repo
+environment's sandbox runs its commands, a scripted model that also returns token ids (bytes of a
+chat template: exact, recomputable here) plays the policy through the capturing proxy.
 
-The plugin is registered explicitly rather than found through its entry point, so these tests also
-run from a source checkout. The test of the example config needs gym's first-party plugins too; it
-is skipped where they are not installed (in the plugin's own venv, say).
+The conformance kit for agents, then what is particular to this one: the captured ids equal the
+model server's, the chained trajectory and its mask, gym-train's sample, a hanging or failing
+harness or model as a typed failure.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
-from gym_core import ConfigError, ModelServer, PluginManager, ResourcesServer, ServerClient, Session, hookimpl, load_config
-from gym_core.schemas import (
-    Message,
-    OutputText,
-    Response,
-    ResponseCreateParams,
-    VerifyRequest,
-    VerifyResponse,
-    decode_response,
-    response_text,
-)
-from gym_core.testing import AgentServerTests, RunningServers, first_party, plugin_manager, running_servers
+from gym_core import hookimpl
+from gym_core.schemas import Message, Response, ResponseCreateParams, message_text
+from gym_core.testing import AgentServerTests, HTTPCaller, RunningServers, plugin_manager, read_rows, running_servers
 
 import gym_mini_swe_agent.plugin
+import gym_repo.plugin
+import gym_scripted.plugin
+from gym_mini_swe_agent.capture import Call, chain
+from gym_scripted.config import ScriptedModelConfig
+from gym_scripted.server import ScriptedModel
 
-PACKAGE = Path(__file__).resolve().parents[1]
-CONFIG = PACKAGE / "configs" / "mini_swe_agent.yaml"
-
-
-
-
-def plugins(*others: object) -> PluginManager:
-    """A plugin manager holding this plugin and ``others``."""
-    return plugin_manager(gym_mini_swe_agent.plugin, *others)
-
-
-def example_config() -> dict:
-    return yaml.safe_load(CONFIG.read_text())
+REPO = Path(gym_repo.plugin.__file__).resolve().parents[2]
+ROWS = read_rows(REPO / "data" / "example.jsonl")
+SUBMIT = "I am done.\n```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
 
 
-class EchoModel(ModelServer):
-    """Answers with the request's input text."""
+def render(messages: list[Any]) -> str:
+    """The test model's chat template (its prompt, as text)."""
+    text = "".join(f"<{m.role}>{message_text(m)}</{m.role}>" for m in messages if isinstance(m, Message))
+    return text + "<assistant>"
+
+
+def tokens(text: str) -> list[int]:
+    return list(text.encode())
+
+
+def log_probs(ids: list[int]) -> list[float]:
+    return [-(i % 7) / 8 for i in ids]
+
+
+class TokenScripted(ScriptedModel):
+    """The scripted model, with token ids: the UTF-8 bytes of :func:`render` and of the reply (+ its
+    end tag), log-probs a function of each id; on the last output message, as local_llama puts them."""
 
     async def responses(self, params: ResponseCreateParams) -> Response:
-        # Agents send a string input as one user message.
-        messages = [params.input] if isinstance(params.input, str) else [
-            item.content for item in params.input if isinstance(item, Message) and item.role == "user"]
-        text = messages[-1] if messages and isinstance(messages[-1], str) else ""
-        return Response(output=[Message(role="assistant", content=[OutputText(text=text)])])
+        response = await super().responses(params)
+        if params.return_token_ids:
+            said = [m for m in response.output if isinstance(m, Message)]
+            if said:
+                generated = tokens("".join(message_text(m) for m in said) + "</assistant>")
+                inputs = [params.input] if isinstance(params.input, str) else params.input
+                said[-1].prompt_token_ids = tokens(render(list(inputs)))
+                said[-1].generation_token_ids = generated
+                said[-1].generation_log_probs = log_probs(generated)
+        return response
 
 
-class ExactAnswerRequest(VerifyRequest, kw_only=True):
-    expected_answer: str
-
-
-class ExactAnswer(ResourcesServer):
-    """Reward 1 when the response's text is the task's ``expected_answer``."""
-
-    async def verify(self, session: Session, body: ExactAnswerRequest) -> VerifyResponse:
-        return VerifyResponse(reward=float(response_text(body.response) == body.expected_answer))
-
-
-class HelperServers:
-    """A model and an environment for these tests, registered like any plugin."""
-
+class Helpers:
     @hookimpl
     def gym_register_servers(self, register):
-        register(name="echo_model", kind="model", server=EchoModel)
-        register(name="exact_answer", kind="resources", server=ExactAnswer)
+        register(name="token_scripted", kind="model", server=TokenScripted, config=ScriptedModelConfig)
+
+
+def with_script(row: dict[str, Any], *texts: str) -> dict[str, Any]:
+    script = [{"text": text} for text in texts]
+    params = {**row["responses_create_params"], "metadata": {"scripted_turns": json.dumps(script)}}
+    return {**row, "responses_create_params": params}
+
+
+def fix_turn(row: dict[str, Any]) -> str:
+    return (
+        f"THOUGHT: apply the fix.\n```mswea_bash_command\npatch -p1 <<'GYM_EOF'\n{row['reference_patch']}GYM_EOF\n```"
+    )
 
 
 class TestMiniSweAgent(AgentServerTests):
     server_type = "mini_swe_agent"
-    plugins = [gym_mini_swe_agent.plugin, HelperServers()]
-    model = {"plugin": "echo_model"}
-    environment = {"plugin": "exact_answer"}
-    # The echo model answers the question itself: right when the question is the answer.
-    example_data = [
-        {"responses_create_params": {"input": "42"}, "expected_answer": "42"},
-        {"responses_create_params": {"input": "41"}, "expected_answer": "42"},
-    ]
+    plugins = [gym_mini_swe_agent.plugin, gym_repo.plugin, gym_scripted.plugin, Helpers()]
+    model = {"plugin": "token_scripted"}
+    environment = {"plugin": "repo", "command_timeout_s": 5}
+    options = {"step_limit": 4, "harness_timeout_s": 60}
+    probe_options = {"require_token_ids": False}
+    example_data = REPO / "data" / "example.jsonl"
+
+    def run_body(self, row):
+        if row["conformance"]["reward"] == 1.0:
+            return with_script(row, fix_turn(row), SUBMIT)
+        return with_script(row, SUBMIT)
 
     def expected_reward(self, row):
-        return float(row["responses_create_params"]["input"] == row["expected_answer"])
+        return row["conformance"]["reward"]
 
-    def test_run_returns_the_model_response(self, gym_servers: RunningServers):
-        result = gym_servers.caller().post("/run", {"responses_create_params": {"input": "42"}, "expected_answer": "42"})
-        assert response_text(decode_response(result.json()["response"])) == "42"
+    def test_the_captured_ids_are_the_model_servers(self, gym_servers: RunningServers):
+        row = ROWS[0]
+        body = with_script(row, "THOUGHT: look.\n```mswea_bash_command\nls\n```", fix_turn(row), SUBMIT)
+        result = gym_servers.caller().post("/run", body).json()
+        assert result["reward"] == 1.0 and result["submitted"] is True and result["exit_status"] == "Submitted"
+        assert result["steps"] == 3 and result["num_model_calls"] == 3 and result["num_tool_calls"] == 3
+        said = [m for m in result["response"]["output"] if m.get("role") == "assistant"]
+        assert len(said) == len(result["calls"]) == 3
+        for call, item in zip(result["calls"], said):
+            # Each call's prompt is the model server's tokenisation of what the harness sent...
+            assert call == {k: item[k] for k in ("prompt_token_ids", "generation_token_ids", "generation_log_probs")}
+            text = bytes(call["prompt_token_ids"]).decode()
+            assert text.startswith("<system>You are a helpful assistant") and text.endswith("<assistant>")
+            reply = item["content"][0]["text"]
+            assert call["generation_token_ids"] == tokens(reply + "</assistant>")
+            assert call["generation_log_probs"] == log_probs(call["generation_token_ids"])
+        # ...the harness's own observation template between the calls (the sandbox's output of `ls`).
+        second = bytes(result["calls"][1]["prompt_token_ids"]).decode()
+        assert "<returncode>0</returncode>" in second and "README.md" in second
+        # The chained trajectory: one sequence, the generated ids masked 1, the rest 0.
+        trajectory = result["trajectory"]
+        assert result["token_drift"] == 0 and trajectory["segments"] == 1
+        last = result["calls"][-1]
+        assert trajectory["token_ids"] == last["prompt_token_ids"] + last["generation_token_ids"]
+        generated = [t for t, m in zip(trajectory["token_ids"], trajectory["loss_mask"]) if m]
+        assert generated == sum((c["generation_token_ids"] for c in result["calls"]), [])
+        assert [p for p, m in zip(trajectory["log_probs"], trajectory["loss_mask"]) if m] == sum(
+            (c["generation_log_probs"] for c in result["calls"]), []
+        )
 
-    def test_responses_asks_the_model(self, gym_servers: RunningServers):
-        response = gym_servers.caller().post("/v1/responses", {"input": "hello"})
-        assert response_text(decode_response(response.body)) == "hello"
+    def test_gym_train_takes_the_row_unchanged(self, gym_servers: RunningServers):
+        row = ROWS[0]
+        result = gym_servers.caller().post("/run", with_script(row, fix_turn(row), SUBMIT)).json()
+        # gym-train's sample is the last output item carrying generation ids (gym_train.loop.rollout_sample):
+        carrier = [m for m in result["response"]["output"] if m.get("generation_token_ids") is not None][-1]
+        assert {k: carrier[k] for k in result["calls"][-1]} == result["calls"][-1]
+        try:  # gym-train lives in its own venv (torch); where it is importable, its own reader too
+            from gym_train.loop import rollout_sample
+        except ImportError:
+            return
+        sample = rollout_sample(result, group=0)
+        assert sample is not None and sample["reward"] == 1.0
+        assert sample["generation_token_ids"] == result["calls"][-1]["generation_token_ids"]
+
+    def test_format_errors_are_reminders_and_their_replies_stay_in_the_trajectory(self, gym_servers: RunningServers):
+        row = ROWS[0]
+        # The harness keeps no reply that broke the format, so the script's turn 0 comes back each time.
+        result = gym_servers.caller().post("/run", with_script(row, "no command here")).json()
+        assert result["exit_status"] == "RepeatedFormatError" and result["submitted"] is False
+        assert result["reward"] == 0.0 and len(result["calls"]) == 3 and result["num_tool_calls"] == 0
+        output = result["response"]["output"]
+        assert [m["role"] for m in output] == ["assistant", "user"] * 3
+        assert all(m["generation_token_ids"] == c["generation_token_ids"] for m, c in zip(output[::2], result["calls"]))
+        assert "EXACTLY ONE action" in output[1]["content"]
+
+    def test_the_harness_commands_run_in_the_sandbox(self, gym_servers: RunningServers):
+        row = ROWS[0]
+        probe = "THOUGHT: where am I.\n```mswea_bash_command\npwd; id -u; ls /root 2>&1 | head -1\n```"
+        result = gym_servers.caller().post("/run", with_script(row, probe, SUBMIT)).json()
+        observation = result["response"]["output"][1]["content"]
+        assert "/tmp/work" in observation and "65534" in observation  # the sandbox's workspace, uid nobody
 
 
-def test_references_must_name_servers_of_the_right_kind():
-    config = TestMiniSweAgent.instances_config()
-    config["mini_swe_agent"]["model_server"] = "environment"
-    with pytest.raises(ConfigError, match="expected a model server"):
-        load_config(base=config, env_file=None, server_types=plugins(HelperServers()).servers(), allocate_ports=False)
+class TestFailures:
+    """A harness that hangs, a model that fails: typed failures, never a reward."""
+
+    @staticmethod
+    @contextlib.contextmanager
+    def agent(options: dict[str, Any], model: dict[str, Any] | None = None) -> Iterator[HTTPCaller]:
+        config = {
+            "policy": {"plugin": "token_scripted", **(model or {})},
+            "environment": {"plugin": "repo", "command_timeout_s": 20},
+            "agent": {
+                "plugin": "mini_swe_agent",
+                "model_server": "policy",
+                "resources_server": "environment",
+                **options,
+            },
+        }
+        manager = plugin_manager(gym_mini_swe_agent.plugin, gym_repo.plugin, gym_scripted.plugin, Helpers())
+        with running_servers(config, manager) as resolved:
+            yield HTTPCaller(resolved.instances["agent"].url, auth_token=resolved.auth_token)
+
+    def test_a_harness_past_its_deadline_fails_the_rollout_typed(self):
+        row = ROWS[0]
+        slow = "THOUGHT: wait.\n```mswea_bash_command\nsleep 10\n```"
+        with self.agent({"harness_timeout_s": 1.5}) as caller:
+            answer = caller.post("/run", with_script(row, slow, SUBMIT))
+            assert answer.status == 504, answer.text
+            assert answer.json()["error"]["type"] == "harness_timeout"
+
+    def test_a_failing_model_fails_the_rollout_with_its_own_type(self):
+        row = ROWS[0]
+        with self.agent({}, {"rules": [{"match": "helpful assistant", "error_status": 503}]}) as caller:
+            answer = caller.post("/run", with_script(row, SUBMIT))
+            assert answer.status >= 500 and "reward" not in answer.json(), answer.text
+
+    def test_a_model_without_token_ids_fails_when_they_are_required(self):
+        row = ROWS[0]
+        with self.agent({}, {"plugin": "scripted"}) as caller:
+            answer = caller.post("/run", with_script(row, SUBMIT))
+            assert answer.status == 424 and "no token ids" in answer.text
 
 
-async def test_example_config_runs_a_rollout():
-    # The scripted model says its line; the counter keeps its initial count, so the task is solved.
-    manager = plugins(*first_party("scripted", "counter"))
-    task = {"responses_create_params": {"input": "count to two"}, "initial_count": 2, "expected_count": 2}
-    with running_servers(example_config(), plugins=manager) as config:
-        async with ServerClient(config) as client:
-            result = await client.post("agent", "/run", task)
-    assert result["reward"] == 1.0
-    assert result["final_count"] == 2
+def call(prompt: list[int], generated: list[int]) -> Call:
+    return Call(Response(output=[]), prompt, generated, [-1.0] * len(generated))
+
+
+def test_chain_masks_what_the_model_generated_and_counts_drift():
+    whole = chain([call([1, 2], [3]), call([1, 2, 3, 4], [5, 6])])
+    assert whole["token_ids"] == [1, 2, 3, 4, 5, 6] and whole["loss_mask"] == [0, 0, 1, 0, 1, 1]
+    assert whole["log_probs"] == [0.0, 0.0, -1.0, 0.0, -1.0, -1.0] and whole["segments"] == 1
+    drifted = chain([call([1, 2], [3]), call([1, 9, 3, 4], [5])])
+    assert drifted["token_drift"] == 1 and drifted["segments"] == 2
+    assert drifted["token_ids"] == [1, 9, 3, 4, 5] and drifted["loss_mask"] == [0, 0, 0, 0, 1]
+
+
+@pytest.mark.parametrize("missing", ["prompt", "generated"])
+def test_chain_skips_calls_without_ids(missing):
+    partial = Call(
+        Response(output=[]), None if missing == "prompt" else [1], None if missing == "generated" else [2], None
+    )
+    assert chain([partial])["turns"] == [{"prompt_tokens": None, "generation_tokens": None, "drifted_tokens": 0}]

@@ -1,8 +1,8 @@
 """Registers the ``mini_swe_agent`` agent server through gym's hooks.
 
 This module imports only gym_core and the config: `gym plugin list` loads it in every process that
-lists plugins, so the server (and whatever heavy library it needs) is named by a string and imported
-only by the process that runs it.
+lists plugins, so the server (and mini-swe-agent, litellm behind it) is named by a string and
+imported only by the process that runs it.
 """
 
 from gym_core import hookimpl
@@ -15,7 +15,8 @@ def gym_register_servers(register):
     register(
         name="mini_swe_agent",
         kind="agent",
-        server="gym_mini_swe_agent.server:MiniSweAgentAgent",
+        server="gym_mini_swe_agent.server:MiniSweAgent",
         config=MiniSweAgentConfig,
-        description="A gym agent",
+        description="runs the mini-swe-agent harness (PyPI) as a rollout: its model calls through a "
+        "token-capturing proxy, its commands in the environment's sandbox, then verify",
     )

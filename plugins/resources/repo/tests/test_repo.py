@@ -97,6 +97,23 @@ class TestRepo(ResourcesServerTests):
         other = self.seeded(gym_servers)
         assert other.post("/read_file", {"path": "made.txt"}).status == 400
 
+    def test_links_empty_directories_and_executable_bits_outlive_their_command(self, gym_servers):
+        # The prelude places them in batches (one mkdir, one chmod) from the next command on.
+        caller = self.seeded(gym_servers)
+        make = (
+            "mkdir -p 'empty dir' a/b/c x; printf 'echo ran $1' > 'run me.sh'; chmod +x 'run me.sh'; "
+            "ln -s ../README.md x/readme; ln -s 'run me.sh' go; printf 'echo two' > two.sh; chmod +x two.sh"
+        )
+        assert caller.post("/run_command", {"command": make}).json()["exit_code"] == 0
+        check = (
+            "./go 1; ./two.sh; ls -d 'empty dir' a/b/c; head -c 8 x/readme; echo; command -v python3; command -v python"
+        )
+        seen = caller.post("/run_command", {"command": check}).json()
+        assert seen["exit_code"] == 0, seen
+        lines = seen["stdout"].splitlines()
+        assert lines[:5] == ["ran 1", "two", "a/b/c", "empty dir", ROWS[0]["repository"]["README.md"][:8]], seen
+        assert lines[5:] == ["/tmp/.gym/bin/python3", "/tmp/.gym/bin/python"], seen
+
     def test_a_file_left_unreadable_is_dropped_and_the_command_still_answers(self, gym_servers):
         caller = self.seeded(gym_servers)
         out = caller.post("/run_command", {"command": "echo x > locked.txt; chmod 000 locked.txt; echo done"})

@@ -34,6 +34,7 @@ from gym_repo.config import RepoConfig
 from gym_repo.workspace import (
     META,
     WORK,
+    Snapshot,
     Workspace,
     WorkspaceError,
     load_repository,
@@ -72,9 +73,9 @@ class RepoVerifyResponse(VerifyResponse, kw_only=True):
 
 
 def truncate(data: bytes, limit: int) -> str:
-    text = data.decode(errors="replace")
+    """``data`` as text, cut at ``limit`` bytes with a marker."""
     if len(data) <= limit:
-        return text
+        return data.decode(errors="replace")
     cut = data[:limit].decode(errors="replace")
     return f"{cut}\n[... output truncated: {len(data) - limit} more bytes ...]"
 
@@ -88,12 +89,12 @@ class RepoServer(ResourcesServer):
         await self.sandbox.start()  # SandboxUnavailable: start-up fails saying why
         # Commands run in long-lived sandboxed workers (a fork per command, everything cleaned after it),
         # or each in a sandbox of its own. The pool's limits size every worker's writable space.
+        self.runner = resources.files("gym_repo").joinpath("runner.py").read_bytes()
+        self.max_bytes = self.config.workspace_mb << 20
         self.pool: SandboxPool | None = None
         if self.config.sandbox_pool:
             limits = self._limits(self.config.command_timeout_s)
             self.pool = SandboxPool(self.sandbox, size=self.config.max_concurrency, limits=limits)
-        self.runner = resources.files("gym_repo").joinpath("runner.py").read_bytes()
-        self.max_bytes = self.config.workspace_mb << 20
 
     async def shutdown(self) -> None:
         if self.pool is not None:
@@ -126,15 +127,14 @@ class RepoServer(ResourcesServer):
             memory_mb=self.config.memory_mb,
             processes=self.config.processes,
             open_files=256,
-            output_bytes=(scratch_mb << 20) * 2,
+            output_bytes=(scratch_mb << 20) * 2,  # the tar stream: the scratch's files, tar's headers
             scratch_mb=scratch_mb,
         )
 
-    async def _command(
-        self, state: dict, command: str, *, stdin: bytes | None = None
-    ) -> tuple[Workspace, bytes, bytes, int | None, str]:
-        """Run ``command`` over the session's workspace; the new workspace, stdout, stderr, exit
-        code and how the run ended (``exited``, ``timeout``...). The session's workspace is left as it was."""
+    async def _command(self, state: dict, command: str, *, stdin: bytes | None = None) -> tuple[Snapshot, str]:
+        """Run ``command`` over the session's workspace: the run's snapshot (the new workspace, stdout,
+        stderr, the exit code) and how the run ended (``exited``, ``timeout``). The session's
+        workspace is left as it was."""
         spent = state["command_time_s"]
         budget = self.config.session_command_time_s
         if spent >= budget:
@@ -172,8 +172,7 @@ class RepoServer(ResourcesServer):
             raise ToolError(f"{exc}; the workspace is unchanged", 400) from None
         if snap.exit_code is None:
             raise stopped
-        outcome = "timeout" if snap.exit_code in (124, 137) else "exited"
-        return snap.workspace, snap.stdout, snap.stderr, snap.exit_code, outcome
+        return snap, "timeout" if snap.exit_code in (124, 137) else "exited"
 
     # --- tools -------------------------------------------------------------------------------------
 
@@ -187,10 +186,14 @@ class RepoServer(ResourcesServer):
         stdout and stderr; files it changes stay changed."""
         state = self._state(session)
         async with state["lock"]:
-            workspace, out, err, code, outcome = await self._command(state, command)
-            state["workspace"] = workspace
+            snap, outcome = await self._command(state, command)
+            state["workspace"] = snap.workspace
         limit = self.config.output_bytes
-        answer: dict[str, Any] = {"exit_code": code, "stdout": truncate(out, limit), "stderr": truncate(err, limit)}
+        answer: dict[str, Any] = {
+            "exit_code": snap.exit_code,
+            "stdout": truncate(snap.stdout, limit),
+            "stderr": truncate(snap.stderr, limit),
+        }
         if outcome == "timeout":
             answer["timed_out"] = True
         return answer
@@ -254,12 +257,12 @@ class RepoServer(ResourcesServer):
         # `patch` reads the diff on its stdin; --forward: a patch already applied is refused, not reversed.
         command = f"patch -p{strip} --batch --forward --no-backup-if-mismatch -r -"
         async with state["lock"]:
-            new, out, err, code, _ = await self._command(state, command, stdin=patch.encode())
-            if code != 0:
-                detail = truncate(out + err, self.config.output_bytes).strip()
+            snap, _ = await self._command(state, command, stdin=patch.encode())
+            if snap.exit_code != 0:
+                detail = truncate(snap.stdout + snap.stderr, self.config.output_bytes).strip()
                 raise ToolError(f"the patch does not apply (nothing was changed): {detail}", 400)
-            state["workspace"] = new
-        return {"applied": True, "output": truncate(out, self.config.output_bytes).strip()}
+            state["workspace"] = snap.workspace
+        return {"applied": True, "output": truncate(snap.stdout, self.config.output_bytes).strip()}
 
     # --- the verdict -------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ leaves the workspace, and symbolic links followed inside the workspace only; any
 from __future__ import annotations
 
 import io
+import os
 import posixpath
 import shlex
 import tarfile
@@ -22,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Entry", "Workspace", "WorkspaceError", "load_repository", "snapshot_script", "read_snapshot"]
+__all__ = ["Entry", "Snapshot", "Workspace", "WorkspaceError", "load_repository", "snapshot_script", "read_snapshot"]
 
 WORK = "/tmp/work"  # the workspace inside the sandbox: the command's working directory
 META = "/tmp/.gym"  # gym's own files in a run (the command, the prelude); never part of the workspace
@@ -281,37 +282,55 @@ def _tar_entries(archive: tarfile.TarFile, where: str, max_bytes: int, strip: st
 
 def sandbox_files(workspace: Workspace, extra: dict[str, bytes] | None = None) -> dict[str, bytes]:
     """The files of a run: the workspace's regular files under ``work/`` (the sandbox's scratch is
-    ``/tmp``), and ``extra`` (gym's own, under ``.gym/``)."""
+    ``/tmp``), and ``extra`` (gym's own, under ``.gym/``; ``.gym/bin/`` is made with them)."""
     files = {f"work/{p}": e.data for p, e in workspace.entries.items() if e.kind == "file"}
+    files[".gym/bin/.made"] = b""
     for name, data in (extra or {}).items():
         files[f".gym/{name}"] = data
     return files
 
 
+def _python_links(interpreter: str) -> str:
+    """The line that puts ``python`` and ``python3`` in ``.gym/bin``: one ``ln`` when the
+    interpreter's directory has both names for it (as a virtual environment's or pyenv's has), else two."""
+    folder = posixpath.dirname(interpreter)
+    real = os.path.realpath(interpreter)
+    names = [posixpath.join(folder, n) for n in ("python", "python3")]
+    if all(os.path.realpath(n) == real for n in names):
+        return f"ln -s -t {META}/bin " + " ".join(shlex.quote(n) for n in names)
+    return " && ".join(f"ln -s {shlex.quote(interpreter)} {META}/bin/{n}" for n in ("python", "python3"))
+
+
 def prelude(workspace: Workspace, interpreter: str) -> str:
     """Shell lines that finish placing the workspace (empty directories, links, executable bits)
-    and put ``python``/``python3`` (the sandbox's interpreter) first on the PATH."""
-    lines = [
-        f"mkdir -p {META}/bin {WORK}",
-        f"ln -s {shlex.quote(interpreter)} {META}/bin/python",
-        f"ln -s {shlex.quote(interpreter)} {META}/bin/python3",
-    ]
+    and put ``python``/``python3`` (the sandbox's interpreter) first on the PATH. Every program
+    started in the sandbox costs milliseconds, so the lines start as few as they can."""
+    dirs = [] if any(e.kind == "file" for e in workspace.entries.values()) else [WORK]  # else the files made it
+    links: list[str] = []
+    executables: list[str] = []
     for path, entry in sorted(workspace.entries.items()):
-        quoted = shlex.quote(f"{WORK}/{path}")
-        parent = shlex.quote(posixpath.dirname(f"{WORK}/{path}"))
+        where = f"{WORK}/{path}"
         if entry.kind == "dir":
-            lines.append(f"mkdir -p {quoted}")
+            dirs.append(where)
         elif entry.kind == "link":
-            lines.append(f"mkdir -p {parent} && ln -s {shlex.quote(entry.target)} {quoted}")
+            dirs.append(posixpath.dirname(where))
+            links.append(f"ln -s {shlex.quote(entry.target)} {shlex.quote(where)}")
         elif entry.executable:
-            lines.append(f"chmod +x {quoted}")
+            executables.append(shlex.quote(where))
+    lines = [_python_links(interpreter)]
+    if dirs:
+        lines.append("mkdir -p " + " ".join(shlex.quote(d) for d in dict.fromkeys(dirs)))
+    lines += links
+    if executables:
+        lines.append("chmod +x " + " ".join(executables))
     return "\n".join(lines) + "\n"
 
 
 def snapshot_script(timeout_s: float, *, stdin_file: str | None = None) -> str:
     """The run's program (``sh``): the prelude, the command (``.gym/command``) under ``timeout``
     with its output in ``/dev/shm``, then a tar stream on stdout holding the workspace's new state
-    (``work/``) and the command's ``out``, ``err`` and ``status``."""
+    (``work/``) and the command's ``out``, ``err`` and ``status``. (Each program it starts costs
+    milliseconds: it starts ``sh``, the prelude's ``ln``, ``timeout``, the command's ``sh``, ``tar``.)"""
     stdin = shlex.quote(stdin_file) if stdin_file else "/dev/null"
     return f"""set -u
 export PATH={META}/bin:/usr/local/bin:/usr/bin:/bin PYTHONDONTWRITEBYTECODE=1

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from gym_core.errors import InfrastructureError
-from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxPool, SandboxUnavailable
+from gym_core.sandbox import Sandbox, SandboxError, SandboxLimits, SandboxPool, SandboxResult, SandboxUnavailable
 
 QUICK = SandboxLimits(wall_time_s=10, cpu_time_s=5, memory_mb=256, processes=16, output_bytes=4096, scratch_mb=4)
 
@@ -634,15 +634,32 @@ CANARY = (
 )
 
 
+# A preloaded pool's function that runs the job's main.py as `python main.py ARGS` would: every
+# program of the suite then runs in a fork of the worker instead of an exec'd interpreter.
+PRELOAD = (
+    "import sys\n"
+    "def main(args):\n"
+    "    sys.argv = ['main.py', *args]\n"
+    "    with open('main.py') as file:\n"
+    "        code = compile(file.read(), 'main.py', 'exec')\n"
+    "    exec(code, {'__name__': '__main__', '__builtins__': __builtins__})\n"
+)
+
+
 class PoolRunner:
-    """A pool on an event loop of its own, kept across the tests of this module."""
+    """A pool on an event loop of its own, kept across the tests of this module; ``preloaded``: its
+    jobs are calls of :data:`PRELOAD` in forks of the worker."""
 
-    def __init__(self, box: Sandbox, **kw):
+    def __init__(self, box: Sandbox, preloaded: bool = False, **kw):
         self.runner = asyncio.Runner()
-        self.pool = SandboxPool(box, **kw)
+        self.preloaded = preloaded
+        self.pool = SandboxPool(box, preload=(PRELOAD, "main") if preloaded else None, **kw)
 
-    def run(self, source: str, limits: SandboxLimits = QUICK, **kw):
-        return self.runner.run(self.pool.run_python(source, limits=limits, **kw))
+    def run(self, source: str, limits: SandboxLimits = QUICK, args=(), files=None, **kw):
+        if self.preloaded:
+            files = {**(files or {}), "main.py": source}
+            return self.runner.run(self.pool.call(list(args), files=files, limits=limits, **kw))
+        return self.runner.run(self.pool.run_python(source, limits=limits, args=args, files=files, **kw))
 
     def canary(self) -> dict:
         result = self.run(CANARY)
@@ -662,9 +679,9 @@ def assert_clean(seen: dict) -> None:
     assert seen["sysvipc"] == [1, 1, 1]  # the tables' header lines only
 
 
-@pytest.fixture(scope="module")
-def pool(sandbox) -> Iterator[PoolRunner]:
-    runner = PoolRunner(sandbox, size=1, limits=QUICK)
+@pytest.fixture(scope="module", params=["exec", "preloaded"])
+def pool(sandbox, request) -> Iterator[PoolRunner]:
+    runner = PoolRunner(sandbox, preloaded=request.param == "preloaded", size=1, limits=QUICK)
     yield runner
     runner.close()
 
@@ -776,8 +793,9 @@ def test_escape_a_job_cannot_read_or_write_the_workers_channel(pool):
     assert_clean(pool.canary())
 
 
-def test_escape_a_job_that_kills_or_stops_its_worker_gets_no_pass_and_the_worker_is_replaced(sandbox):
-    runner = PoolRunner(sandbox, size=1, limits=QUICK)
+@pytest.mark.parametrize("preloaded", [False, True])
+def test_escape_a_job_that_kills_or_stops_its_worker_gets_no_pass_and_the_worker_is_replaced(sandbox, preloaded):
+    runner = PoolRunner(sandbox, preloaded=preloaded, size=1, limits=QUICK)
     try:
         runner.canary()
         killed = runner.run("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('ok')")
@@ -796,10 +814,11 @@ def test_escape_a_job_that_kills_or_stops_its_worker_gets_no_pass_and_the_worker
         runner.close()
 
 
-def test_escape_a_job_that_leaves_a_system_v_semaphore_gets_its_worker_replaced(sandbox):
+@pytest.mark.parametrize("preloaded", [False, True])
+def test_escape_a_job_that_leaves_a_system_v_semaphore_gets_its_worker_replaced(sandbox, preloaded):
     # semget is not denied by the filter; a semaphore outlives its process and would carry a value
     # to the next job of the same worker: the worker refuses to go on.
-    runner = PoolRunner(sandbox, size=1, limits=QUICK)
+    runner = PoolRunner(sandbox, preloaded=preloaded, size=1, limits=QUICK)
     try:
         runner.canary()
         made = runner.run(
@@ -856,3 +875,84 @@ def test_concurrent_pool_jobs_each_get_their_own_answer(sandbox):
             return [r.stdout for r in results]
 
     assert asyncio.run(main()) == [f"{i}\n".encode() for i in range(9)]
+
+
+# --- preloaded pools: jobs forked from the worker, no exec ----------------------------------------
+
+# Every `GYMSECRET-<32 hex>` in the job's own writable memory (what a fork of the worker inherited,
+# read with ctypes: the process may read itself), printed before the job reads its own stdin.
+SCAN = (
+    "import ctypes, re, sys\n"
+    "pattern = re.compile(rb'GYM' + rb'SECRET-([0-9a-f]{32})')\n"
+    "found = set()\n"
+    "for line in open('/proc/self/maps'):\n"
+    "    fields = line.split()\n"
+    "    if not fields[1].startswith('rw') or (len(fields) > 5 and fields[5].startswith('[v')):\n"
+    "        continue\n"
+    "    start, end = (int(x, 16) for x in fields[0].split('-'))\n"
+    "    found.update(m.decode() for m in pattern.findall(ctypes.string_at(start, end - start)))\n"
+    "print(' '.join(sorted(found)))\n"
+    "print(len(sys.stdin.read()))\n"
+)
+
+
+def test_escape_a_preloaded_job_finds_no_data_of_earlier_jobs_nor_its_stdin_in_its_memory(sandbox):
+    # A preloaded job is a fork of the worker, which read every earlier job's files, stdin and output:
+    # freed memory keeps its bytes, so the worker must have zeroed them; and this job's own stdin
+    # (its tests, for code_gen's driver) must reach it only through the pipe, after the fork.
+    runner = PoolRunner(sandbox, preloaded=True, size=1, limits=QUICK)
+    limits = SandboxLimits(wall_time_s=10, cpu_time_s=5, memory_mb=512, output_bytes=1 << 20, scratch_mb=4)
+    try:
+        earlier = []
+        for size in (1, 40, 2000):  # small objects, mid-sized heap blocks, larger ones
+            secret = uuid.uuid4().hex
+            earlier.append(secret)
+            text = f"GYMSECRET-{secret}\n" * size
+            echoed = runner.run(
+                "import sys\nsys.stdout.write(sys.stdin.read() + open('s.txt').read())",
+                stdin=text.encode(),
+                files={"s.txt": text},
+                limits=limits,
+            )
+            assert echoed.ok and echoed.stdout == (text * 2).encode()
+        mine = uuid.uuid4().hex
+        scan = runner.run(SCAN, stdin=f"GYMSECRET-{mine}\n".encode() * 100, limits=limits)
+        assert scan.ok, scan
+        found, read = scan.stdout.decode().split("\n")[:2]
+        assert int(read) == 43 * 100  # it did get its stdin, after the scan
+        assert set(found.split()).isdisjoint([*earlier, mine]), found
+        assert runner.pool.workers_started == 1  # one worker ran them all
+    finally:
+        runner.close()
+
+
+def test_a_preloaded_call_exits_as_a_fresh_interpreter_would(sandbox):
+    runner = PoolRunner(sandbox, preloaded=True, size=1, limits=QUICK)
+    try:
+        assert runner.run("print('ok')").ok
+        assert runner.run("import sys\nsys.exit(5)").exit_code == 5
+        assert runner.run("raise SystemExit('bye')").exit_code == 1
+        failed = runner.run("raise ValueError('boom')")
+        assert failed.exit_code == 1 and b"ValueError: boom" in failed.stderr
+        # Python's own start-up state (SIGPIPE ignored), not the exec'd one: a closed pipe is an error.
+        signals = runner.run("import signal\nprint(signal.getsignal(signal.SIGPIPE) == signal.SIG_IGN)")
+        assert signals.stdout == b"True\n"
+        with pytest.raises(ValueError, match="preload"):
+            asyncio.run(SandboxPool(sandbox).call(["x"]))
+        with pytest.raises(ValueError, match="must be a name"):
+            SandboxPool(sandbox, preload=("", "not a name"))
+        assert runner.pool.workers_started == 1
+    finally:
+        runner.close()
+
+
+def test_a_preloaded_call_in_the_unsandboxed_mode_runs_in_a_fresh_interpreter():
+    box = Sandbox("unsandboxed")
+    asyncio.run(box.start())
+
+    async def main() -> SandboxResult:
+        async with SandboxPool(box, preload=(PRELOAD, "main")) as pool:
+            return await pool.call(["a"], stdin=b"in", files={"main.py": "import sys\nprint(sys.argv[1:], input())"})
+
+    result = asyncio.run(main())
+    assert result.ok and result.stdout == b"['a'] in\n"

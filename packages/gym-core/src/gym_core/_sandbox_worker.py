@@ -15,6 +15,14 @@ Per job (read from the channel: a JSON header line, then the files' and stdin's 
    the sandbox (the worker is the subreaper of all of them), then answers one JSON line and the
    output's bytes.
 
+A *preloaded* worker (started with a module's source and a function name as its arguments, under
+``python -I -S -B``) executes that module once; a job sent with ``call`` (its arguments) instead of
+``argv`` is then forked without ``exec``: the child, after the same steps 3 (session, streams,
+descriptors, rlimits), calls ``function(args)`` and exits with its status. The worker's memory is
+the child's: every byte of a job's files, stdin and output is read into a buffer that is zeroed once
+used (files before the fork; the stdin is read only after it), so no fork holds another job's data.
+Only the header (argv or call arguments, limits, file names) passes through ordinary objects.
+
 The worker is non-dumpable (its ``/proc/<pid>/mem``, ``fd`` and ``environ`` are closed to the
 jobs, which have no capabilities). A job can kill or stop the worker (same user): the host then
 sees the channel end or go quiet, answers that job as killed or timed out, and starts a new worker.
@@ -44,14 +52,23 @@ def _prctl(option, value):
 
 
 def _read_exact(size):
-    chunks = []
-    while size:
-        chunk = os.read(0, min(size, 1 << 20))
-        if not chunk:
+    """``size`` bytes of the channel, read straight into a buffer (no other copy): wipe it once used."""
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    while view:
+        count = os.readv(0, [view])
+        if not count:
             raise EOFError
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+        view = view[count:]
+    return buffer
+
+
+def _wipe(buffer):
+    """Zero a buffer in place: freed memory keeps its bytes, and a preloaded worker's jobs are forks of it."""
+    if len(buffer):
+        import ctypes
+
+        ctypes.memset((ctypes.c_char * len(buffer)).from_buffer(buffer), 0, len(buffer))
 
 
 def _read_line():
@@ -132,12 +149,14 @@ def clean():
     return True
 
 
-def _child(argv, limits, stdin_r, out_w, err_w):
+def _child(argv, limits, stdin_r, out_w, err_w, call=None):
     try:
         # The signal state of a fresh process: Python's ignored signals (SIGPIPE, SIGXFSZ) would stay
-        # ignored across exec, and a blocked mask would stay blocked.
-        for number in (signal.SIGPIPE, signal.SIGXFSZ):
-            signal.signal(number, signal.SIG_DFL)
+        # ignored across exec, and a blocked mask would stay blocked. (A call stays in Python, which
+        # ignores those two as every interpreter does at start.)
+        if call is None:
+            for number in (signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(number, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         os.setsid()
         os.dup2(stdin_r, 0)
@@ -156,34 +175,83 @@ def _child(argv, limits, stdin_r, out_w, err_w):
         ):
             resource.setrlimit(resource_id, value)
         os.chdir(SCRATCH)
+        if call is not None:
+            _call(call)
         os.execvpe(argv[0], argv, dict(os.environ))
     except BaseException as exc:
         try:
-            os.write(2, f"gym sandbox worker: could not start {argv[0]}: {exc}\n".encode())
+            os.write(2, f"gym sandbox worker: could not start {argv[0] if argv else 'the call'}: {exc}\n".encode())
         finally:
             os._exit(127)
 
 
-def run_job(header, files, stdin):
+def _call(args):
+    """In a preloaded job's child: the preloaded function on ``args``, as a fresh interpreter running it would."""
+    sys.stdin = sys.__stdin__ = open(0, encoding="utf-8", closefd=False)
+    sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+    sys.argv = ["-c", *args]
+    code = 0
+    function = PRELOADED
+    assert function is not None  # run_job refuses a call otherwise
+    try:
+        function(args)
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code & 0xFF
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(code)
+
+
+PRELOADED = None  # a preloaded worker's function
+
+
+def run_job(header, files):
+    """The job: its answer, and its stdout and stderr in buffers the caller wipes once sent."""
     for name, content in files:
         path = os.path.join(SCRATCH, name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as handle:
-            handle.write(content)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        _wipe(content)
     limits = header["limits"]
+    call = header.get("call")
+    if call is not None and PRELOADED is None:
+        raise ValueError("a call sent to a worker that preloaded nothing")
     stdin_r, stdin_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
-        _child(header["argv"], limits, stdin_r, out_w, err_w)
+        _child(header.get("argv"), limits, stdin_r, out_w, err_w, call)
     for fd in (stdin_r, out_w, err_w):
         os.close(fd)
+    stdin = _read_exact(header["stdin"])  # only now, with the job forked: no fork ever holds it
     pidfd = os.pidfd_open(pid)
     deadline = started + header["wall_time_s"]
     room = header["output_bytes"]
-    kept = {out_r: bytearray(), err_r: bytearray()}
+    # Each stream read straight into a buffer of the limit's size (+1 byte: past it, the job is stopped).
+    kept = {out_r: bytearray(room + 1), err_r: bytearray(room + 1)}
     received = {out_r: 0, err_r: 0}
     open_readers = [out_r, err_r]
     pending = memoryview(stdin)
@@ -218,12 +286,11 @@ def run_job(header, files, stdin):
                 kill_all()  # what the job left behind ends with it, as a one-off run's namespace does
                 drain_until = time.monotonic() + 1.0
                 continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
+            count = os.readv(fd, [memoryview(kept[fd])[received[fd] :]])
+            if not count:
                 open_readers.remove(fd)
                 continue
-            received[fd] += len(chunk)
-            kept[fd] += chunk[: room - len(kept[fd])]
+            received[fd] += count
             if received[fd] > room:
                 outcome = "output_limit"
                 break
@@ -231,6 +298,8 @@ def run_job(header, files, stdin):
             break
     if writers:
         os.close(stdin_w)
+    pending.release()
+    _wipe(stdin)
     if status is None and outcome is None:  # its output ended first: wait for the job itself
         if select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
             _, status = os.waitpid(pid, 0)
@@ -262,15 +331,28 @@ def run_job(header, files, stdin):
             "signal": sig,
             "wall_time_s": time.monotonic() - started,
         },
-        bytes(kept[out_r]),
-        bytes(kept[err_r]),
+        (kept[out_r], min(received[out_r], room)),
+        (kept[err_r], min(received[err_r], room)),
     )
+
+
+def _preload(source, function):
+    """Execute a preloaded module once (standard library only) and keep its function for the calls."""
+    global PRELOADED
+    namespace = {"__name__": "gym_preloaded", "__builtins__": __builtins__}
+    exec(compile(source, "preloaded.py", "exec"), namespace)
+    PRELOADED = namespace[function]
 
 
 def main():
     _prctl(PR_SET_DUMPABLE, 0)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    if len(sys.argv) == 3:  # python -c WORKER SOURCE FUNCTION: a preloaded worker
+        _preload(sys.argv[1], sys.argv[2])
+        import gc
+
+        gc.freeze()  # never collected, so never written: the forks share these pages
     if not clean():
         sys.exit(3)
     _write(b"ready\n")
@@ -278,17 +360,22 @@ def main():
         try:
             header = json.loads(_read_line())
             files = [(name, _read_exact(size)) for name, size in header["files"]]
-            stdin = _read_exact(header["stdin"])
         except EOFError:
             return
         try:
-            result, out, err = run_job(header, files, stdin)
+            result, (out, out_size), (err, err_size) = run_job(header, files)
+        except EOFError:
+            return
         except Exception as exc:  # the worker's own failure (its files did not fit...): not the job's
             _write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode() + b"\n")
             sys.exit(3)
         ok = clean()
-        result.update(stdout=len(out), stderr=len(err), clean=ok)
-        _write(json.dumps(result).encode() + b"\n" + out + err)
+        result.update(stdout=out_size, stderr=err_size, clean=ok)
+        _write(json.dumps(result).encode() + b"\n")
+        _write(memoryview(out)[:out_size])
+        _write(memoryview(err)[:err_size])
+        _wipe(out)
+        _wipe(err)
         if not ok:
             sys.exit(3)
 

@@ -59,6 +59,9 @@ Public API:
   ``await pool.run_python(...)``, same arguments and results), each job in a fresh process with
   its own limits and a cleaned scratch; a worker is replaced after ``jobs_per_worker`` jobs or on
   any anomaly. A bwrap start per run costs tens of milliseconds; a job in a worker, a fork.
+  ``SandboxPool(..., preload=(source, function))``: each worker executes a standard-library module
+  once, and ``await pool.call(args, ...)`` runs ``function(args)`` in a fork of it (no interpreter
+  start, no imports per job), with the same isolation as a job's ``exec``.
 - :class:`SandboxLimits` — the limits of one run (msgspec struct, usable as a config option).
 - :class:`SandboxResult` — ``outcome`` (``exited``, ``timeout``, ``output_limit``,
   ``cpu_limit``, ``signaled``), ``exit_code``, ``signal``, ``stdout``, ``stderr``, ``wall_time_s``.
@@ -872,9 +875,10 @@ _WORKER_MARGIN_S = 5.0  # past a job's wall time, how long the worker has to ans
 class _Worker:
     """One bwrap sandbox running ``_sandbox_worker.py``: jobs in, one at a time, over its stdin/stdout."""
 
-    def __init__(self, sandbox: Sandbox, limits: SandboxLimits):
+    def __init__(self, sandbox: Sandbox, limits: SandboxLimits, preload: tuple[str, str] | None = None):
         self.sandbox = sandbox
         self.limits = limits
+        self.preload = preload
         self.jobs = 0
         self.proc: asyncio.subprocess.Process | None = None
         self._status: int | None = None  # the read end of bwrap's status pipe
@@ -889,6 +893,8 @@ class _Worker:
         status_read = -1
         try:
             command = [self.sandbox.interpreter, "-I", "-B", "-c", _WORKER_SOURCE]
+            if self.preload is not None:  # -S: the standard library only, as the preloaded module's calls expect
+                command = [self.sandbox.interpreter, "-I", "-S", "-B", "-c", _WORKER_SOURCE, *self.preload]
             args, status_read, _ = self.sandbox._bwrap_command(command, {}, self.limits, fds)
             try:
                 self.proc = await asyncio.create_subprocess_exec(
@@ -937,13 +943,22 @@ class _Worker:
                 os.close(self._status)
             self._status = None
 
-    async def run(self, argv: list[str], stdin: bytes, files: dict[str, bytes], limits: SandboxLimits) -> SandboxResult:
-        """One job; afterwards the worker is either ready for the next or dead (``alive`` False)."""
+    async def run(
+        self,
+        argv: list[str],
+        stdin: bytes,
+        files: dict[str, bytes],
+        limits: SandboxLimits,
+        *,
+        call: list[str] | None = None,
+    ) -> SandboxResult:
+        """One job (``argv`` executed, or with ``call`` the preloaded function called); afterwards the
+        worker is either ready for the next or dead (``alive`` False)."""
         proc = self.proc
         assert proc is not None and proc.stdin is not None and proc.stdout is not None
         self.jobs += 1
         header = {
-            "argv": argv,
+            **({"argv": argv} if call is None else {"call": call}),
             "limits": {
                 "cpu": max(1, math.ceil(limits.cpu_time_s)),
                 "as": limits.memory_mb * 1024 * 1024,
@@ -1026,6 +1041,17 @@ class SandboxPool:
     or it died (the job killed it: answered ``signaled``). ``scratch_mb`` of the pool's ``limits``
     sizes every worker's writable mounts; a job's own limits set everything else.
 
+    ``preload=(source, function)``: every worker (``python -I -S -B``, the standard library only)
+    executes the module ``source`` once, and :meth:`call` runs ``function(args)`` in a fork of the
+    worker instead of an ``exec``: no interpreter start and no imports per job. The fork gets what an
+    ``exec``'d job gets (session, streams, no other descriptor, the job's hard rlimits, set before the
+    function runs), keeps Python's start-up signal state, and is non-dumpable (as its worker). The
+    worker keeps no job's data: a job's files, stdin and output pass through buffers it zeroes once
+    used, and the stdin is read from the host only after the fork; the header (the arguments, the
+    limits, the file names) is the only job data held in ordinary objects: send secrets as stdin or
+    files, never as arguments. The module's ``source`` is visible to jobs (the worker's command line).
+    The ``unsandboxed`` mode runs ``source`` in a fresh interpreter per call instead.
+
     The ``unsandboxed`` mode has no workers: jobs go to :meth:`Sandbox.run`.
     """
 
@@ -1036,10 +1062,14 @@ class SandboxPool:
         size: int = 4,
         limits: SandboxLimits | None = None,
         jobs_per_worker: int = 256,
+        preload: tuple[str, str] | None = None,
     ):
         if size < 1 or jobs_per_worker < 1:
             raise ValueError("a sandbox pool needs size >= 1 and jobs_per_worker >= 1")
+        if preload is not None and not preload[1].isidentifier():
+            raise ValueError(f"preload's function must be a name, not {preload[1]!r}")
         self.sandbox = sandbox
+        self.preload = preload
         self.size = size
         self.limits = limits or SandboxLimits()
         self.jobs_per_worker = jobs_per_worker
@@ -1083,6 +1113,40 @@ class SandboxPool:
         limits: SandboxLimits | None = None,
     ) -> SandboxResult:
         """As :meth:`Sandbox.run`, in a worker."""
+        return await self._job(argv, None, stdin, files, limits)
+
+    async def call(
+        self,
+        args: list[str] | tuple[str, ...] = (),
+        *,
+        stdin: bytes = b"",
+        files: dict[str, str | bytes] | None = None,
+        limits: SandboxLimits | None = None,
+    ) -> SandboxResult:
+        """The preloaded function called on ``args`` in a fork of a worker (see the class docstring):
+        answered as :meth:`run` answers; the exit status is the function's ``SystemExit`` code (0 when
+        it returns, 1 with the traceback on stderr when it raises)."""
+        if self.preload is None:
+            raise ValueError("call needs a pool made with preload=(source, function)")
+        args = [str(arg) for arg in args]
+        if self.sandbox.mode != "bwrap":
+            boot = (
+                "import sys\nsource, function, *args = sys.argv[1:]\nsys.argv = ['-c', *args]\n"
+                "namespace = {'__name__': 'gym_preloaded'}\n"
+                "exec(compile(source, 'preloaded.py', 'exec'), namespace)\nnamespace[function](args)\n"
+            )
+            argv = [self.sandbox.interpreter, "-I", "-S", "-B", "-c", boot, *self.preload, *args]
+            return await self.sandbox.run(argv, stdin=stdin, files=files, limits=limits)
+        return await self._job([], args, stdin, files, limits)
+
+    async def _job(
+        self,
+        argv: list[str],
+        call: list[str] | None,
+        stdin: bytes,
+        files: dict[str, str | bytes] | None,
+        limits: SandboxLimits | None,
+    ) -> SandboxResult:
         if self.sandbox.mode != "bwrap":
             return await self.sandbox.run(argv, stdin=stdin, files=files, limits=limits)
         if not self.sandbox._started:
@@ -1092,7 +1156,7 @@ class SandboxPool:
         async with self._slots, self.sandbox._slots:
             worker = await self._take()
             try:
-                return await worker.run(argv, stdin, named, limits)
+                return await worker.run(argv, stdin, named, limits, call=call)
             except BaseException:
                 # Cancelled mid-job (or failed): its answer may still come down the channel, where
                 # the next job would read it. The worker is never reused.
@@ -1112,7 +1176,7 @@ class SandboxPool:
                 self._busy.add(worker)
                 return worker
             await worker.close()
-        worker = _Worker(self.sandbox, self.limits)
+        worker = _Worker(self.sandbox, self.limits, self.preload)
         worker.pool_jobs = self.jobs_per_worker
         self.workers_started += 1
         self._busy.add(worker)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from typing import Any
 
+import pytest
 from litestar import Litestar, Request
 
-from gym_core.asgi import BearerAuth, BodyTimeout, JSONRoutes, SessionMiddleware
+from gym_core.asgi import BearerAuth, BodyTimeout, JSONRoutes, SessionMiddleware, _Expired, _within
 from gym_core.config import load_config
 from gym_core.head import build_head_app
 from gym_core.servers import GymServer, ServerConfig
@@ -63,3 +65,34 @@ def test_a_server_in_a_thread_keeps_its_own_body_timeout(serve):
             answer = sock.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408") and b"body_timeout" in answer
     assert time.monotonic() - started < 5
+
+
+# --- the caller's budget on a JSON route (JSONRoutes' timer) ------------------------------------------
+
+
+async def test_a_budget_that_runs_out_ends_the_call_and_leaves_the_task_uncancelled():
+    with pytest.raises(_Expired):
+        await _within(0.05, asyncio.sleep(30))
+    # The timer's cancellation was taken back: the task goes on awaiting as before.
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+    await asyncio.sleep(0.01)
+    assert await _within(5, asyncio.sleep(0, "answer")) == "answer"
+
+
+async def test_a_handler_s_own_timeout_and_an_outside_cancellation_stay_what_they_are():
+    async def own_timeout() -> None:
+        raise TimeoutError("the handler's own wait")
+
+    with pytest.raises(TimeoutError, match="own wait"):
+        await _within(5, own_timeout())
+    started = asyncio.Event()
+
+    async def slow() -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    task = asyncio.ensure_future(_within(5, slow()))
+    await started.wait()
+    task.cancel()  # the client gone, or shutdown: not the caller's budget
+    with pytest.raises(asyncio.CancelledError):
+        await task

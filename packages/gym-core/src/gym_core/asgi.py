@@ -294,6 +294,40 @@ class _ClientGone(Exception):
     pass
 
 
+class _Expired(Exception):
+    """The caller's budget ran out before the handler answered."""
+
+
+async def _within(seconds: float, call: Awaitable[Any]) -> Any:
+    """``await call``, cancelled after ``seconds`` (then :class:`_Expired`). What ``asyncio.timeout``
+    does, with one timer and no context object: that machinery was 4–6 % of a resources or model
+    server's CPU at rollout rates, where every request carries its caller's budget. A cancellation
+    from elsewhere (the client gone, shutdown), or one that arrives with the timer's, still
+    propagates; a ``TimeoutError`` of the handler's own stays its own."""
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+    cancelling = task.cancelling()
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(seconds, expire)
+    try:
+        result = await call
+    except asyncio.CancelledError:
+        if expired and task.uncancel() <= cancelling:
+            raise _Expired from None
+        raise
+    finally:
+        timer.cancel()
+    if expired:  # the handler answered despite the cancellation: the count back to where it was
+        task.uncancel()
+    return result
+
+
 class JSONRoutes:
     """Raw-ASGI dispatch of the ``post_json`` routes, in front of Litestar.
 
@@ -333,11 +367,8 @@ class JSONRoutes:
                 # typed error gets back in time.
                 REQUEST_DEADLINE.set(time.monotonic() + budget - min(1.0, budget / 10))
                 try:
-                    async with asyncio.timeout(budget + _BUDGET_GRACE_S) as limit:
-                        result = await fn(request)
-                except TimeoutError:
-                    if not limit.expired():
-                        raise
+                    result = await _within(budget + _BUDGET_GRACE_S, fn(request))
+                except _Expired:
                     message = f"{self.server_name}: no answer within the caller's {budget:g} s"
                     result = Response(
                         content=_encoder.encode(

@@ -79,6 +79,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "model": (
         "plugins/models/local_llama/tests",
         "plugins/resources/repo/tests/test_local_llama.py",
+        "plugins/agents/mini_swe_agent/tests/test_local_llama.py",
         "tests/test_local_judge.py",
         "tests/benchmarks/test_token_faithfulness.py",
         "plugins/models/local_vllm/tests/test_ray_engines.py",  # llama-cpp-python's server as the engine
@@ -95,6 +96,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "packages/gym-core/tests/test_sandbox.py",
         "tests/test_sandbox_failures.py",
         "tests/benchmarks/test_sandbox.py",
+        "tests/benchmarks/test_repo.py",
         "plugins/resources/code_gen/tests",
         "packages/gym-cli/tests/test_example_rollouts.py::test_the_example_rollouts_are_current[code_gen]",
         "plugins/resources/repo/tests",

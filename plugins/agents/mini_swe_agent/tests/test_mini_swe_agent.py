@@ -190,6 +190,14 @@ class TestFailures:
             assert answer.status == 504, answer.text
             assert answer.json()["error"]["type"] == "harness_timeout"
 
+    def test_a_harness_that_raises_fails_the_rollout_typed(self, tmp_path: Path):
+        broken = tmp_path / "broken.yaml"  # a template naming a variable the harness does not have
+        broken.write_text("agent:\n  system_template: '{{ no_such_variable }}'\n  instance_template: '{{task}}'\n")
+        with self.agent({"harness_config": str(broken)}) as caller:
+            answer = caller.post("/run", with_script(ROWS[0], SUBMIT))
+            assert answer.status == 502 and answer.json()["error"]["type"] == "harness_failed", answer.text
+            assert "no_such_variable" in answer.text
+
     def test_a_failing_model_fails_the_rollout_with_its_own_type(self):
         row = ROWS[0]
         with self.agent({}, {"rules": [{"match": "helpful assistant", "error_status": 503}]}) as caller:

@@ -100,6 +100,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "plugins/resources/code_gen/tests",
         "packages/gym-cli/tests/test_example_rollouts.py::test_the_example_rollouts_are_current[code_gen]",
         "plugins/resources/repo/tests",
+        "plugins/agents/mini_swe_agent/tests/test_mini_swe_agent.py",
         "packages/gym-cli/tests/test_example_rollouts.py::test_the_example_rollouts_are_current[repo]",
         # gym redteam over every first-party environment (code_gen's probes run programs): minutes.
         "packages/gym-cli/tests/test_redteam.py::test_every_first_party_environment_has_no_gameable_probe",

@@ -1,10 +1,12 @@
 """The driver that runs ALL the unit tests of one answer inside ONE start of gym's sandbox.
 
-This file is not imported by the server: its text is run by the sandbox's interpreter as ``main.py``
-(standard library only, ``python -I``), next to the model's code (``solution.py``) and the
-comparisons (``compare.py``, :mod:`gym_code_gen.compare`).
+This file is not imported by the server: its text is preloaded by the server's sandbox pool workers
+(``SandboxPool(preload=(text, "main"))``, standard library only, ``python -I -S``), each verification
+calling :func:`main` in a fork of one; on Ray it runs as ``main.py`` with the same arguments. Next to
+it in the scratch directory: the model's code (``solution.py``) and the comparisons (``compare.py``,
+:mod:`gym_code_gen.compare`).
 
-``main.py <stdin|call> <fn_name|-> <timeout_s> <reference 0|1> <isolated 0|1> <output_limit> <debug 0|1>``;
+``main([<stdin|call>, <fn_name|->, <timeout_s>, <reference 0|1>, <isolated 0|1>, <output_limit>, <debug 0|1>])``;
 standard input: one JSON object ``{"nonce", "inputs", "expected"}``.
 
 Three kinds of process, so that the program never reaches what decides its reward:
@@ -672,5 +674,17 @@ class Driver:
         return {"code": -2, **({"output": _truncate(payload)} if self.debug else {})}
 
 
+def main(argv):
+    """One verification: what ``main.py ARGV`` does; the function a sandbox pool preloads."""
+    Driver(argv).main()
+
+
+if __name__ == "gym_preloaded":
+    # Preloaded once by each sandbox pool worker (gym_core.sandbox.SandboxPool(preload=...)), whose
+    # forks run main(): what every verification would import (the prelude's modules, the comparisons'
+    # decimal, ast for standard-input programs) is then imported once per worker, not per verification.
+    for _name in [*MODULES, "ast", "decimal"]:
+        __import__(_name)
+
 if __name__ == "__main__":
-    Driver(sys.argv[1:]).main()
+    main(sys.argv[1:])

@@ -5,8 +5,9 @@ Task rows: ``responses_create_params`` and ``verifier_metadata`` = ``{unit_tests
 outputs, fn_name}, difficulty}`` (LiveCodeBench format; other keys ignored). The code is the text
 between the last two fence lines of OUTPUT_TEXT.
 
-One verification is one sandboxed run of the driver (:mod:`gym_code_gen.runner` as ``main.py``, the
-code as ``solution.py``, the comparisons as ``compare.py``), which runs the tests one after another,
+One verification is one sandboxed run of the driver (:mod:`gym_code_gen.runner`, preloaded by the
+sandbox pool's workers and called in a fork of one; the code as ``solution.py``, the comparisons as
+``compare.py``), which runs the tests one after another,
 each in a fresh fork of a zygote that never held a test or the nonce: with ``fn_name`` null the test
 input is the program's standard input and its stdout is compared with the expected output; with
 ``fn_name`` the function is called on the test's JSON arguments and its JSON result compared. The
@@ -101,13 +102,14 @@ class CodeGenServer(ResourcesServer):
         self.sandbox = Sandbox(
             self.config.sandbox_mode, max_concurrency=self.config.num_processes, bwrap=self.config.sandbox_bwrap
         )
-        # Long-lived sandboxed workers: a verification is a job forked in one (no bwrap start each).
-        self.pool = SandboxPool(self.sandbox, size=self.config.num_processes)
+        self.runner = files("gym_code_gen").joinpath("runner.py").read_text()
+        # Long-lived sandboxed workers that preloaded the driver: a verification is a call of its main()
+        # in a fork of one (no bwrap start, no interpreter start, no imports each).
+        self.pool = SandboxPool(self.sandbox, size=self.config.num_processes, preload=(self.runner, "main"))
         # The same bound as the sandbox's: a run holding a slot starts at once (the deadline's clock runs).
         # On Ray it bounds the tasks in flight.
         self.slots = asyncio.Semaphore(self.config.num_processes)
         self.executor: Any = None  # a RayExecutor when programs run on Ray
-        self.runner = files("gym_code_gen").joinpath("runner.py").read_text()
         self.compare = files("gym_code_gen").joinpath("compare.py").read_text()
         if self.config.sandbox_mode == "unsandboxed":
             self.log.warning("sandbox_mode is unsandboxed: the model's programs run WITHOUT isolation")
@@ -250,8 +252,7 @@ class CodeGenServer(ResourcesServer):
                     self.runner, args=args, stdin=task, files=files_, limits=limits, python_flags=PYTHON_FLAGS
                 )
             else:
-                argv = [self.sandbox.interpreter, *PYTHON_FLAGS, "main.py", *args]
-                run = await self.pool.run(argv, stdin=task, files={**files_, "main.py": self.runner}, limits=limits)
+                run = await self.pool.call(args, stdin=task, files=files_, limits=limits)
         if self.config.debug:
             self.log.info("driver run: %s, exit %s, %.3f s", run.outcome, run.exit_code, run.wall_time_s)
         if run.outcome == "timeout":

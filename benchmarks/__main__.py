@@ -28,6 +28,7 @@ MEASUREMENTS = (
     "reliability",
     "token_faithfulness",
     "sandbox",
+    "repo",
     "code_gen_throughput",
     "collect_memory",
     "scale_100k",
@@ -286,6 +287,34 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             f"overhead per execution over a bare subprocess (p50, concurrency 1): {b['overhead_ms']} ms "
             f"({b['executions']} executions × {b['rounds']} rounds each)",
+            "",
+        ]
+    if "repo" in results:
+        r = results["repo"]
+        trip, v, g = r["round_trip"], r["verify"], r["generate"]
+        met = "met" if r["pool_overhead_ms"] < r["goal_overhead_ms"] else "missed"
+        lines += [
+            "## repo: a sandboxed command, a verification, task generation",
+            "",
+            f"`run_command`'s path without HTTP over a generated task's workspace ({r['files']} files), "
+            f"{r['round_trips']} sequential round trips × {r['rounds']} rounds per way, interleaved:",
+            "",
+            "| way | p50 ms | p99 ms | p50 over bare ms |",
+            "| --- | --- | --- | --- |",
+        ]
+        for way, label in (
+            ("bare", "bare `sh -c true`"),
+            ("pool", "`sandbox_pool` (default)"),
+            ("sandbox", "a sandbox per command"),
+        ):
+            over = round(trip[way]["p50_ms"] - trip["bare"]["p50_ms"], 1)
+            lines.append(f"| {label} | {trip[way]['p50_ms']} | {trip[way]['p99_ms']} | {over} |")
+        lines += [
+            "",
+            f"overhead per command with the pool: {r['pool_overhead_ms']} ms (goal under {r['goal_overhead_ms']} ms: "
+            f"{met}); verify of a generated task ({v['tests']} hidden tests): median {v['median_s']} s of "
+            f"{v['runs']} (max {v['max_s']} s); generation: {g['tasks']} tasks in {g['seconds']} s, "
+            f"{g['per_min']} tasks/min (concurrency 2)",
             "",
         ]
     if "collect_memory" in results:

@@ -30,7 +30,8 @@ def _import(tmp_path: Path, source: Path, *args: str) -> tuple[int, str, list[di
         cli(), ["data", "import", str(source), *args, "-o", str(output)], catch_exceptions=False
     )
     read = lambda p: [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []  # noqa: E731
-    return result.exit_code, result.output, read(output), read(tmp_path / "rows.rejected.jsonl")
+    # one line however the console wraps it (the temporary path's length decides where it breaks)
+    return result.exit_code, " ".join(result.output.split()), read(output), read(tmp_path / "rows.rejected.jsonl")
 
 
 @pytest.fixture(autouse=True)

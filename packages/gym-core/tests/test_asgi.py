@@ -96,3 +96,33 @@ async def test_a_handler_s_own_timeout_and_an_outside_cancellation_stay_what_the
     task.cancel()  # the client gone, or shutdown: not the caller's budget
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_a_body_already_whole_goes_through_unwrapped_and_one_still_coming_stays_bounded(serve):
+    """A small body arrives with its headers: nothing to wait for, so the app gets uvicorn's own
+    receive (no per-call wrapper on the hot path); a body still coming is read through the bound."""
+    seen: list[tuple[bool, bytes]] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        unwrapped = hasattr(getattr(receive, "__self__", None), "more_body")
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        seen.append((unwrapped, body))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serve(BodyTimeout(app, 5.0)) as url:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            sock.sendall(b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\n\r\n{")
+            time.sleep(0.2)
+            sock.sendall(b'"}}')
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+    assert seen == [(True, b"{}"), (False, b'{"}}')]

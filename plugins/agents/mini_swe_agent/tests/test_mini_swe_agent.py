@@ -51,7 +51,15 @@ class TokenScripted(ScriptedModel):
     """The scripted model, with token ids: the UTF-8 bytes of :func:`render` and of the reply (+ its
     end tag), log-probs a function of each id; on the last output message, as local_llama puts them."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.carried: list[int] = []  # per request: the assistant items that came back with their token ids
+
     async def responses(self, params: ResponseCreateParams) -> Response:
+        if not isinstance(params.input, str):
+            self.carried.append(
+                sum(1 for m in params.input if isinstance(m, Message) and m.generation_token_ids is not None)
+            )
         response = await super().responses(params)
         if params.return_token_ids:
             said = [m for m in response.output if isinstance(m, Message)]
@@ -102,8 +110,13 @@ class TestMiniSweAgent(AgentServerTests):
     def test_the_captured_ids_are_the_model_servers(self, gym_servers: RunningServers):
         row = ROWS[0]
         body = with_script(row, "THOUGHT: look.\n```mswea_bash_command\nls\n```", fix_turn(row), SUBMIT)
+        model = gym_servers.servers["policy"]
+        assert isinstance(model, TokenScripted)
+        model.carried.clear()
         result = gym_servers.caller().post("/run", body).json()
         assert result["reward"] == 1.0 and result["submitted"] is True and result["exit_status"] == "Submitted"
+        # The harness sends its replies back as text; the proxy sends the items they came from, ids included.
+        assert model.carried == [0, 1, 2]
         assert result["steps"] == 3 and result["num_model_calls"] == 3 and result["num_tool_calls"] == 3
         said = [m for m in result["response"]["output"] if m.get("role") == "assistant"]
         assert len(said) == len(result["calls"]) == 3
@@ -184,7 +197,7 @@ class TestFailures:
 
     def test_a_harness_past_its_deadline_fails_the_rollout_typed(self):
         row = ROWS[0]
-        slow = "THOUGHT: wait.\n```mswea_bash_command\nsleep 10\n```"
+        slow = "THOUGHT: wait.\n```mswea_bash_command\nsleep 4\n```"
         with self.agent({"harness_timeout_s": 1.5}) as caller:
             answer = caller.post("/run", with_script(row, slow, SUBMIT))
             assert answer.status == 504, answer.text

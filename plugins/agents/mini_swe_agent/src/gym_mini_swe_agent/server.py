@@ -47,11 +47,14 @@ os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", tempfile.mkdtemp(prefix="gym-mi
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ["MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT"] = "1"
 
+import litellm  # noqa: E402
 import yaml  # noqa: E402
 from minisweagent.agents.default import DefaultAgent  # noqa: E402
 from minisweagent.config import get_config_path  # noqa: E402
 from minisweagent.environments.local import LocalEnvironment  # noqa: E402
 from minisweagent.models.litellm_textbased_model import LitellmTextbasedModel  # noqa: E402
+
+litellm.suppress_debug_info = True  # no "Provider List" banner on stdout when its cost table lacks the model
 
 __all__ = ["GymEnvironment", "HarnessFailed", "HarnessTimeout", "MiniSweAgent"]
 

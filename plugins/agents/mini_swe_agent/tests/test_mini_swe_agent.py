@@ -174,6 +174,19 @@ class TestMiniSweAgent(AgentServerTests):
         observation = result["response"]["output"][1]["content"]
         assert "/tmp/work" in observation and "65534" in observation  # the sandbox's workspace, uid nobody
 
+    def test_the_proxy_answers_only_a_live_rollouts_key_on_loopback(self, gym_servers: RunningServers):
+        import urllib.error
+        import urllib.request
+
+        proxy = gym_servers.server._proxy  # type: ignore[attr-defined]
+        assert proxy.base_url.startswith("http://127.0.0.1:")
+        body = json.dumps({"messages": [{"role": "user", "content": "hi"}]}).encode()
+        for headers, status in (({"authorization": "Bearer not-a-key"}, 401), ({}, 401)):
+            request = urllib.request.Request(proxy.base_url + "/chat/completions", body, headers, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as caught:
+                urllib.request.urlopen(request, timeout=10)
+            assert caught.value.code == status and json.loads(caught.value.read())["error"]["status"] == status
+
 
 class TestFailures:
     """A harness that hangs, a model that fails: typed failures, never a reward."""

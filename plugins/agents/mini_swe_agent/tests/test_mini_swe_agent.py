@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gym_core import hookimpl
+from gym_core import hookimpl, load_config
 from gym_core.schemas import Message, Response, ResponseCreateParams, message_text
 from gym_core.testing import AgentServerTests, HTTPCaller, RunningServers, plugin_manager, read_rows, running_servers
 
@@ -256,3 +256,15 @@ def test_chain_skips_calls_without_ids(missing):
         Response(output=[]), None if missing == "prompt" else [1], None if missing == "generated" else [2], None
     )
     assert chain([partial])["turns"] == [{"prompt_tokens": None, "generation_tokens": None, "drifted_tokens": 0}]
+
+
+def test_the_example_config_is_valid():
+    local_llama = pytest.importorskip("gym_local_llama.plugin")
+    manager = plugin_manager(gym_mini_swe_agent.plugin, gym_repo.plugin, local_llama)
+    config = load_config(
+        [Path(gym_mini_swe_agent.plugin.__file__).resolve().parents[2] / "configs" / "mini_swe_agent.yaml"],
+        env_file=None,
+        server_types=manager.servers(),
+        allocate_ports=False,
+    )
+    assert config.instances["mini_swe_agent"].plugin == "mini_swe_agent"

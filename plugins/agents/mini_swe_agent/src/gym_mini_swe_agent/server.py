@@ -189,6 +189,7 @@ class MiniSweAgent(AgentServer):
         try:
             outcome = await asyncio.wait_for(asyncio.shield(done), cfg.harness_timeout_s)
         except TimeoutError:
+            done.add_done_callback(_retrieve)  # what the thread ends with later is nobody's to log
             raise HarnessTimeout(f"the harness did not finish within {cfg.harness_timeout_s} s") from None
         except BaseException as exc:
             failure = capture.failure or environment.failure
@@ -235,6 +236,11 @@ def _settle(done: asyncio.Future[Any], outcome: Any, error: BaseException | None
         done.set_exception(error)
     else:
         done.set_result(outcome)
+
+
+def _retrieve(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()
 
 
 def _version() -> str:

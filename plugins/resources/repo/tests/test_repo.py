@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from gym_core.redteam import Target
 from gym_core.testing import ResourcesServerTests, RunningServers, assistant_response, read_rows
 
 import gym_repo.plugin
+import gym_repo.redteam
 
 PACKAGE = Path(__file__).resolve().parents[1]
 ROWS = read_rows(PACKAGE / "data" / "example.jsonl")
@@ -299,6 +301,28 @@ class TestRepo(ResourcesServerTests):
         for test_file in row["hidden_tests"]:
             caller.post("/write_file", {"path": test_file, "content": ""})
         assert verify(caller, row)["reward"] == 0.0
+
+    @pytest.mark.parametrize("probe", gym_repo.redteam.PROBES, ids=lambda p: p.name)
+    def test_code_that_fakes_the_hidden_tests_verdict_earns_nothing(self, gym_servers, probe):
+        # gym redteam's probes of this environment (each scored 1 before the driver forked per test
+        # under -I -S, checked unittest and builtins, counted skips as failures and hid its nonce).
+        row = ROWS[0]
+        caller = self.seeded(gym_servers, row)
+        attack = probe.build(Target(environment="repo", row=row))
+        assert attack is not None
+        for call in attack.turns[0]["tool_calls"]:
+            assert caller.post(f"/{call['name']}", call["arguments"]).status == 200
+        verdict = verify(caller, row)
+        assert verdict["reward"] == 0.0 and verdict["tests_passed"] < verdict["tests_total"], verdict
+        # With the bug fixed as well, the honest tests pass unless the framework was tampered with.
+        assert caller.post("/apply_patch", {"patch": row["reference_patch"]}).status == 200
+        fixed = verify(caller, row)
+        if probe.name in ("repo_sitecustomize", "repo_forged_results"):  # inert now: the fix alone decides
+            assert fixed["reward"] == 1.0, fixed
+        else:
+            assert fixed["reward"] == 0.0, fixed
+            details = " ".join(r["detail"] for r in fixed["test_results"])
+            assert "changed the test framework" in details or "skipped" in details, fixed
 
 
 class TestFractionRewardAndSessionBudget:

@@ -316,7 +316,7 @@ async def run_hidden_tests(
         "runner.py": runner,
         "tests.json": json.dumps(ids).encode(),
     }
-    script = f"sh {META}/prelude.sh >/dev/null 2>&1; cd {WORK} && exec {META}/bin/python -I -B {META}/runner.py"
+    script = f"sh {META}/prelude.sh >/dev/null 2>&1; cd {WORK} && exec {META}/bin/python -I -S -B {META}/runner.py"
     run = await sandbox.run(
         ["/bin/sh", "-c", script], stdin=(nonce + "\n").encode(), files=sandbox_files(workspace, extra), limits=limits
     )

@@ -276,6 +276,29 @@ class TestRepo(ResourcesServerTests):
         assert after["reward"] == 1.0 and after["fixed"] and after["kept"]
         assert after["tests_passed"] == after["tests_total"] == len(results)
 
+    def test_hidden_tests_run_with_their_fixtures_and_a_skip_fails(self, gym_servers):
+        # Each test runs on its own as unittest runs it: setUpModule and setUpClass first; a skip is no pass.
+        tests = (
+            "import unittest\nfrom lib import value\nSTATE = []\n"
+            "def setUpModule():\n    STATE.append('module')\n"
+            "class T(unittest.TestCase):\n"
+            "    @classmethod\n    def setUpClass(cls):\n        cls.ready = 'class'\n"
+            "    def test_fixtures(self):\n        self.assertEqual((STATE, self.ready, value()), (['module'], 'class', 2))\n"
+            "    @unittest.skip('not now')\n    def test_skipped(self):\n        pass\n"
+        )
+        row = {
+            **ROWS[0],
+            "repository": {"lib.py": "def value():\n    return 2\n"},
+            "hidden_tests": {"test_lib.py": tests},
+            "tests_to_fix": ["test_lib.T.test_fixtures"],
+            "tests_to_keep": ["test_lib.T.test_skipped"],
+        }
+        caller = self.seeded(gym_servers, row)
+        results = {r["test"]: r for r in verify(caller, row)["test_results"]}
+        assert results["test_lib.T.test_fixtures"]["passed"] is True, results
+        skipped = results["test_lib.T.test_skipped"]
+        assert skipped["passed"] is False and "skipped" in skipped["detail"], results
+
     def test_bad_rows_are_a_422_naming_the_field(self, gym_servers):
         caller = gym_servers.caller()
         for repository in ["/no/such/dir", {"../escape.py": "x"}]:

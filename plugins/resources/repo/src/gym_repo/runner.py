@@ -36,7 +36,7 @@ TestCase = unittest.TestCase
 TestResult = unittest.TestResult
 TestLoader = unittest.TestLoader
 TestSuite = unittest.TestSuite
-run_test = unittest.TestCase.run
+run_suite = unittest.TestSuite.run
 write = os.write
 exit_now = os._exit
 
@@ -95,11 +95,12 @@ def _verdict(test_id):
         return False, "the code under test changed the test framework: " + ", ".join(changed[:5])
     result = TestResult()
     try:
-        run_test(test, result)
+        run_suite(TestSuite([test]), result)  # as unittest runs it: module and class fixtures too
     except BaseException:
         return False, traceback.format_exc(limit=3)
     changed = _changed(SNAPSHOT, WATCHED_MODULES + WATCHED_CLASSES) + _changed(own_snapshot, own)
-    changed += [f"the result's {name}" for name in vars(result) if callable(vars(result)[name])]
+    # (a method of the result replaced on the instance; its plain attributes change as tests run)
+    changed += [f"the result's {name}" for name in vars(result) if callable(getattr(TestResult, name, None))]
     if changed:
         return False, "the code under test changed the test framework: " + ", ".join(changed[:5])
     problems = result.errors + result.failures

@@ -63,7 +63,14 @@ def verify(caller, row: dict[str, Any]) -> dict[str, Any]:
 class TestRepo(ResourcesServerTests):
     server_type = "repo"
     plugins = [gym_repo.plugin]
-    options = {"command_timeout_s": 4, "output_bytes": 1024, "workspace_mb": 4, "memory_mb": 256, "processes": 16}
+    options = {
+        "command_timeout_s": 4,
+        "output_bytes": 1024,
+        "workspace_mb": 4,
+        "memory_mb": 256,
+        "processes": 16,
+        "test_timeout_s": 2,
+    }
     example_data = PACKAGE / "data" / "example.jsonl"
 
     def tool_arguments(self, tool):
@@ -298,6 +305,29 @@ class TestRepo(ResourcesServerTests):
         assert results["test_lib.T.test_fixtures"]["passed"] is True, results
         skipped = results["test_lib.T.test_skipped"]
         assert skipped["passed"] is False and "skipped" in skipped["detail"], results
+
+    def test_a_hidden_test_that_hangs_fails_alone(self, gym_servers):
+        # Each test has test_timeout_s (here 2 s); the tests after a hanging one still run.
+        tests = (
+            "import unittest\nfrom lib import value\n"
+            "class T(unittest.TestCase):\n"
+            "    def test_a_hang(self):\n        value(True)\n"
+            "    def test_b_value(self):\n        self.assertEqual(value(False), 2)\n"
+        )
+        hang = (
+            "import os, time\ndef value(hang):\n    if hang:\n        os.fork()\n        time.sleep(60)\n    return 2\n"
+        )
+        row = {
+            **ROWS[0],
+            "repository": {"lib.py": hang},
+            "hidden_tests": {"test_lib.py": tests},
+            "tests_to_fix": ["test_lib.T.test_a_hang"],
+            "tests_to_keep": ["test_lib.T.test_b_value"],
+        }
+        caller = self.seeded(gym_servers, row)
+        results = {r["test"]: r for r in verify(caller, row)["test_results"]}
+        assert results["test_lib.T.test_a_hang"]["detail"] == "timed out after 2 s", results
+        assert results["test_lib.T.test_b_value"]["passed"] is True, results
 
     def test_bad_rows_are_a_422_naming_the_field(self, gym_servers):
         caller = gym_servers.caller()

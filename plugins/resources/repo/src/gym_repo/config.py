@@ -29,6 +29,9 @@ class RepoConfig(ServerConfig, kw_only=True):
     verify_timeout_s: Annotated[float, Meta(gt=0, description="wall time of the hidden tests' run in /verify, s")] = (
         60.0
     )
+    test_timeout_s: Annotated[
+        float, Meta(gt=0, description="wall time of one hidden test in /verify (then it fails and the next runs), s")
+    ] = 10.0
     output_bytes: Annotated[
         int, Meta(ge=256, description="bytes of a command's stdout and of its stderr shown to the model; the rest cut")
     ] = 16384

@@ -248,7 +248,7 @@ async def _task(
             sandbox, load_repository({**broken_files, **repo.tests}, max_bytes=16 << 20), test_ids, runner, limits
         )
         failing = [t for t in test_ids if not broken[t].passed]
-        if not failing or any("no result" in broken[t].detail for t in failing):
+        if not failing or any(broken[t].detail.startswith(("no result", "timed out")) for t in failing):
             continue  # an equivalent mutation, or one that hangs: not a task
         issue = issue_text(repo, failing[0], broken[failing[0]].detail, path)
         task_id = f"repo-{seed}-{index:05d}"

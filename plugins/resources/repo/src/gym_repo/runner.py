@@ -3,7 +3,7 @@
 Run as ``python -I -S -B runner.py`` in ``/tmp/work`` (``-I``: neither the working directory nor
 ``PYTHONPATH`` nor the user's site directory is searched; ``-S``: no ``site``, so no
 ``sitecustomize``/``usercustomize``/``.pth`` of the workspace runs). It reads a nonce from stdin and
-the test ids from ``/tmp/.gym/tests.json``, imports the standard library's ``unittest`` and never
+the test ids and each test's time limit from ``/tmp/.gym/tests.json``, imports the standard library's ``unittest`` and never
 imports the workspace itself. Each test runs in a fork of it (:func:`_child`) that, before importing
 any workspace code, drops the nonce from its memory and points its standard streams at
 ``/dev/null``; it then loads the test with the ``unittest`` objects the driver holds, refuses a test
@@ -17,10 +17,14 @@ run before a timeout keep their results.
 """
 
 import builtins
+import contextlib
 import ctypes
 import json
 import os
+import select
+import signal
 import sys
+import time
 import traceback
 import unittest
 import unittest.case
@@ -131,25 +135,41 @@ def _child(test_id, nonce, verdict_fd, token):
     exit_now(0)
 
 
-def _run_one(test_id, nonce):
+def _run_one(test_id, nonce, timeout_s):
     token = os.urandom(16).hex().encode()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_fd)
         try:
+            os.setsid()  # its own group: whatever it leaves is killed with it
             _child(test_id, nonce, write_fd, token)
         finally:
             exit_now(1)
     os.close(write_fd)
+    deadline = time.monotonic() + timeout_s
     data = bytearray()
-    while len(data) < 1 << 16:
-        chunk = os.read(read_fd, 1 << 16)
-        if not chunk:
-            break
-        data += chunk
+    status = None
+    ended = False  # the pipe's end (every writer closed it)
+    while status is None and time.monotonic() < deadline:
+        wait = min(0.05, max(0.0, deadline - time.monotonic()))
+        if not ended and select.select([read_fd], [], [], wait)[0]:
+            chunk = os.read(read_fd, 1 << 16)
+            data += chunk[: max(0, (1 << 16) - len(data))]
+            ended = not chunk
+            if chunk:
+                continue
+        elif ended:
+            time.sleep(0.001)
+        done, code = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = code
     os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    if status is None:
+        os.waitpid(pid, 0)
+        return False, f"timed out after {timeout_s:g} s"
     lines = bytes(data).splitlines()
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
         return False, "the test's process did not exit cleanly"
@@ -174,9 +194,9 @@ def main():
         size += count
     nonce_view = memoryview(nonce)[: max(0, size - 1)]
     with open("/tmp/.gym/tests.json") as handle:
-        test_ids = json.load(handle)
-    for test_id in test_ids:
-        passed, detail = _run_one(test_id, nonce)
+        job = json.load(handle)
+    for test_id in job["ids"]:
+        passed, detail = _run_one(test_id, nonce, job["test_timeout_s"])
         line = json.dumps({"test": test_id, "passed": passed, "detail": detail[-2000:]}).encode()
         os.writev(1, [nonce_view, b" ", line, b"\n"])
 

@@ -301,20 +301,32 @@ class RepoServer(ResourcesServer):
         """Run ``test_ids`` over ``workspace`` in a fresh sandbox; a result per id (a test the run
         did not reach, past the time limit, fails)."""
         return await run_hidden_tests(
-            self.sandbox, workspace, test_ids, self.runner, self._limits(self.config.verify_timeout_s)
+            self.sandbox,
+            workspace,
+            test_ids,
+            self.runner,
+            self._limits(self.config.verify_timeout_s),
+            test_timeout_s=self.config.test_timeout_s,
         )
 
 
 async def run_hidden_tests(
-    sandbox: Sandbox, workspace: Workspace, test_ids: list[str], runner: bytes, limits: SandboxLimits
+    sandbox: Sandbox,
+    workspace: Workspace,
+    test_ids: list[str],
+    runner: bytes,
+    limits: SandboxLimits,
+    *,
+    test_timeout_s: float = 10.0,
 ) -> dict[str, TestResult]:
-    """One sandboxed run of :mod:`gym_repo.runner` over ``workspace``: a result per test id."""
+    """One sandboxed run of :mod:`gym_repo.runner` over ``workspace``: a result per test id (each
+    test stopped, and failed, after ``test_timeout_s``)."""
     ids = list(dict.fromkeys(test_ids))
     nonce = secrets.token_hex(16)
     extra = {
         "prelude.sh": prelude(workspace, sandbox.interpreter).encode(),
         "runner.py": runner,
-        "tests.json": json.dumps(ids).encode(),
+        "tests.json": json.dumps({"ids": ids, "test_timeout_s": test_timeout_s}).encode(),
     }
     script = f"sh {META}/prelude.sh >/dev/null 2>&1; cd {WORK} && exec {META}/bin/python -I -S -B {META}/runner.py"
     run = await sandbox.run(

@@ -81,8 +81,8 @@ async def _measure(n: int, rounds: int, verifications: int, generated: int) -> d
                     latencies[way].append(time.perf_counter() - start)
         trip = {
             way: {
-                "p50_ms": round(percentile(lat, 50) * 1000, 1),
-                "p99_ms": round(percentile(lat, 99) * 1000, 1),
+                "p50_ms": round((percentile(lat, 50) or 0.0) * 1000, 1),
+                "p99_ms": round((percentile(lat, 99) or 0.0) * 1000, 1),
             }
             for way, lat in latencies.items()
         }

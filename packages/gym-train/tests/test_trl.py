@@ -513,3 +513,19 @@ def test_sft_and_dpo_take_a_step_on_gym_export_output(policy, tmp_path):
     logged = trainer.state.log_history[0]
     assert trainer.state.global_step == 1 and math.isfinite(logged["loss"])
     assert "rewards/margins" in logged and weight_change(before, policy.model) > 0
+
+
+def test_the_policy_engine_refuses_what_it_cannot_decode_by_name():
+    """local_llama's server hands its engine a grammar (JSON schema, a required tool call) and
+    top_logprobs; the trainer's engine samples the policy freely, so it refuses both with a
+    ValueError (the server's 400 naming them) rather than a TypeError (a 500) or ignoring them."""
+    import asyncio
+
+    from gym_train.trl.policy_server import PolicyEngine
+
+    engine = PolicyEngine()
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(ValueError, match="does not constrain decoding"):
+        asyncio.run(engine.agenerate(messages, grammar=object()))
+    with pytest.raises(ValueError, match="top_logprobs"):
+        asyncio.run(engine.agenerate(messages, top_logprobs=2))

@@ -170,9 +170,20 @@ class PolicyEngine:
         seed: int | None = None,
         return_token_ids: bool = False,
         return_logprobs: bool = False,
+        grammar: object | None = None,
+        top_logprobs: int = 0,
     ) -> Generation:
         """Generate a reply to ``messages`` (after ``token_history``: the ids the conversation starts
-        with, followed by only the new messages), as ``LlamaEngine.agenerate`` does."""
+        with, followed by only the new messages), as ``LlamaEngine.agenerate`` does. The trainer's
+        model samples freely: a grammar (JSON schema, a required tool call) or ``top_logprobs`` is a
+        ValueError, which the server answers 400 naming it."""
+        if grammar is not None:
+            raise ValueError(
+                "the trainer's policy does not constrain decoding: response_format json_schema/json_object "
+                "and tool_choice required or a named function are not served during training"
+            )
+        if top_logprobs:
+            raise ValueError("the trainer's policy returns the sampled tokens' log-probs only: top_logprobs is 0")
         if self._closed:
             raise RuntimeError("the policy engine is closed")
         if self.model is None:

@@ -41,6 +41,7 @@ import aiohttp
 import yaml
 
 from benchmarks._common import ROOT, gym_servers, load, wait_http
+from benchmarks.local_llama_batch import TOPICS  # the same prompts as the in-process batch benchmark
 
 # concurrency levels, new tokens per request, rounds, quickstart runs, llama.cpp threads (both servers):
 # the machine's two cores, as local_llama picks by default; tiny (the test's size) one, whose decoding
@@ -57,24 +58,6 @@ BATCH_SIZE = 16  # local_llama's slots: the top level decodes together (the quic
 BATCH_N_CTX = 512  # tokens a slot holds: prompt + max_tokens fit (16 × 512 take the KV of the default 8 × 1,024)
 GOAL = 4.0  # aggregate tokens/s at 16 concurrent over one request, local_llama (issue 27)
 SYSTEM = "You are a helpful storyteller. Write vivid, detailed prose."
-TOPICS = [
-    "a lighthouse keeper",
-    "a dragon",
-    "a lost city",
-    "a robot",
-    "the sea",
-    "a mountain village",
-    "a clockmaker",
-    "a comet",
-    "a desert caravan",
-    "a library",
-    "a storm",
-    "an old ship",
-    "a fox",
-    "a glass forest",
-    "a train at night",
-    "a tea house",
-]
 QUICKSTART_CONFIG = ROOT / "plugins/resources/math/configs/math_local.yaml"
 QUICKSTART_TASKS = ROOT / "plugins/resources/math/data/example.jsonl"
 START_TIMEOUT_S = 120

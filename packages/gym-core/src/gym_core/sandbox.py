@@ -373,8 +373,7 @@ class Sandbox:
         limits: SandboxLimits | None = None,
     ) -> SandboxResult:
         """Run Python ``source`` (as the file ``main.py`` in the scratch directory) with ``args``."""
-        files = {**(files or {}), "main.py": source}
-        argv = [self.interpreter, "-I", "-B", "main.py", *args]
+        argv, files = _python_program(self.interpreter, source, args, files)
         return await self.run(argv, stdin=stdin, files=files, limits=limits)
 
     async def run(
@@ -706,6 +705,15 @@ def _writable_space(limits: SandboxLimits) -> tuple[int, int]:
 
 
 _PAGE = 4096
+
+
+def _python_program(
+    interpreter: str, source: str, args: list[str] | tuple[str, ...], files: dict[str, str | bytes] | None
+) -> tuple[list[str], dict[str, str | bytes]]:
+    """The argv and files that run Python ``source`` as ``main.py`` in the scratch directory (isolated
+    mode, no bytecode written), for a single run and a pool job alike."""
+    return [interpreter, "-I", "-B", "main.py", *args], {**(files or {}), "main.py": source}
+
 
 # --- the seccomp filter ------------------------------------------------------------------------
 #
@@ -1100,8 +1108,7 @@ class SandboxPool:
         limits: SandboxLimits | None = None,
     ) -> SandboxResult:
         """As :meth:`Sandbox.run_python`, in a worker."""
-        files = {**(files or {}), "main.py": source}
-        argv = [self.sandbox.interpreter, "-I", "-B", "main.py", *args]
+        argv, files = _python_program(self.sandbox.interpreter, source, args, files)
         return await self.run(argv, stdin=stdin, files=files, limits=limits)
 
     async def run(

@@ -31,14 +31,18 @@ the one layer that retries its upstream; what reaches its caller is final. This 
 from __future__ import annotations
 
 import asyncio
+import random
+import secrets
+import ssl
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import httptools
 import msgspec
 from litestar.exceptions import HTTPException
 
-from gym_core.client import REQUEST_DEADLINE, ServerClient
+from gym_core.client import REQUEST_DEADLINE, ServerClient, _error_fields
 from gym_core.errors import (
     InfrastructureError,
     ServerCallError,
@@ -54,8 +58,10 @@ from gym_core.failures import (
     UPSTREAM_TIMEOUT,
     UPSTREAM_UNAVAILABLE,
 )
+from gym_core.http1 import Origin, _target, origin_of
 from gym_core.openai_params import check_ranges
 from gym_core.options import ClientConfig
+from gym_core.relay import SSE, SSEDecoder
 from gym_core.schemas import ChatCompletionRequest, ResponseCreateParams, decode_create_params
 
 if TYPE_CHECKING:
@@ -78,6 +84,10 @@ __all__ = [
     "raw_body_routes",
     "refuse_streaming",
     "without_credentials",
+    "UpstreamStream",
+    "chat_chunks",
+    "response_stream_events",
+    "relay",
 ]
 
 T = TypeVar("T")
@@ -206,6 +216,78 @@ class Upstream:
                 REQUEST_DEADLINE.reset(token)
             self._slots.release()
 
+    async def open_stream(self, base_url: str, path: str, body: Any, *, deadline: float | None = None,
+                          name: str | None = None) -> UpstreamStream:  # fmt: skip
+        """POST ``body`` (``stream: true`` in it) to ``base_url + path`` and read the answer's head:
+        its events to come, on a 2xx (:meth:`UpstreamStream.events`).
+
+        Before the first byte of the answer, as :meth:`post`: a slot within ``queue_timeout_s``,
+        connection errors and ``retry_statuses`` tried again with the client's backoff up to
+        ``max_attempts``, and every failure a typed :class:`UpstreamError` (an error status is read
+        whole). The whole stream is bounded by ``timeout_s``, ``deadline`` and the caller's
+        deadline. The stream holds its slot and its own connection (not pooled) until
+        :meth:`UpstreamStream.close`, which aborts the connection: the engine sees the request
+        cancelled.
+        """
+        caller = REQUEST_DEADLINE.get()
+        deadline = min(d for d in (deadline, caller, time.monotonic() + self.timeout_s) if d is not None)
+        wait = max(min(self.queue_timeout_s, deadline - time.monotonic()), 0)
+        try:
+            async with asyncio.timeout(wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise UpstreamError(
+                f"{self.owner}: no upstream slot free within {wait:.3g} s (max_concurrency {self.max_concurrency},"
+                " all busy)", MODEL_OVERLOADED.status, MODEL_OVERLOADED.type,
+            ) from None  # fmt: skip
+        name = name or self.name
+        try:
+            return await self._open_stream(base_url, path, body, deadline, name)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def _open_stream(self, base_url: str, path: str, body: Any, deadline: float, name: str) -> UpstreamStream:
+        cfg = self.client.config
+        try:
+            origin = origin_of(base_url)
+        except ValueError as exc:
+            raise UpstreamError(self.redact(f"{name}: {exc}"), UPSTREAM_ERROR.status, UPSTREAM_ERROR.type) from None
+        headers = {**(self.headers or {})}
+        auth = self.client._auth  # the run's token, for an upstream that is one of the run's servers
+        if auth is not None and "/".join(base_url.split("/", 3)[:3]) in self.client._authorized_urls:
+            headers = {**auth, **headers}
+        data = body if isinstance(body, bytes) else msgspec.json.encode(body)
+        attempt = 0
+        while True:
+            attempt += 1
+            stream = UpstreamStream(self, name, path, deadline)
+            try:
+                await stream.send(
+                    origin, headers, data, min(cfg.connect_timeout_s, max(deadline - time.monotonic(), 0))
+                )
+                if stream.status < 400:
+                    return stream
+                message, error_type = _error_fields(await stream.read_all())
+                stream.close(release=False)
+                error: ServerCallError = ServerHTTPError(
+                    name, path, message, status=stream.status, attempts=attempt, error_type=error_type
+                )
+                retryable = stream.status in self.retry_statuses
+            except TimeoutError:
+                stream.close(release=False)
+                error, retryable = ServerTimeoutError(name, path, "no answer in time", attempts=attempt), False
+            except (OSError, ConnectionError, httptools.HttpParserError) as exc:
+                stream.close(release=False)
+                error, retryable = ServerUnavailableError(name, path, str(exc) or repr(exc), attempts=attempt), True
+            except BaseException:
+                stream.close(release=False)
+                raise
+            delay = min(cfg.backoff_max_s, cfg.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random())
+            if not retryable or attempt >= cfg.max_attempts or time.monotonic() + delay > deadline:
+                raise upstream_failure(error, self.retry_statuses, self.redact)
+            await asyncio.sleep(delay)
+
     def decode(self, path: str, payload: bytes, decode: Callable[[bytes], T], *, name: str | None = None) -> T:
         """``decode(payload)``; an answer it cannot read is a :meth:`bad_answer`."""
         try:
@@ -224,6 +306,190 @@ class Upstream:
     def redact(self, text: str) -> str:
         """``text`` with the API key replaced by ``[api_key]``."""
         return text.replace(self.secret, "[api_key]") if self.secret else text
+
+
+class UpstreamStream:
+    """One streamed answer of the engine, on a connection of its own: :meth:`events` as they arrive.
+
+    Every read is bounded by the stream's deadline. :meth:`events` raises :class:`UpstreamError`
+    when the stream fails before its end: ``upstream_timeout`` past the deadline,
+    ``upstream_error`` when the engine closes the connection mid-answer or sends what is not HTTP.
+    :meth:`close` (idempotent) aborts the connection and frees the slot.
+    """
+
+    def __init__(self, upstream: Upstream, name: str, path: str, deadline: float):
+        self.upstream = upstream
+        self.name = name
+        self.path = path
+        self.deadline = deadline
+        self.status = 0
+        self.headers: list[tuple[str, str]] = []
+        self.complete = False
+        self._parser = httptools.HttpResponseParser(self)
+        self._head_done = False
+        self._body: list[bytes] = []
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._closed = False
+
+    # httptools' callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.decode("latin-1").lower(), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        self.status = self._parser.get_status_code()
+        self._head_done = self.status >= 200
+
+    def on_body(self, body: bytes) -> None:
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._head_done:
+            self.complete = True
+        else:  # an interim answer (100 Continue): the real one follows
+            self.headers = []
+
+    async def send(self, origin: Origin, headers: dict[str, str], data: bytes, connect_timeout: float) -> None:
+        """Connect, send the request, and read the answer's head."""
+        context = ssl.create_default_context() if origin.scheme == "https" else None
+        async with asyncio.timeout(connect_timeout):
+            self._reader, self._writer = await asyncio.open_connection(origin.host, origin.port, ssl=context)
+        lines = [f"POST {_target(origin.prefix, self.path)} HTTP/1.1\r\nhost: {origin.host_header}\r\n"]
+        for key, value in {"user-agent": "gym-core", "accept": "text/event-stream", **headers}.items():
+            if "\n" in value or "\r" in value or "\n" in key or "\r" in key:
+                raise ValueError(f"header {key!r} contains a line break")
+            lines.append(f"{key}: {value}\r\n")
+        lines.append(f"content-type: application/json\r\ncontent-length: {len(data)}\r\nconnection: close\r\n\r\n")
+        self._writer.write("".join(lines).encode("latin-1") + data)
+        while not self._head_done:
+            if not await self._read():
+                raise ConnectionError("the server closed the connection before answering")
+
+    async def _read(self) -> bool:
+        """Read what comes next into the parser, within the deadline; False at the end of the connection."""
+        assert self._reader is not None
+        async with asyncio.timeout(max(self.deadline - time.monotonic(), 0)):
+            data = await self._reader.read(65_536)
+        if not data:
+            return False
+        self._parser.feed_data(data)
+        return True
+
+    async def read_all(self) -> bytes:
+        """The rest of the body (an error answer), within the deadline."""
+        while not self.complete and await self._read():
+            pass
+        return b"".join(self._body)
+
+    async def events(self) -> AsyncIterator[SSE]:
+        """The answer's server-sent events, each as soon as it is whole."""
+        decoder = SSEDecoder()
+        try:
+            while True:
+                chunks, self._body = self._body, []
+                for chunk in chunks:
+                    for event in decoder.feed(chunk):
+                        yield event
+                if self.complete:
+                    return
+                if not await self._read():
+                    if any(key in ("content-length", "transfer-encoding") for key, _ in self.headers):
+                        raise ConnectionError("the connection closed before the end of the stream")
+                    self.complete = True  # an answer without a length ends with its connection
+        except TimeoutError:
+            raise self._failure(UPSTREAM_TIMEOUT, f"the stream did not end within {self.upstream.timeout_s:g} s"
+                                " (timeout_s) or the caller's deadline") from None  # fmt: skip
+        except (OSError, ConnectionError, httptools.HttpParserError) as exc:
+            raise self._failure(UPSTREAM_ERROR, f"the stream broke off: {exc}") from None
+
+    def _failure(self, failure: Any, what: str) -> UpstreamError:
+        return UpstreamError(self.upstream.redact(f"{self.name} {self.path}: {what}"), failure.status, failure.type)
+
+    def close(self, *, release: bool = True) -> None:
+        """Abort the connection (the engine stops generating) and, once, free the slot."""
+        if self._writer is not None:
+            self._writer.transport.abort()
+            self._writer = None
+        if release and not self._closed:
+            self._closed = True
+            self.upstream._slots.release()
+
+
+# --- relaying a stream ---------------------------------------------------------------------------
+
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+
+
+async def chat_chunks(stream: UpstreamStream) -> AsyncIterator[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects of a streamed chat completion, up to ``[DONE]``.
+
+    Raises :class:`UpstreamError` (``upstream_error``) for an error event (``{"error": ...}``), an
+    event that is not a JSON object, and a stream that ends without ``[DONE]``.
+    """
+    async for event in stream.events():
+        if event.data.startswith("[DONE]"):
+            return
+        chunk = _event_object(stream, event)
+        if "error" in chunk:
+            raise stream._failure(UPSTREAM_ERROR, f"error event: {event.data[:500]}")
+        yield chunk
+    raise stream._failure(UPSTREAM_ERROR, "the stream ended without [DONE]")
+
+
+async def response_stream_events(stream: UpstreamStream) -> AsyncIterator[tuple[SSE, dict[str, Any]]]:
+    """The events of a streamed Responses API answer (each with its decoded data), up to its last
+    (``response.completed``, ``.incomplete``, ``.failed`` or ``error``, which is yielded too).
+
+    Raises :class:`UpstreamError` (``upstream_error``) for data that is not a JSON object and for a
+    stream that ends before its last event.
+    """
+    async for event in stream.events():
+        data = _event_object(stream, event)
+        yield event, data
+        if (event.event or data.get("type")) in _TERMINAL:
+            return
+    raise stream._failure(UPSTREAM_ERROR, "the stream ended before response.completed")
+
+
+def _event_object(stream: UpstreamStream, event: SSE) -> dict[str, Any]:
+    try:
+        data = msgspec.json.decode(event.data)
+    except msgspec.DecodeError:
+        data = None
+    if not isinstance(data, dict):
+        raise stream._failure(UPSTREAM_ERROR, f"an event that is not a JSON object: {event.data[:200]!r}")
+    return data
+
+
+def relay(
+    server: ModelServer,
+    stream: UpstreamStream,
+    body: AsyncIterator[bytes],
+    on_error: Callable[[str, str, int], bytes],
+) -> Any:
+    """The streaming answer (``text/event-stream``) that sends ``body``'s pieces as they come.
+
+    A failure midway (an :class:`UpstreamError`, or any other exception, logged with an id) ends
+    the stream with ``on_error(message, type, status)``, an event the client raises. The upstream
+    connection is closed when the stream ends, fails, or the caller disconnects (which cancels it).
+    """
+    from litestar.response import Stream
+
+    async def pieces() -> AsyncIterator[bytes]:
+        try:
+            async for piece in body:
+                yield piece
+        except UpstreamError as exc:
+            server.log.warning("stream failed midway: %s: %s", exc.kind, exc)
+            yield on_error(str(exc), exc.kind, exc.status)
+        except Exception:
+            error_id = secrets.token_hex(4)
+            server.log.exception("unhandled error %s while streaming", error_id)
+            yield on_error(f"internal error in {server.name} (error id {error_id}: see its log)", "internal_error", 500)
+        finally:
+            stream.close()
+
+    return Stream(pieces(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
 # --- the request's fields gym does not model ----------------------------------------------------
@@ -273,18 +539,25 @@ ResponsesHandler = Callable[["Request", ResponseCreateParams, dict[str, Any]], A
 
 
 def raw_body_routes(
-    server: ModelServer, inherited: list[Any], *, chat: ChatHandler, responses: ResponsesHandler
+    server: ModelServer,
+    inherited: list[Any],
+    *,
+    chat: ChatHandler,
+    responses: ResponsesHandler,
+    streams: bool = False,
 ) -> list[Any]:
     """``inherited`` (the server's ``super().routes()``) with ``POST /v1/chat/completions`` and
     ``POST /v1/responses`` served from the raw body: each handler gets the request, the decoded
-    body and its :func:`unmodelled` fields. Streaming is refused (400) before the handler runs.
+    body and its :func:`unmodelled` fields. Streaming is refused (400) before the handler runs,
+    unless the handlers stream (``streams``: they answer ``stream: true`` themselves).
     """
 
     async def chat_route(request: Request) -> Any:
         body = msgspec.json.decode(await request.body())
         check_ranges(body, server.name)
         parsed = msgspec.convert(body, ChatCompletionRequest)
-        refuse_streaming(parsed.stream)
+        if not streams:
+            refuse_streaming(parsed.stream)
         return await chat(request, parsed, unmodelled(body, CHAT_FIELDS))
 
     async def responses_route(request: Request) -> Any:
@@ -292,7 +565,8 @@ def raw_body_routes(
         body = msgspec.json.decode(raw)
         check_ranges(body, server.name)
         params = decode_create_params(body if isinstance(body, dict) else raw)
-        refuse_streaming(params.stream)
+        if not streams:
+            refuse_streaming(params.stream)
         return await responses(request, params, unmodelled(body, RESPONSES_FIELDS))
 
     own = {"/v1/chat/completions": chat_route, "/v1/responses": responses_route}

@@ -35,15 +35,18 @@ import contextvars
 import hashlib
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
 from litestar import Request
+from litestar import Response as LitestarResponse
 from litestar.exceptions import HTTPException
 from msgspec import UNSET
 
 from gym_core import ModelServer
-from gym_core.convert import chat_completion_to_response, create_params_to_chat
+from gym_core.convert import chat_completion_to_response, create_params_to_chat, echo_params
+from gym_core.relay import ChatAssembler, ChatResponseEvents, chat_error_sse, response_error_sse, sse_data
 from gym_core.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -56,7 +59,18 @@ from gym_core.schemas import (
     SummaryText,
     new_id,
 )
-from gym_core.upstream import RESPONSES_ONLY, Upstream, UpstreamError, chat_fields, raw_body_routes, without_credentials
+from gym_core.streaming import EVENT_STREAM, chat_completion_sse, response_sse
+from gym_core.upstream import (
+    RESPONSES_ONLY,
+    Upstream,
+    UpstreamError,
+    UpstreamStream,
+    chat_chunks,
+    chat_fields,
+    raw_body_routes,
+    relay,
+    without_credentials,
+)
 
 from gym_vllm_model.config import VllmModelConfig
 
@@ -122,11 +136,15 @@ class VllmModel(ModelServer):
     # --- routes: the session (for the replica) and the raw body (for fields gym does not model) ---
 
     def routes(self) -> list[Any]:
-        return raw_body_routes(self, super().routes(), chat=self._chat_route, responses=self._responses_route)
+        return raw_body_routes(
+            self, super().routes(), chat=self._chat_route, responses=self._responses_route, streams=True
+        )
 
     async def _responses_route(self, request: Request, params: ResponseCreateParams, fields: dict[str, Any]) -> Any:
         token = _session_id.set(self.session(request).id)
         try:
+            if params.stream is True:
+                return await self._stream_responses(params, fields)
             return await self.responses(params, fields)
         finally:
             _session_id.reset(token)
@@ -134,6 +152,8 @@ class VllmModel(ModelServer):
     async def _chat_route(self, request: Request, chat: ChatCompletionRequest, fields: dict[str, Any]) -> Any:
         token = _session_id.set(self.session(request).id)
         try:
+            if chat.stream is True:
+                return await self._stream_chat(chat, fields)
             return await self.chat_completions(chat, fields)
         finally:
             _session_id.reset(token)
@@ -148,6 +168,10 @@ class VllmModel(ModelServer):
         reply = await self._complete(
             request, chat_fields(unmodelled or {}, request, owner=self.name, drop=_NOT_FOR_VLLM)
         )
+        return self._to_response(reply, params)
+
+    def _to_response(self, reply: dict[str, Any], params: ResponseCreateParams) -> Response:
+        """The Response of a reply of :meth:`_complete`: reasoning as a reasoning item."""
         message = reply["choices"][0]["message"]
         thoughts: list[str] = []
         if self.config.uses_reasoning_parser and isinstance(message.get("content"), str):
@@ -190,6 +214,13 @@ class VllmModel(ModelServer):
                 return _empty_completion(cfg.model, "length")
             raise
         reply = self._reply(payload, self._replica_names[replica])
+        return await self._finish_reply(reply, body, replica, deadline, training)
+
+    async def _finish_reply(
+        self, reply: dict[str, Any], body: dict[str, Any], replica: int, deadline: float, training: bool
+    ) -> dict[str, Any]:
+        """vLLM's whole reply as gym answers it: reasoning inline, token ids checked (training) or removed."""
+        cfg = self.config
         message = reply["choices"][0]["message"]
         reasoning = message.pop("reasoning_content", None) or message.pop("reasoning", None)
         message.pop("reasoning", None)
@@ -267,6 +298,126 @@ class VllmModel(ModelServer):
             else:
                 message["content"] = inline + (content or "")
         return message
+
+    # --- stream: true ---
+
+    async def _open_chat(
+        self, request: ChatCompletionRequest, fields: dict[str, Any]
+    ) -> dict[str, Any] | tuple[UpstreamStream, dict[str, Any], int, float, bool]:
+        """vLLM's stream for ``request`` (``stream: true``), with what finishing its reply needs: the
+        body sent, the replica, the deadline, whether in training mode; or the whole reply when
+        there is nothing to generate (a context overflow, a refused empty assistant turn)."""
+        cfg = self.config
+        training = cfg.return_token_id_information or request.return_token_ids is True
+        body = self._upstream_body(request, fields, training)
+        body["stream"] = True
+        if not cfg.sequential_reasoning_allowed and _ends_with_empty_assistant_turn(body["messages"]):
+            return _empty_completion(cfg.model, "content_filter")
+        deadline = time.monotonic() + cfg.timeout_s
+        try:
+            stream, replica = await self._open_stream("/chat/completions", body, deadline)
+        except UpstreamError as exc:
+            if exc.upstream_status == 400 and CONTEXT_LENGTH_ERROR.search(exc.detail):
+                self.log.info("context length exceeded, answered as incomplete: %s", exc.detail)
+                return _empty_completion(cfg.model, "length")
+            raise
+        return stream, body, replica, deadline, training
+
+    async def _whole_reply(
+        self, stream: UpstreamStream, body: dict[str, Any], replica: int, deadline: float, training: bool
+    ) -> dict[str, Any]:
+        """The reply a stream makes once read to its end, as :meth:`_complete` answers it."""
+        assembler = ChatAssembler()
+        async for chunk in chat_chunks(stream):
+            assembler.feed(chunk)
+        reply = assembler.completion()
+        if not reply["choices"]:
+            raise self.upstream.bad_answer("/chat/completions", "a stream without choices", b"")
+        return await self._finish_reply(reply, body, replica, deadline, training)
+
+    async def _stream_chat(self, request: ChatCompletionRequest, fields: dict[str, Any]) -> Any:
+        """``stream: true`` on ``/v1/chat/completions``: vLLM's chunks as they come, reasoning inline as
+        ``<think>…</think>`` text; in training mode the whole answer, checked, as chunks at the end."""
+        for index, message in enumerate(request.messages):
+            _bundle(message, f"messages[{index}]")
+        options = fields.get("stream_options")
+        usage = isinstance(options, dict) and options.get("include_usage") is True
+        opened = await self._open_chat(request, dict(fields))
+        if isinstance(opened, dict):
+            sse = chat_completion_sse(msgspec.convert(opened, ChatCompletion, strict=False), include_usage=usage)
+            return LitestarResponse(content=sse, media_type=EVENT_STREAM)
+        stream, body, replica, deadline, training = opened
+
+        async def whole() -> AsyncIterator[bytes]:
+            reply = await self._whole_reply(stream, body, replica, deadline, True)
+            yield chat_completion_sse(msgspec.convert(reply, ChatCompletion, strict=False), include_usage=usage)
+
+        async def live() -> AsyncIterator[bytes]:
+            thinking: dict[int, bool] = {}  # per choice: inside <think>
+            async for chunk in chat_chunks(stream):
+                chunk["model"] = self.config.model
+                chunk.pop("prompt_token_ids", None)
+                for choice in chunk.get("choices") or []:
+                    if isinstance(choice, dict):
+                        _inline_reasoning(choice, thinking)
+                yield sse_data(chunk)
+            yield b"data: [DONE]\n\n"
+
+        return relay(self, stream, whole() if training else live(), chat_error_sse)
+
+    async def _stream_responses(self, params: ResponseCreateParams, fields: dict[str, Any]) -> Any:
+        """``stream: true`` on ``/v1/responses``: the events as vLLM's chunks come (reasoning as a
+        reasoning item, text as a message; tool calls whole at the end), ``response.completed``
+        with the whole response; in training mode all the events at the end."""
+        cfg = self.config
+        request = create_params_to_chat(params)
+        _carry_token_ids(params, request)
+        extra = chat_fields(fields, request, owner=self.name, drop=_NOT_FOR_VLLM)
+        opened = await self._open_chat(request, {**extra, "stream_options": {"include_usage": True}})
+        if isinstance(opened, dict):
+            return LitestarResponse(content=response_sse(self._to_response(opened, params)), media_type=EVENT_STREAM)
+        stream, body, replica, deadline, training = opened
+        shell = Response(model=cfg.model)
+        echo_params(shell, params)
+        events = ChatResponseEvents(shell)
+
+        async def whole() -> AsyncIterator[bytes]:
+            reply = await self._whole_reply(stream, body, replica, deadline, True)
+            yield response_sse(self._to_response(reply, params))
+
+        async def live() -> AsyncIterator[bytes]:
+            yield events.start()
+            assembler = ChatAssembler()
+            split = ThinkSplitter() if cfg.uses_reasoning_parser else None
+            async for chunk in chat_chunks(stream):
+                assembler.feed(chunk)
+                choices = chunk.get("choices") or []
+                choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+                if choice.get("index", 0) != 0:
+                    continue
+                delta = choice.get("delta") or {}
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+                text = delta.get("content") or ""
+                if split is not None and text:
+                    thought, text = split.feed(text)
+                    reasoning += thought
+                logprobs = choice.get("logprobs")
+                entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+                yield events.feed(text, reasoning, entries if text else None)
+            if split is not None:
+                thought, text = split.flush()
+                yield events.feed(text, thought)
+            reply = assembler.completion()
+            if not reply["choices"]:
+                raise self.upstream.bad_answer("/chat/completions", "a stream without choices", b"")
+            reply = await self._finish_reply(reply, body, replica, deadline, False)
+            yield events.finish(self._to_response(reply, params))
+
+        if training:
+            return relay(
+                self, stream, whole(), lambda message, kind, status: response_error_sse(message, kind, status, 0)
+            )
+        return relay(self, stream, live(), events.error)
 
     # --- token ids and log-probs ---
 
@@ -346,6 +497,14 @@ class VllmModel(ModelServer):
         return sorted(order, key=lambda index: self._down_until[index] > now)  # stable: the ring order stays
 
     async def _post(self, path: str, body: dict[str, Any], deadline: float) -> tuple[bytes, int]:
+        return await self._call(path, body, deadline, stream=False)
+
+    async def _open_stream(self, path: str, body: dict[str, Any], deadline: float) -> tuple[UpstreamStream, int]:
+        """As :meth:`_post`, for ``stream: true``: the stream once its replica answered 2xx (the
+        failover happens before the first byte; a stream that breaks off later is not moved)."""
+        return await self._call(path, body, deadline, stream=True)
+
+    async def _call(self, path: str, body: dict[str, Any], deadline: float, *, stream: bool) -> tuple[Any, int]:
         """POST to the session's replica, failing over to the next ones; the answer and the replica that gave it.
 
         A replica unreachable, busy after every attempt or answering 5xx (a 502 :class:`UpstreamError`)
@@ -357,7 +516,8 @@ class VllmModel(ModelServer):
         failures: list[UpstreamError] = []
         for index in self._replica_order(session_id):
             try:
-                payload = await self.upstream.post(
+                call = self.upstream.open_stream if stream else self.upstream.post
+                payload = await call(
                     self.replicas[index], path, body, deadline=deadline, name=self._replica_names[index]
                 )
             except UpstreamError as exc:
@@ -507,3 +667,64 @@ def _json_object(metadata: dict[str, Any], key: str) -> dict[str, Any]:
             status_code=400, detail=f"metadata.{key} must be a JSON object as a string, got {text!r:.100}"
         )
     return value
+
+
+def _inline_reasoning(choice: dict[str, Any], thinking: dict[int, bool]) -> None:
+    """A streamed choice's reasoning fields moved into its text as ``<think>…</think>`` (opened at its
+    first reasoning, closed at the first text, tool call or finish after it), token ids removed:
+    the deltas concatenate to the text of the unstreamed answer."""
+    choice.pop("token_ids", None)
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        return
+    index = choice.get("index") or 0
+    reasoning = delta.pop("reasoning_content", None) or delta.pop("reasoning", None)
+    delta.pop("reasoning", None)
+    text = delta.get("content")
+    pieces = []
+    if reasoning:
+        if not thinking.get(index):
+            pieces.append("<think>")
+            thinking[index] = True
+        pieces.append(reasoning)
+    ends = bool(text) or bool(delta.get("tool_calls")) or choice.get("finish_reason") is not None
+    if thinking.get(index) and ends:
+        pieces.append("</think>")
+        thinking[index] = False
+    if isinstance(text, str):
+        pieces.append(text)
+    if pieces or "content" in delta:
+        delta["content"] = "".join(pieces)
+
+
+class ThinkSplitter:
+    """``<think>…</think>`` blocks split from text that arrives in pieces: :meth:`feed` gives the
+    reasoning and the text of each piece, holding back what may be the start of a tag; :meth:`flush`
+    the rest at the end."""
+
+    def __init__(self) -> None:
+        self.inside = False
+        self.pending = ""
+
+    def feed(self, piece: str) -> tuple[str, str]:
+        text, self.pending = self.pending + piece, ""
+        thoughts: list[str] = []
+        answer: list[str] = []
+        while text:
+            tag = "</think>" if self.inside else "<think>"
+            at = text.find(tag)
+            into = thoughts if self.inside else answer
+            if at >= 0:
+                into.append(text[:at])
+                text = text[at + len(tag) :]
+                self.inside = not self.inside
+                continue
+            keep = next((k for k in range(min(len(tag) - 1, len(text)), 0, -1) if tag.startswith(text[-k:])), 0)
+            into.append(text[: len(text) - keep])
+            self.pending = text[len(text) - keep :]
+            break
+        return "".join(thoughts), "".join(answer)
+
+    def flush(self) -> tuple[str, str]:
+        rest, self.pending = self.pending, ""
+        return (rest, "") if self.inside else ("", rest)

@@ -25,6 +25,7 @@ text of the last user message. Every request is recorded in :attr:`StubVllm.requ
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ import msgspec
 
 from gym_core.serving import ServerThread
 
-__all__ = ["StubVllm", "render", "encode", "echo_last_user_message"]
+__all__ = ["StubVllm", "render", "encode", "echo_last_user_message", "stream_chunks"]
 
 END = "<|end|>"
 
@@ -91,6 +92,7 @@ class StubVllm:
         reasoning_parser: bool = True,
         reasoning_field: str = "reasoning_content",
         script: Callable[[dict[str, Any]], dict[str, Any]] = echo_last_user_message,
+        piece_chars: int = 3,
     ):
         self.name = name
         self.max_model_len = max_model_len
@@ -99,6 +101,16 @@ class StubVllm:
         self.script = script
         # Set to a status (500, 503...) to answer every completion with it: a replica in trouble.
         self.fail_status: int | None = None
+        # stream: true: text in pieces of this many characters, one chunk each. With a gate, the
+        # stream stops after chunk number hold_after_chunks until the gate is set (or the client
+        # disconnects); with die_after_chunks, the connection is dropped before that chunk.
+        self.piece_chars = piece_chars
+        self.gate: threading.Event | None = None
+        self.hold_after_chunks = 1
+        self.die_after_chunks: int | None = None
+        self.drop_done = False  # end the stream cleanly, but without its [DONE]
+        self.chunks_sent = 0
+        self.disconnects = 0
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self._lock = threading.Lock()
         self._thread: ServerThread | None = None
@@ -136,6 +148,7 @@ class StubVllm:
     def clear(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.chunks_sent = self.disconnects = 0
 
     # --- ASGI ---
 
@@ -153,6 +166,9 @@ class StubVllm:
             if not message.get("more_body"):
                 break
         status, answer = self._answer(scope["method"], scope["path"], raw)
+        if status == 200 and answer.get("object") == "chat.completion" and self._streamed(raw):
+            await self._stream(answer, msgspec.json.decode(raw), receive, send)
+            return
         payload = msgspec.json.encode(answer)
         await send(
             {
@@ -162,6 +178,45 @@ class StubVllm:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+    # --- stream: true ---
+
+    @staticmethod
+    def _streamed(raw: bytes) -> bool:
+        body = msgspec.json.decode(raw)
+        return isinstance(body, dict) and body.get("stream") is True
+
+    async def _stream(self, completion: dict[str, Any], body: dict[str, Any], receive: Any, send: Any) -> None:
+        """The completion as vLLM streams it (``data:`` chunks, ``[DONE]``), with :attr:`gate`,
+        :attr:`die_after_chunks` and :attr:`drop_done` applied; a client that disconnects is counted in :attr:`disconnects`."""
+        chunks = stream_chunks(completion, body, self.reasoning_field if self.reasoning_parser else None,
+                               self.piece_chars)  # fmt: skip
+        disconnected = asyncio.ensure_future(receive())  # the next message is http.disconnect
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        try:
+            for number, chunk in enumerate(chunks):
+                if chunk is None and self.drop_done:
+                    break
+                if self.die_after_chunks is not None and number == self.die_after_chunks:
+                    raise ConnectionAbortedError(f"{self.name} dies mid-stream on purpose")
+                data = b"data: [DONE]\n\n" if chunk is None else b"data: " + msgspec.json.encode(chunk) + b"\n\n"
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+                with self._lock:
+                    self.chunks_sent += 1
+                if number == self.hold_after_chunks and self.gate is not None:
+                    deadline = time.monotonic() + 30
+                    while not self.gate.is_set() and time.monotonic() < deadline:
+                        if disconnected.done():
+                            break
+                        await asyncio.sleep(0.01)
+                if disconnected.done() and disconnected.result().get("type") == "http.disconnect":
+                    with self._lock:
+                        self.disconnects += 1
+                    return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            disconnected.cancel()
 
     def _answer(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
         if method == "GET" and path in ("/health", "/v1/models"):
@@ -270,3 +325,54 @@ def _error(status: int, message: str) -> tuple[int, Any]:
     """vLLM's error body."""
     kind = "BadRequestError" if status == 400 else "InternalServerError"
     return status, {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def stream_chunks(
+    completion: dict[str, Any], body: dict[str, Any], reasoning_field: str | None, size: int = 3
+) -> list[dict[str, Any] | None]:
+    """``completion`` as vLLM streams it: a role chunk, the reasoning (in ``reasoning_field``) and
+    the text in pieces of ``size`` characters, a chunk per tool call, the ``finish_reason`` chunk, a
+    usage chunk when ``stream_options.include_usage``, and None for ``[DONE]``. Each piece carries
+    the log-probs and (``return_token_ids``) the ids of its bytes; the first chunk the prompt's ids."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    base = {"id": completion["id"], "object": "chat.completion.chunk", "created": completion["created"],
+            "model": completion["model"]}  # fmt: skip
+    entries = list((choice.get("logprobs") or {}).get("content") or [])
+    ids_wanted = "token_ids" in choice
+
+    def chunk(delta: dict[str, Any], ids_text: str = "", finish: str | None = None) -> dict[str, Any]:
+        ids = encode(ids_text)
+        part: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        if choice.get("logprobs") is not None:
+            part["logprobs"] = {"content": [entries.pop(0) for _ in ids if entries]}
+        if ids_wanted:
+            part["token_ids"] = ids
+        return {**base, "choices": [part]}
+
+    first = chunk({"role": "assistant", "content": ""})
+    if "prompt_token_ids" in completion:
+        first["prompt_token_ids"] = completion["prompt_token_ids"]
+    chunks: list[dict[str, Any] | None] = [first]
+    reasoning = message.get(reasoning_field) if reasoning_field else None
+    if reasoning:
+        pieces = _pieces(reasoning, size)
+        for index, piece in enumerate(pieces):
+            ids_text = ("<think>" if index == 0 else "") + piece + ("</think>" if index == len(pieces) - 1 else "")
+            chunks.append(chunk({reasoning_field or "reasoning": piece}, ids_text))
+    for piece in _pieces(message.get("content") or "", size):
+        chunks.append(chunk({"content": piece}, piece))
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        text = f"<tool_call>{function['name']} {function['arguments']}</tool_call>"
+        chunks.append(chunk({"tool_calls": [{"index": index, **call}]}, text))
+    chunks.append(chunk({}, finish=choice["finish_reason"]))
+    options = body.get("stream_options") or {}
+    if options.get("include_usage"):
+        chunks.append({**base, "choices": [], "usage": completion["usage"]})
+    chunks.append(None)
+    return chunks

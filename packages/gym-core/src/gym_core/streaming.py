@@ -15,16 +15,22 @@ the official ``openai`` client's streaming API (``chat.completions.create(stream
   ``response.output_item.done``, and last ``response.completed`` (``response.incomplete`` when the
   response is incomplete) with the whole response, training fields included. Every event has its
   ``sequence_number``.
+
+A server that has the text as it is generated writes it as it comes instead: :class:`ChatChunkStream`
+and :class:`ResponseEventStream` write the same events, the text in as many deltas as it arrived in
+(``start()``, ``text(delta)`` for each piece, ``finish(whole answer)``; ``error(message)`` when
+generation fails after the stream began). The concatenated deltas are the whole answer's text.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
-from gym_core.schemas import ChatCompletion, FunctionCall, Message, OutputText, Response
+from gym_core.schemas import ChatCompletion, FunctionCall, Message, OutputText, Response, new_id
 
 __all__ = ["EVENT_STREAM", "chat_completion_chunks", "chat_completion_sse", "response_events", "response_sse"]
 
@@ -66,37 +72,42 @@ def _item_started(item: dict[str, Any]) -> dict[str, Any]:
     return started
 
 
+def _item_events(index: int, item: Any, data: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The events of output item ``index`` (``item``, and ``data``: its builtins), added to done."""
+    data.setdefault("status", "completed")
+    item_id = data.get("id") or ""
+    yield {"type": "response.output_item.added", "output_index": index, "item": _item_started(data)}
+    where = {"item_id": item_id, "output_index": index}
+    if isinstance(item, Message) and not isinstance(item.content, str):
+        for part_index, (part, part_data) in enumerate(zip(item.content, data["content"])):
+            at = {**where, "content_index": part_index}
+            if isinstance(part, OutputText):
+                empty = {**part_data, "text": "", "logprobs": []}
+                logprobs = part_data.get("logprobs") or []
+                yield {"type": "response.content_part.added", **at, "part": empty}
+                yield {"type": "response.output_text.delta", **at, "delta": part.text, "logprobs": logprobs}
+                yield {"type": "response.output_text.done", **at, "text": part.text, "logprobs": logprobs}
+            else:
+                yield {"type": "response.content_part.added", **at, "part": part_data}
+            yield {"type": "response.content_part.done", **at, "part": part_data}
+    elif isinstance(item, FunctionCall):
+        yield {"type": "response.function_call_arguments.delta", **where, "delta": item.arguments}
+        yield {
+            "type": "response.function_call_arguments.done",
+            **where,
+            "name": item.name,
+            "arguments": item.arguments,
+        }
+    yield {"type": "response.output_item.done", "output_index": index, "item": data}
+
+
 def response_events(response: Response) -> Iterator[dict[str, Any]]:
     """The Responses API streaming events of ``response``, in order, without ``sequence_number``."""
     whole = msgspec.to_builtins(response)
     yield {"type": "response.created", "response": {**whole, "status": "in_progress", "output": []}}
     yield {"type": "response.in_progress", "response": {**whole, "status": "in_progress", "output": []}}
     for index, (item, data) in enumerate(zip(response.output, whole["output"])):
-        data.setdefault("status", "completed")
-        item_id = data.get("id") or ""
-        yield {"type": "response.output_item.added", "output_index": index, "item": _item_started(data)}
-        where = {"item_id": item_id, "output_index": index}
-        if isinstance(item, Message) and not isinstance(item.content, str):
-            for part_index, (part, part_data) in enumerate(zip(item.content, data["content"])):
-                at = {**where, "content_index": part_index}
-                if isinstance(part, OutputText):
-                    empty = {**part_data, "text": "", "logprobs": []}
-                    logprobs = part_data.get("logprobs") or []
-                    yield {"type": "response.content_part.added", **at, "part": empty}
-                    yield {"type": "response.output_text.delta", **at, "delta": part.text, "logprobs": logprobs}
-                    yield {"type": "response.output_text.done", **at, "text": part.text, "logprobs": logprobs}
-                else:
-                    yield {"type": "response.content_part.added", **at, "part": part_data}
-                yield {"type": "response.content_part.done", **at, "part": part_data}
-        elif isinstance(item, FunctionCall):
-            yield {"type": "response.function_call_arguments.delta", **where, "delta": item.arguments}
-            yield {
-                "type": "response.function_call_arguments.done",
-                **where,
-                "name": item.name,
-                "arguments": item.arguments,
-            }
-        yield {"type": "response.output_item.done", "output_index": index, "item": data}
+        yield from _item_events(index, item, data)
     last = "response.incomplete" if response.status == "incomplete" else "response.completed"
     yield {"type": last, "response": whole}
 
@@ -108,3 +119,134 @@ def response_sse(response: Response) -> bytes:
         event["sequence_number"] = number
         blocks.append(b"event: " + event["type"].encode() + b"\ndata: " + _encoder.encode(event) + b"\n\n")
     return b"".join(blocks)
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return b"event: " + event["type"].encode() + b"\ndata: " + _encoder.encode(event) + b"\n\n"
+
+
+class ChatChunkStream:
+    """One chat completion choice streamed as it is generated: the chunks of
+    :func:`chat_completion_chunks`, its text in the deltas given to :meth:`text`.
+
+    ``start()`` (the role chunk), ``text(delta)`` for each piece of text, ``finish(completion)``
+    with the whole answer (its id and created time become the stream's): the text not yet sent, each
+    tool call, the finish reason and log-probs, the usage chunk when asked for, ``[DONE]``. What
+    :meth:`text` sent must begin the answer's text (``ValueError`` otherwise: the client already
+    has it).
+    """
+
+    def __init__(self, model: str, include_usage: bool = False, completion_id: str | None = None) -> None:
+        self.id = completion_id or new_id("chatcmpl")
+        self.created = int(time.time())
+        self.model = model
+        self.include_usage = include_usage
+        self.sent = ""
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+        chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model}
+        return b"data: " + _encoder.encode({**chunk, "choices": [choice]}) + b"\n\n"
+
+    def start(self) -> bytes:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def text(self, delta: str) -> bytes:
+        self.sent += delta
+        return self._chunk({"content": delta})
+
+    def finish(self, completion: ChatCompletion) -> bytes:
+        completion = msgspec.structs.replace(completion, id=self.id, created=self.created, model=self.model)
+        chunks = list(chat_completion_chunks(completion, self.include_usage))
+        first = chunks[0]["choices"][0]["delta"]
+        content = first.get("content") or ""
+        if not content.startswith(self.sent):
+            raise ValueError("the answer's text does not begin with the text already streamed")
+        rest = content[len(self.sent) :]
+        out = [self._chunk({"content": rest})] if rest else []
+        out += [b"data: " + _encoder.encode(c) + b"\n\n" for c in chunks[1:]]
+        return b"".join(out) + b"data: [DONE]\n\n"
+
+    def error(self, message: str, kind: str = "server_error") -> bytes:
+        """An error after the stream began (the ``openai`` client raises ``APIError`` on it)."""
+        return b"data: " + _encoder.encode({"error": {"message": message, "type": kind}}) + b"\n\n"
+
+
+class ResponseEventStream:
+    """A Responses API answer streamed as it is generated: the events of :func:`response_events`,
+    the text of its first output item (a message) in the deltas given to :meth:`text`.
+
+    ``start()`` (``response.created``, ``response.in_progress``), ``text(delta)`` for each piece of
+    text (the first adds the message item and its ``output_text`` part), ``finish(response)`` with
+    the whole answer (its id and creation time become the stream's, its message the streamed
+    item's id): the text not yet sent, that item's ``done`` events, the other items' events, and
+    ``response.completed`` (or ``response.incomplete``). A response whose text was never streamed
+    finishes with all its items' events, as :func:`response_events` writes them.
+    """
+
+    def __init__(self, stub: Response) -> None:
+        """``stub``: the response as it will be, before its output (id, model, echoed settings)."""
+        self.stub = stub
+        self.item_id = new_id("msg")
+        self.sent = ""
+        self.number = 0
+
+    def _event(self, event: dict[str, Any]) -> bytes:
+        event["sequence_number"] = self.number
+        self.number += 1
+        return _sse(event)
+
+    def start(self) -> bytes:
+        whole = msgspec.to_builtins(msgspec.structs.replace(self.stub, output=[], status="in_progress"))
+        created = self._event({"type": "response.created", "response": whole})
+        return created + self._event({"type": "response.in_progress", "response": whole})
+
+    def text(self, delta: str) -> bytes:
+        at = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        out = b""
+        if not self.sent:
+            item = {"type": "message", "id": self.item_id, "role": "assistant", "status": "in_progress", "content": []}
+            part = {**msgspec.to_builtins(OutputText(text="")), "logprobs": []}
+            out += self._event({"type": "response.output_item.added", "output_index": 0, "item": item})
+            out += self._event({"type": "response.content_part.added", **at, "part": part})
+        self.sent += delta
+        return out + self._event({"type": "response.output_text.delta", **at, "delta": delta, "logprobs": []})
+
+    def finish(self, response: Response) -> bytes:
+        response = msgspec.structs.replace(response, id=self.stub.id, created_at=self.stub.created_at)
+        items = list(response.output)
+        streamed = None
+        if self.sent:
+            first = items[0] if items else None
+            if not isinstance(first, Message) or isinstance(first.content, str) or not first.content:
+                raise ValueError("the response does not begin with the message whose text was streamed")
+            part = first.content[0]
+            if not isinstance(part, OutputText) or not part.text.startswith(self.sent):
+                raise ValueError("the response's text does not begin with the text already streamed")
+            streamed = items[0] = msgspec.structs.replace(first, id=self.item_id)
+            response = msgspec.structs.replace(response, output=items)
+        whole = msgspec.to_builtins(response)
+        out = []
+        for index, (item, data) in enumerate(zip(items, whole["output"])):
+            if item is not streamed:
+                out += [self._event(e) for e in _item_events(index, item, data)]
+                continue
+            data.setdefault("status", "completed")
+            at = {"item_id": self.item_id, "output_index": index, "content_index": 0}
+            part_data = data["content"][0]
+            rest = part_data["text"][len(self.sent) :]
+            if rest:
+                out.append(self._event({"type": "response.output_text.delta", **at, "delta": rest, "logprobs": []}))
+            logprobs = part_data.get("logprobs") or []
+            done = {"type": "response.output_text.done", **at, "text": part_data["text"], "logprobs": logprobs}
+            out.append(self._event(done))
+            out.append(self._event({"type": "response.content_part.done", **at, "part": part_data}))
+            out.append(self._event({"type": "response.output_item.done", "output_index": index, "item": data}))
+        last = "response.incomplete" if response.status == "incomplete" else "response.completed"
+        out.append(self._event({"type": last, "response": whole}))
+        return b"".join(out)
+
+    def error(self, message: str, code: str = "server_error") -> bytes:
+        """An ``error`` event after the stream began (the ``openai`` client raises ``APIError`` on it)."""
+        error = {"message": message, "type": code, "code": code}
+        return self._event({"type": "error", "code": code, "message": message, "param": None, "error": error})

@@ -21,10 +21,20 @@ Generation, token ids and logprobs
 * ``finish_reason``: ``"tool_calls"`` if any call parsed, else ``"stop"``
   (end-of-generation token or stop string), else ``"length"`` (``max_tokens``
   reached, or the context window is full).
+
+Text as it is decoded
+---------------------
+With ``on_text`` set, :meth:`Decoding.step` passes it each piece of the reply's text once it is
+settled, on the thread that decodes: the bytes decoded so far, less the last ``len(longest stop) - 1``
+(a stop string may yet begin there), decoded incrementally (a character whose bytes span tokens
+waits for its last byte; invalid bytes become U+FFFD as in ``text``). The pieces concatenated are
+thus always a prefix of the raw reply (before tool-call parsing); the step that ends the generation
+passes nothing (the caller takes the rest from ``text``).
 """
 
 from __future__ import annotations
 
+import codecs
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -117,6 +127,9 @@ class Decoding:
         self.cut: int | None = None
         self.finish = "length"
         self.cached = 0  # prompt tokens whose KV cells were reused
+        self.on_text: Callable[[str], None] | None = None  # settled text, piece by piece (module docstring)
+        self._text_decoder: codecs.IncrementalDecoder | None = None
+        self._settled = 0  # bytes of buf passed to the text decoder
 
     def step(self, logits: np.ndarray) -> int | None:
         """Sample the next token from ``logits``; the token to evaluate next, or None when finished."""
@@ -142,7 +155,21 @@ class Decoding:
                 return None
         if len(self.out_ids) >= self.budget:
             return None
+        if self.on_text is not None:
+            self._pass_text()
         return token
+
+    def _pass_text(self) -> None:
+        """Pass ``on_text`` the text settled since the last call (none that a stop string may cut)."""
+        settled = len(self.buf) - self.max_stop + 1 if self.max_stop else len(self.buf)
+        if settled <= self._settled:
+            return
+        if self._text_decoder is None:
+            self._text_decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = self._text_decoder.decode(bytes(self.buf[self._settled : settled]))
+        self._settled = settled
+        if text and self.on_text is not None:
+            self.on_text(text)
 
     def generation(self) -> Generation:
         if self.grammar is not None:

@@ -54,6 +54,10 @@ served first-in first-out while the event loop stays free.  Cancelling an
 the next token.  With ``batch_size`` > 1, ``agenerate`` renders and tokenizes
 off the loop, then waits for the scheduler thread; cancelling it drops a queued
 request, or frees a running one's slot at the next step.
+
+Streaming: :meth:`LlamaEngine.aprepare` then :meth:`LlamaEngine.arun` (what ``agenerate`` does), with
+the prepared decoding's ``on_text`` set in between, gives the reply's text as it is decoded
+(:mod:`~gym_local_llama.decoding`).
 """
 
 from __future__ import annotations
@@ -452,19 +456,35 @@ class LlamaEngine:
         """
         if self._closed:
             raise EngineClosedError("engine is closed")
-        cancel = threading.Event()
         if self._scheduler is not None:
-            decoding = await asyncio.to_thread(functools.partial(self._prepare, messages, **kwargs))
-            if not self._scheduler.fits(decoding):  # longer than a slot: the unbatched context
-                return await self._run_alone(functools.partial(self._generate_alone, decoding, cancel), cancel)
-            future = self._scheduler.submit(decoding, cancel)
-            try:
-                done = await asyncio.wrap_future(future)
-            except asyncio.CancelledError:
-                cancel.set()  # a queued request is dropped by the cancelled future itself
-                raise
-            return done.generation()
+            return await self.arun(await self.aprepare(messages, **kwargs))
+        cancel = threading.Event()
         return await self._run_alone(functools.partial(self.generate, messages, cancel=cancel, **kwargs), cancel)
+
+    async def aprepare(self, messages: list[dict], **kwargs: Any) -> Decoding:
+        """Check a request, render and tokenize its prompt, off the event loop (``generate``'s
+        arguments; ``ValueError`` for a bad request): its :class:`Decoding`, for :meth:`arun`.
+
+        Set the decoding's ``on_text`` before :meth:`arun` to have its text as it is decoded (called
+        on the decoding thread: hand it to the event loop with ``loop.call_soon_threadsafe``)."""
+        if self._closed:
+            raise EngineClosedError("engine is closed")
+        return await asyncio.to_thread(functools.partial(self._prepare, messages, **kwargs))
+
+    async def arun(self, decoding: Decoding) -> Generation:
+        """Decode a request :meth:`aprepare` prepared: beside the others when it fits a batch slot,
+        else on the unbatched context. Cancelling the awaiting task drops a queued request, or stops
+        a running one before its next token (freeing its slot)."""
+        cancel = threading.Event()
+        if self._scheduler is None or not self._scheduler.fits(decoding):
+            return await self._run_alone(functools.partial(self._generate_alone, decoding, cancel), cancel)
+        future = self._scheduler.submit(decoding, cancel)
+        try:
+            done = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            cancel.set()  # a queued request is dropped by the cancelled future itself
+            raise
+        return done.generation()
 
     async def _run_alone(self, call: functools.partial, cancel: threading.Event) -> Generation:
         """Run ``call`` (an unbatched generation) on the engine's worker thread."""

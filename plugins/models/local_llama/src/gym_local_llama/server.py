@@ -20,14 +20,17 @@ A token history that cannot be used verbatim is a 422 (:func:`token_history`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import msgspec
+from litestar import Request
 from litestar.exceptions import HTTPException
+from litestar.response import Response, Stream
 from msgspec import UNSET
 
 from gym_core import ModelServer
-from gym_core.convert import chat_completion_to_response, create_params_to_chat
+from gym_core.convert import chat_completion_to_response, create_params_to_chat, echo_params
 from gym_core.schemas import (
     ChatChoice,
     ChatCompletion,
@@ -39,11 +42,16 @@ from gym_core.schemas import (
     FunctionCall,
     Reasoning,
     ResponseCreateParams,
+    decode_create_params,
     new_id,
 )
+from gym_core.schemas import Response as ResponsesResponse
+from gym_core.streaming import EVENT_STREAM, ChatChunkStream, ResponseEventStream, chat_completion_sse
 
 from gym_local_llama.config import LocalLlamaConfig
+from gym_local_llama.errors import GenerationCancelled
 from gym_local_llama.grammar import Grammar, json_schema_grammar, tool_call_grammar
+from gym_local_llama.tool_calls import settled_text
 
 __all__ = ["LocalLlamaModel", "TokenHistoryError", "token_history"]
 
@@ -181,23 +189,145 @@ class LocalLlamaModel(ModelServer):
             raise HTTPException(status_code=422, detail=f"{self.name}: {exc}") from exc
         return found
 
-    async def responses(self, params: ResponseCreateParams) -> Any:
-        """``POST /v1/responses``: gym-core's conversion, unless the input carries a token history."""
+    def _responses_as_chat(self, params: ResponseCreateParams) -> tuple[ChatCompletionRequest, list[int] | None]:
+        """``params`` as a chat request, and the token history it starts with (None: none)."""
         found = None if isinstance(params.input, str) else self._token_history(params.input, "input")
         if found is None:
-            return await super().responses(params)
+            return create_params_to_chat(params), None
         history, last = found
         # Only the items after the history are rendered; instructions are in the history's ids.
         tail = msgspec.structs.replace(params, input=list(params.input[last + 1 :]), instructions=None)
-        completion = await self._complete(create_params_to_chat(tail), history)
-        return chat_completion_to_response(completion, params)
+        return create_params_to_chat(tail), history
 
-    async def chat_completions(self, request: ChatCompletionRequest) -> ChatCompletion:
+    def _chat_after_history(self, request: ChatCompletionRequest) -> tuple[ChatCompletionRequest, list[int] | None]:
+        """``request`` less the messages its token history holds, and that history (None: none)."""
         found = self._token_history(request.messages, "messages")
         if found is None:
-            return await self._complete(request, None)
+            return request, None
         history, last = found
-        return await self._complete(msgspec.structs.replace(request, messages=request.messages[last + 1 :]), history)
+        return msgspec.structs.replace(request, messages=request.messages[last + 1 :]), history
+
+    async def responses(self, params: ResponseCreateParams) -> Any:
+        """``POST /v1/responses``: gym-core's conversion, unless the input carries a token history."""
+        request, history = self._responses_as_chat(params)
+        return chat_completion_to_response(await self._complete(request, history), params)
+
+    async def chat_completions(self, request: ChatCompletionRequest) -> ChatCompletion:
+        return await self._complete(*self._chat_after_history(request))
+
+    # ------------------------------------------------------------------ streaming, token by token
+
+    def routes(self) -> list[Any]:
+        """gym-core's routes, with ``/v1/chat/completions`` and ``/v1/responses`` answering
+        ``stream: true`` as the text is decoded (:meth:`_stream`)."""
+        ours = {"/v1/chat/completions", "/v1/responses"}
+        kept = [h for h in super().routes() if not set(getattr(h, "paths", ())) & ours]
+        return [
+            *kept,
+            self.post_json("/v1/responses", self._responses_route),
+            self.post_json("/v1/chat/completions", self._chat_route),
+        ]
+
+    async def _responses_route(self, http: Request) -> Any:
+        raw = await http.body()
+        obj = msgspec.json.decode(raw)
+        self.check_params(obj, "responses")
+        params = decode_create_params(obj if isinstance(obj, dict) else raw)
+        if params.stream is not True:
+            return await self.responses(params)
+        request, history = self._responses_as_chat(params)
+        stub = ResponsesResponse(model=self.model_name, status="in_progress")
+        echo_params(stub, params)
+        events = ResponseEventStream(stub)
+        return await self._stream(request, history, events, lambda c: chat_completion_to_response(c, params))
+
+    async def _chat_route(self, http: Request) -> Any:
+        obj = msgspec.json.decode(await http.body())
+        self.check_params(obj, "chat")
+        body = msgspec.convert(obj, ChatCompletionRequest)
+        if body.stream is not True:
+            return await self.chat_completions(body)
+        options = obj.get("stream_options") if isinstance(obj, dict) else None
+        usage = isinstance(options, dict) and options.get("include_usage") is True
+        if _given(body.n, 1) > 1:  # several choices: written when all are generated
+            sse = chat_completion_sse(await self.chat_completions(body), include_usage=usage)
+            return Response(content=sse, media_type=EVENT_STREAM)
+        request, history = self._chat_after_history(body)
+        return await self._stream(request, history, ChatChunkStream(self.model_name, usage), lambda c: c)
+
+    async def _stream(
+        self,
+        request: ChatCompletionRequest,
+        history: list[int] | None,
+        events: ChatChunkStream | ResponseEventStream,
+        answer: Callable[[ChatCompletion], Any],
+    ) -> Stream:
+        """``request`` answered as server-sent ``events``, its text written as it is decoded.
+
+        The request is checked and its prompt tokenized first (a bad one is a 4xx, not a stream).
+        Then each piece of text the decoding settles (:class:`~gym_local_llama.decoding.Decoding`)
+        that tool-call parsing cannot change (:func:`~gym_local_llama.tool_calls.settled_text`) is
+        a delta; the finished answer (``answer`` of its completion) ends the stream with the text not
+        yet sent (all of it for a reply that is a tool call), the calls, the usage. A client that
+        goes away cancels the generation: its batch slot is free at the next step.
+        """
+        messages, calls = self._generation_args(request, history)
+        try:
+            decoding = await self.engine.aprepare(messages, **calls[0])
+        except ValueError as exc:
+            raise HTTPException(status_code=400, detail=f"{self.name}: {exc}") from exc
+        except RuntimeError as exc:
+            raise self._unavailable(exc) from exc
+        return Stream(self._events(decoding, request, events, answer), media_type=EVENT_STREAM)
+
+    async def _events(
+        self,
+        decoding: Any,
+        request: ChatCompletionRequest,
+        events: ChatChunkStream | ResponseEventStream,
+        answer: Callable[[ChatCompletion], Any],
+    ) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[str] = asyncio.Queue()
+
+        def on_text(piece: str) -> None:  # on the decoding thread
+            try:
+                loop.call_soon_threadsafe(pieces.put_nowait, piece)
+            except RuntimeError:  # the loop is closed: nobody reads any more
+                pass
+
+        decoding.on_text = on_text
+        generation = asyncio.ensure_future(self.engine.arun(decoding))
+        piece: asyncio.Future | None = None
+        raw = sent = ""
+        try:
+            yield events.start()
+            while not generation.done():
+                piece = asyncio.ensure_future(pieces.get())
+                await asyncio.wait({piece, generation}, return_when=asyncio.FIRST_COMPLETED)
+                if not piece.done():
+                    break
+                raw += piece.result()
+                settled = settled_text(raw, decoding.tools)
+                if len(settled) > len(sent):
+                    yield events.text(settled[len(sent) :])
+                    sent = settled
+            try:
+                done = await generation
+            except GenerationCancelled:  # pragma: no cover - only this stream cancels it, by going away
+                return
+            except RuntimeError as exc:
+                yield events.error(self._unavailable(exc).detail)
+                return
+            try:
+                yield events.finish(answer(self._completion([done], request)))
+            except ValueError as exc:  # pragma: no cover - settled_text's promise broken: say so, not hang
+                self.log.error("streamed text is not the answer's: %s", exc)
+                yield events.error(f"{self.name}: {exc}")
+        finally:
+            generation.cancel()  # a client that went away: the decoding stops at its next step
+            if piece is not None:
+                piece.cancel()
 
     async def _complete(self, request: ChatCompletionRequest, history: list[int] | None) -> ChatCompletion:
         """The completion of ``request``; with ``history``, its messages are those after those ids.
@@ -206,6 +336,24 @@ class LocalLlamaModel(ModelServer):
         the prompt once and copies its KV cells to the others' sequences (with ``batch_size`` 1 the
         prefix cache reuses them); with a ``seed``, choice ``i`` samples with ``seed + i``.
         """
+        messages, calls = self._generation_args(request, history)
+        try:
+            generations = await asyncio.gather(*(self.engine.agenerate(messages, **kwargs) for kwargs in calls))
+        except ValueError as exc:  # the engine's checks of the request (sampling values, content, prompt length)
+            raise HTTPException(status_code=400, detail=f"{self.name}: {exc}") from exc
+        except RuntimeError as exc:  # the engine closing, or llama.cpp failing: a typed failure to retry
+            raise self._unavailable(exc) from exc
+        return self._completion(generations, request)
+
+    def _unavailable(self, exc: BaseException) -> HTTPException:
+        self.log.warning("generation failed: %r", exc)
+        return HTTPException(status_code=503, detail=f"{self.name}: the model could not answer: {exc}")
+
+    def _generation_args(
+        self, request: ChatCompletionRequest, history: list[int] | None
+    ) -> tuple[list[dict], list[dict[str, Any]]]:
+        """The messages and the engine's keyword arguments for each of the ``n`` generations of
+        ``request`` (an ``HTTPException`` 400 for a request the server refuses)."""
         cfg = self.config
         stop = _given(request.stop, None)
         want_ids = request.return_token_ids is True
@@ -231,21 +379,11 @@ class LocalLlamaModel(ModelServer):
         except ValueError as exc:
             raise HTTPException(status_code=400, detail=f"{self.name}: {exc}") from exc
         settings["tools"] = tools
-        messages = msgspec.to_builtins(request.messages)
-        try:
-            generations = await asyncio.gather(
-                *(
-                    self.engine.agenerate(
-                        messages, seed=None if seed is None else seed + i, grammar=grammar, **settings
-                    )
-                    for i in range(n)
-                )
-            )
-        except ValueError as exc:  # the engine's checks of the request (sampling values, content, prompt length)
-            raise HTTPException(status_code=400, detail=f"{self.name}: {exc}") from exc
-        except RuntimeError as exc:  # the engine closing, or llama.cpp failing: a typed failure to retry
-            self.log.warning("generation failed: %r", exc)
-            raise HTTPException(status_code=503, detail=f"{self.name}: the model could not answer: {exc}") from exc
+        settings["grammar"] = grammar
+        calls = [{**settings, "seed": None if seed is None else seed + i} for i in range(n)]
+        return msgspec.to_builtins(request.messages), calls
+
+    def _completion(self, generations: list[Any], request: ChatCompletionRequest) -> ChatCompletion:
         completion_tokens = sum(g.completion_tokens for g in generations)
         return ChatCompletion(
             model=self.model_name,

@@ -28,7 +28,7 @@ from typing import Any
 
 from gym_local_llama.chat_template import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, tool_names
 
-__all__ = ["GeneratedToolCall", "parse_tool_calls"]
+__all__ = ["GeneratedToolCall", "parse_tool_calls", "settled_text"]
 
 
 @dataclass
@@ -116,3 +116,24 @@ def parse_tool_calls(text: str, tools: Sequence[dict] | None = None) -> tuple[st
     if calls:
         rest = rest.strip()
     return rest, calls
+
+
+def settled_text(raw: str, tools: Sequence[dict] | None = None) -> str:
+    """The part of ``raw`` (the reply so far, before parsing) that :func:`parse_tool_calls` of any
+    continuation of it keeps, unchanged, at the start of its text: what may be streamed now.
+
+    Nothing while the reply begins with whitespace (stripped if a call is parsed later) or, with
+    ``tools``, with ``{``, ``[`` or a code fence (it may be a bare JSON call); else the text before
+    the first ``<tool_call>`` (or before a tail that may become one), less trailing whitespace
+    (stripped if a call follows). Each result begins the results for longer ``raw``.
+    """
+    if not raw or raw[0].isspace() or (tools and raw.lstrip().startswith(("{", "[", "`"))):
+        return ""
+    end = raw.find(TOOL_CALL_OPEN)
+    if end < 0:
+        end = len(raw)
+        for start in range(max(0, len(raw) - len(TOOL_CALL_OPEN) + 1), len(raw)):
+            if TOOL_CALL_OPEN.startswith(raw[start:]):
+                end = start
+                break
+    return raw[:end].rstrip()

@@ -292,6 +292,50 @@ async def test_a_forced_tool_call_streams_as_one_call_at_the_end(client):
     assert chunks[-1].choices[0].finish_reason == plain.finish_reason == "tool_calls"
 
 
+async def test_a_json_schema_reply_streams_token_by_token_and_validates(client):
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    ask = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Give a person's name and age as JSON."}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": schema}},
+        "temperature": 0,
+        "max_tokens": 40,
+    }
+    plain = (await client.chat.completions.create(**ask)).choices[0].message.content
+    deltas = [
+        c.choices[0].delta.content
+        async for c in await client.chat.completions.create(stream=True, **ask)
+        if c.choices and c.choices[0].delta.content
+    ]
+    assert "".join(deltas) == plain and len(deltas) >= 5
+    assert set(json.loads(plain)) == {"name", "age"}
+
+
+def test_the_unbatched_engine_passes_the_text_as_it_decodes():
+    """``batch_size: 1``: the same pieces, from the engine's worker thread."""
+    from gym_local_llama.engine import LlamaEngine
+
+    async def run(engine: LlamaEngine) -> tuple[list[str], str, str]:
+        decoding = await engine.aprepare(POEM, temperature=0, max_tokens=24)
+        loop = asyncio.get_running_loop()
+        pieces: list[str] = []
+        decoding.on_text = lambda piece: loop.call_soon_threadsafe(pieces.append, piece)
+        streamed = await engine.arun(decoding)
+        await asyncio.sleep(0)  # the last call_soon_threadsafe callbacks
+        plain = await engine.agenerate(POEM, temperature=0, max_tokens=24)
+        return pieces, streamed.text, plain.text
+
+    with LlamaEngine(n_ctx=1024, n_threads=1, batch_size=1) as engine:
+        pieces, streamed, plain = asyncio.run(run(engine))
+    assert streamed == plain and len(pieces) >= 10
+    assert plain.startswith("".join(pieces))
+
+
 async def test_a_bad_streamed_request_is_a_4xx_not_a_stream(client):
     with pytest.raises(openai.BadRequestError, match="top_logprobs"):
         await client.chat.completions.create(model="m", messages=POEM, top_logprobs=2, stream=True)

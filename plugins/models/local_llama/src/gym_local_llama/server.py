@@ -8,6 +8,9 @@ one at a time); more queue in arrival order. ``batch_size: 1`` decodes one reque
 A request whose handler is cancelled (its caller's ``x-gym-timeout`` budget ran out) stops at the
 next step and frees its slot.
 
+``stream: true`` (both routes): the text is sent as it is decoded (:meth:`LocalLlamaModel._stream`),
+in the events of :mod:`gym_core.streaming`; a client that goes away cancels its generation.
+
 Token history (multi-turn training without re-tokenisation). When items of a request's ``input``
 (assistant messages of ``messages`` on the chat route) carry the training fields a model call
 returned (``prompt_token_ids``, ``generation_token_ids``, ``generation_log_probs``, sent back as they

@@ -61,8 +61,8 @@ from gym_core.failures import (
 from gym_core.http1 import Origin, _target, origin_of
 from gym_core.openai_params import check_ranges
 from gym_core.options import ClientConfig
-from gym_core.relay import SSE, SSEDecoder
-from gym_core.schemas import ChatCompletionRequest, ResponseCreateParams, decode_create_params
+from gym_core.relay import SSE, ChatAssembler, ChatResponseEvents, SSEDecoder, sse_data
+from gym_core.schemas import ChatCompletionRequest, Response, ResponseCreateParams, decode_create_params
 
 if TYPE_CHECKING:
     from litestar import Request
@@ -86,6 +86,8 @@ __all__ = [
     "without_credentials",
     "UpstreamStream",
     "chat_chunks",
+    "chat_relay",
+    "chat_as_response_events",
     "response_stream_events",
     "relay",
 ]
@@ -449,6 +451,49 @@ async def response_stream_events(stream: UpstreamStream) -> AsyncIterator[tuple[
         if (event.event or data.get("type")) in _TERMINAL:
             return
     raise stream._failure(UPSTREAM_ERROR, "the stream ended before response.completed")
+
+
+async def chat_relay(stream: UpstreamStream) -> AsyncIterator[bytes]:
+    """A streamed chat completion relayed as it comes, chunk by chunk, ``[DONE]`` last."""
+    async for chunk in chat_chunks(stream):
+        yield sse_data(chunk)
+    yield b"data: [DONE]\n\n"
+
+
+async def chat_as_response_events(
+    stream: UpstreamStream,
+    events: ChatResponseEvents,
+    finish: Callable[[dict[str, Any]], Awaitable[Response]],
+    split: Callable[[str], tuple[str, str]] | None = None,
+) -> AsyncIterator[bytes]:
+    """A streamed chat completion as the Responses events of the response it converts to.
+
+    The first choice's reasoning (``reasoning_content`` or ``reasoning``) and text become
+    :class:`~gym_core.relay.ChatResponseEvents` deltas as they come (``split``, when given, takes
+    reasoning out of a piece of text: ``(reasoning, text)``); at ``[DONE]``, ``finish`` makes the
+    whole response from the assembled completion (a dict), and its events end the stream.
+    """
+    yield events.start()
+    assembler = ChatAssembler()
+    async for chunk in chat_chunks(stream):
+        assembler.feed(chunk)
+        choices = chunk.get("choices") or []
+        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        if choice.get("index", 0) != 0:
+            continue
+        delta = choice.get("delta") or {}
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+        text = delta.get("content") or ""
+        if split is not None and text:
+            thought, text = split(text)
+            reasoning += thought
+        logprobs = choice.get("logprobs")
+        entries = logprobs.get("content") if isinstance(logprobs, dict) else None
+        yield events.feed(text, reasoning, entries if text else None)
+    completion = assembler.completion()
+    if not completion["choices"]:
+        raise stream._failure(UPSTREAM_ERROR, "a stream without choices")
+    yield events.finish(await finish(completion))
 
 
 def _event_object(stream: UpstreamStream, event: SSE) -> dict[str, Any]:

@@ -22,15 +22,27 @@ appears in an answer or a log line.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
 from litestar import Request
 
 from gym_core import ModelServer
-from gym_core.convert import chat_completion_to_response, create_params_to_chat
+from gym_core.convert import chat_completion_to_response, create_params_to_chat, echo_params
+from gym_core.relay import ChatResponseEvents, chat_error_sse, response_error_sse, sse_data, sse_event
 from gym_core.schemas import ChatCompletion, ChatCompletionRequest, Response, ResponseCreateParams, decode_response
-from gym_core.upstream import Upstream, chat_fields, raw_body_routes, without_credentials
+from gym_core.upstream import (
+    Upstream,
+    UpstreamStream,
+    chat_as_response_events,
+    chat_fields,
+    chat_relay,
+    raw_body_routes,
+    relay,
+    response_stream_events,
+    without_credentials,
+)
 
 from gym_openai_model.config import OpenAIModelConfig
 
@@ -61,13 +73,62 @@ class OpenAIModel(ModelServer):
 
     def routes(self) -> list[Any]:
         # From the raw body: the fields gym's schemas do not model are forwarded.
-        return raw_body_routes(self, super().routes(), chat=self._chat_route, responses=self._responses_route)
+        return raw_body_routes(
+            self, super().routes(), chat=self._chat_route, responses=self._responses_route, streams=True
+        )
 
     async def _chat_route(self, request: Request, chat: ChatCompletionRequest, fields: dict[str, Any]) -> Any:
+        if chat.stream is True:
+            return await self._stream_chat(chat, fields)
         return await self.chat_completions(chat, fields)
 
     async def _responses_route(self, request: Request, params: ResponseCreateParams, fields: dict[str, Any]) -> Any:
+        if params.stream is True:
+            return await self._stream_responses(params, fields)
         return await self.responses(params, fields)
+
+    # --- stream: true ---
+
+    async def _stream_chat(self, request: ChatCompletionRequest, fields: dict[str, Any]) -> Any:
+        """The endpoint's chunks, relayed as they come."""
+        stream = await self._open("/chat/completions", {**msgspec.to_builtins(request), **fields})
+        return relay(self, stream, chat_relay(stream), chat_error_sse)
+
+    async def _stream_responses(self, params: ResponseCreateParams, fields: dict[str, Any]) -> Any:
+        """The endpoint's Responses events relayed as they come (``api: responses``), or its chat
+        chunks as the events of the response they convert to (text and reasoning as they come,
+        tool calls whole at the end)."""
+        if self.config.api == "responses":
+            stream = await self._open("/responses", {**_create_params_body(params), **fields})
+            last = [-1]
+
+            async def events() -> AsyncIterator[bytes]:
+                async for _event, data in response_stream_events(stream):
+                    number = data.get("sequence_number")
+                    last[0] = number if isinstance(number, int) else last[0] + 1
+                    yield sse_event(data) if isinstance(data.get("type"), str) else sse_data(data)
+
+            def failed(message: str, kind: str, status: int) -> bytes:
+                return response_error_sse(message, kind, status, last[0] + 1)
+
+            return relay(self, stream, events(), failed)
+        request = create_params_to_chat(params)
+        extra = chat_fields(fields, request, owner=self.name, remedy=" (api: responses)")
+        body = {**msgspec.to_builtins(request), **extra, "stream_options": {"include_usage": True}}
+        stream = await self._open("/chat/completions", body)
+        shell = Response(model=self.config.model)
+        echo_params(shell, params)
+        converter = ChatResponseEvents(shell)
+
+        async def finish(completion: dict[str, Any]) -> Response:
+            return chat_completion_to_response(msgspec.convert(completion, ChatCompletion, strict=False), params)
+
+        return relay(self, stream, chat_as_response_events(stream, converter, finish), converter.error)
+
+    async def _open(self, path: str, body: dict[str, Any]) -> UpstreamStream:
+        return await self.upstream.open_stream(
+            self.base_url, path, {**body, **self.config.extra_body, "model": self.config.model, "stream": True}
+        )
 
     # --- the model API ---
 

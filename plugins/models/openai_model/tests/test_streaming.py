@@ -1,0 +1,171 @@
+"""``stream: true`` through openai_model: the official ``openai`` client's streaming API as the
+caller; upstream, a stub OpenAI-compatible server streaming SSE (gym_vllm_model.testing's StubVllm,
+real HTTP on loopback) for chat completions, and gym's scripted model for the Responses passthrough.
+
+Checked: the deltas concatenate to the unstreamed answer, chunks reach the caller while the upstream
+is still generating (the stub holds its stream at a gate the test opens only after the first delta
+arrived), an upstream that dies mid-stream or ends without ``[DONE]`` is an error the client raises,
+a caller that disconnects cancels the upstream request, a failure before the first byte keeps its
+typed status.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from gym_core.config import free_port
+from gym_core.testing import plugin_manager, running_servers
+
+import gym_openai_model.plugin
+
+testing = pytest.importorskip("gym_vllm_model.testing", reason="the stub upstream is vllm_model's")
+gym_scripted = pytest.importorskip("gym_scripted.plugin")
+
+ANSWER = "The answer is 4, as it was yesterday."
+MESSAGES = [{"role": "user", "content": "What is 2+2?"}]
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[Any]:
+    with testing.StubVllm("upstream", script=lambda body: {"content": ANSWER}) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def servers(stub: Any) -> Iterator[Any]:
+    port = free_port()
+    config = {
+        "policy": {"plugin": "openai_model", "base_url": stub.url, "model": "stub-model"},
+        "scripted": {"plugin": "scripted", "port": port},
+        "passthrough": {
+            "plugin": "openai_model", "base_url": f"http://127.0.0.1:{port}/v1", "model": "scripted",
+            "api": "responses",
+        },
+        "unreachable": {"plugin": "openai_model", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+                        "max_attempts": 1},
+    }  # fmt: skip
+    with running_servers(config, plugins=plugin_manager(gym_openai_model.plugin, gym_scripted)) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def fresh(stub: Any) -> Iterator[None]:
+    stub.clear()
+    stub.gate, stub.die_after_chunks, stub.drop_done, stub.fail_status = None, None, False, None
+    yield
+    if stub.gate is not None:
+        stub.gate.set()
+
+
+def client(servers: Any, instance: str) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=f"{servers.instances[instance].url}/v1", api_key=servers.auth_token or "unused", max_retries=0
+    )
+
+
+def test_chat_deltas_concatenate_to_the_unstreamed_answer(servers, stub):
+    with client(servers, "policy") as caller:
+        whole = caller.chat.completions.create(model="any", messages=MESSAGES)
+        chunks = list(
+            caller.chat.completions.create(
+                model="any", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+            )
+        )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
+    # Relayed chunk by chunk: role, the text in 3-character pieces, finish, usage.
+    assert len(chunks) == 1 + -(-len(ANSWER) // 3) + 2
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    sent = stub.completions()[-1]
+    assert (sent["stream"], sent["model"], sent["stream_options"]) == (True, "stub-model", {"include_usage": True})
+
+
+def test_responses_over_chat_deltas_make_the_unstreamed_response(servers):
+    with client(servers, "policy") as caller:
+        whole = caller.responses.create(model="any", input="What is 2+2?")
+        with caller.responses.stream(model="any", input="What is 2+2?") as stream:
+            events = list(stream)
+            final = stream.get_final_response()
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert "".join(deltas) == final.output_text == whole.output_text == ANSWER
+    assert len(deltas) == -(-len(ANSWER) // 3)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed" and final.id == events[0].response.id
+
+
+def test_responses_passthrough_relays_the_upstream_events(servers):
+    with client(servers, "passthrough") as caller:
+        whole = caller.responses.create(model="any", input="hi")
+        with caller.responses.stream(model="any", input="hi") as stream:
+            kinds = [event.type for event in stream]
+            final = stream.get_final_response()
+    assert final.output_text == whole.output_text != ""
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_chunks_arrive_while_the_upstream_is_still_generating(servers, stub, api):
+    stub.gate = threading.Event()  # the stub stops after its first piece of text until this is set
+    pieces: list[str] = []
+    with client(servers, "policy") as caller:
+        if api == "chat":
+            stream: Any = caller.chat.completions.create(model="any", messages=MESSAGES, stream=True)
+            deltas = (chunk.choices[0].delta.content or "" for chunk in stream)
+        else:
+            stream = caller.responses.create(model="any", input="What is 2+2?", stream=True)
+            deltas = (event.delta for event in stream if event.type == "response.output_text.delta")
+        for delta in deltas:
+            pieces.append(delta)
+            if delta == ANSWER[:3]:  # the first piece: relayed while the upstream is held at the gate
+                assert not stub.gate.is_set() and stub.chunks_sent == 2
+                stub.gate.set()
+    assert stub.gate.is_set() and "".join(pieces) == ANSWER
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("failure", ["dies", "no_done"])
+def test_a_stream_that_breaks_off_is_an_error_the_client_raises(servers, stub, api, failure):
+    if failure == "dies":
+        stub.die_after_chunks = 4  # the connection drops mid-answer
+    else:
+        stub.drop_done = True  # the stream ends cleanly, without [DONE]
+    with client(servers, "policy") as caller:
+        with pytest.raises(openai.APIError) as raised:
+            if api == "chat":
+                list(caller.chat.completions.create(model="any", messages=MESSAGES, stream=True))
+            else:
+                list(caller.responses.create(model="any", input="What is 2+2?", stream=True))
+    assert ("broke off" if failure == "dies" else "without [DONE]") in raised.value.message
+    assert raised.value.body["type"] == "upstream_error"
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_a_caller_that_disconnects_cancels_the_upstream_request(servers, stub, api):
+    stub.gate = threading.Event()  # never set: the upstream generates until the request is cancelled
+    with client(servers, "policy") as caller:
+        if api == "chat":
+            stream: Any = caller.chat.completions.create(model="any", messages=MESSAGES, stream=True)
+        else:
+            stream = caller.responses.create(model="any", input="What is 2+2?", stream=True)
+        next(iter(stream))
+        stream.close()
+    deadline = time.monotonic() + 10
+    while stub.disconnects == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stub.disconnects == 1 and not stub.gate.is_set()
+
+
+@pytest.mark.parametrize(("instance", "status", "kind"), [("unreachable", 502, "upstream_unavailable"),
+                                                          ("policy", 502, "upstream_error")])  # fmt: skip
+def test_failures_before_the_first_byte_keep_their_typed_status(servers, stub, instance, status, kind):
+    stub.fail_status = 500
+    with client(servers, instance) as caller:
+        with pytest.raises(openai.APIStatusError) as raised:
+            caller.chat.completions.create(model="any", messages=MESSAGES, stream=True)
+    assert (raised.value.status_code, raised.value.body["type"]) == (status, kind)
+    assert raised.value.response.headers["x-gym-final"] == "1"

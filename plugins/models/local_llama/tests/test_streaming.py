@@ -342,3 +342,37 @@ async def test_a_bad_streamed_request_is_a_4xx_not_a_stream(client):
     too_long = [{"role": "user", "content": "word " * 3000}]
     with pytest.raises(openai.BadRequestError, match="context window"):
         await client.responses.create(model="m", input=too_long, stream=True)
+
+
+class UnbatchedServer(ModelServerTests):
+    server_type = "local_llama"
+    options = {"max_tokens": 48, "n_ctx": 2048, "n_threads": 1, "batch_size": 1}
+    plugins = [gym_local_llama.plugin]
+
+
+async def test_a_failure_after_the_stream_began_is_an_error_event_the_client_raises():
+    """Streams queued behind a long one have begun (their first event sent) when the engine closes:
+    each ends with an error event, which the official client raises; the running one finishes."""
+    with UnbatchedServer.running() as servers:
+        async with openai.AsyncOpenAI(
+            base_url=f"{servers.url}/v1", api_key=servers.config.auth_token, max_retries=0
+        ) as client:
+            running = await client.chat.completions.create(
+                model="m", messages=POEM, temperature=0, max_tokens=LONG, stream=True
+            )
+            first = await anext(aiter(running))
+            queued_chat = await client.chat.completions.create(model="m", messages=POEM, stream=True)
+            queued_responses = await client.responses.create(model="m", input="Say hello.", stream=True)
+            assert first.choices[0].delta.role == "assistant"
+            assert (await anext(aiter(queued_chat))).choices[0].delta.role == "assistant"
+            assert (await anext(aiter(queued_responses))).type == "response.created"
+            closing = asyncio.create_task(asyncio.to_thread(servers.server.engine.close))
+            with pytest.raises(openai.APIError, match="could not answer"):
+                async for _ in queued_chat:
+                    pass
+            with pytest.raises(openai.APIError, match="could not answer"):
+                async for _ in queued_responses:
+                    pass
+            chunks = [chunk async for chunk in running]
+            assert chunks[-1].choices[0].finish_reason == "length"
+            await closing

@@ -278,7 +278,8 @@ class Upstream:
                 retryable = stream.status in self.retry_statuses
             except TimeoutError:
                 stream.close(release=False)
-                error, retryable = ServerTimeoutError(name, path, "no answer in time", attempts=attempt), False
+                error = ServerTimeoutError(name, path, f"no answer within {self.timeout_s:g} s", attempts=attempt)
+                retryable = False
             except (OSError, ConnectionError, httptools.HttpParserError) as exc:
                 stream.close(release=False)
                 error, retryable = ServerUnavailableError(name, path, str(exc) or repr(exc), attempts=attempt), True

@@ -14,6 +14,7 @@ run from a source checkout. The test of the example config needs gym's first-par
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import Counter
@@ -25,6 +26,7 @@ import openai
 import pytest
 import yaml
 from litestar import Litestar, Request, Response, post
+from litestar.response import Stream
 
 from gym_core import ConfigError, PluginManager, ServerClient
 from gym_core.config import free_port, load_config
@@ -45,7 +47,7 @@ UPSTREAM_MODEL = "gpt-4o-mini-2024-07-18"
 # Chat completion arguments Azure accepts; any other is refused with 400, as Azure does.
 CHAT_ARGUMENTS = frozenset({
     "messages", "model", "tools", "tool_choice", "temperature", "top_p", "max_tokens", "max_completion_tokens",
-    "stop", "n", "seed", "logprobs", "top_logprobs", "parallel_tool_calls", "metadata", "stream",
+    "stop", "n", "seed", "logprobs", "top_logprobs", "parallel_tool_calls", "metadata", "stream", "stream_options",
     "response_format", "reasoning_effort", "user", "frequency_penalty", "presence_penalty", "logit_bias",
 })  # fmt: skip
 NO_FILTER = {"hate": {"filtered": False, "severity": "safe"}, "violence": {"filtered": False, "severity": "safe"}}
@@ -61,7 +63,11 @@ class AzureStub:
     Some messages ask for a behaviour instead: ``busy`` (429), ``crash`` (500), ``slow`` (answers
     after 1.5 s), ``hold`` (answers after 0.5 s, to overlap calls), ``filtered`` (the content filter
     stops the answer), ``leak`` (a 401 that echoes the request's api-key header), ``add`` (with
-    ``tools``: calls the first tool).
+    ``tools``: calls the first tool), ``die`` (with ``stream``: the connection drops mid-answer).
+
+    With ``stream: true`` the answer comes as Azure streams it: a first chunk without choices (the
+    prompt's filter results), the role, the text in pieces of 4 characters, the tool calls, the
+    finish reason, the usage when ``stream_options.include_usage``, ``[DONE]``.
     """
 
     def __init__(self) -> None:
@@ -126,6 +132,10 @@ class AzureStub:
             }
             message.update(content=None, tool_calls=[call])
             finish_reason = "tool_calls"
+        if body.get("stream"):
+            return Stream(
+                _azure_chunks(message, finish_reason, body, die=text == "die"), media_type="text/event-stream"
+            )
         return Response({
             "id": "chatcmpl-stub", "object": "chat.completion", "created": int(time.time()), "model": UPSTREAM_MODEL,
             "system_fingerprint": "fp_stub", "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": NO_FILTER}],
@@ -133,6 +143,35 @@ class AzureStub:
                          "content_filter_results": NO_FILTER}],
             "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
         })  # fmt: skip
+
+
+async def _azure_chunks(message: dict[str, Any], finish: str, body: dict[str, Any], die: bool) -> Any:
+    base = {
+        "id": "chatcmpl-stub",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": UPSTREAM_MODEL,
+    }
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None,
+                  "content_filter_results": NO_FILTER}  # fmt: skip
+        return b"data: " + json.dumps({**base, "choices": [choice]}).encode() + b"\n\n"
+
+    yield b"data: " + json.dumps({**base, "choices": [], "prompt_filter_results": [{"prompt_index": 0}]}).encode()
+    yield b"\n\n" + chunk({"role": "assistant", "content": ""})
+    text = message.get("content") or ""
+    for start in range(0, len(text), 4):
+        if die and start >= 8:
+            raise ConnectionAbortedError("the deployment dies mid-answer on purpose")
+        yield chunk({"content": text[start : start + 4]})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        yield chunk({"tool_calls": [{"index": index, **call}]})
+    yield chunk({}, finish)
+    if (body.get("stream_options") or {}).get("include_usage"):
+        usage = {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12}
+        yield b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
 
 
 def _last_user_text(messages: list[dict[str, Any]]) -> str:
@@ -324,6 +363,71 @@ class TestAzureOpenAIModel(ModelServerTests):
             error = reply.json()["error"]
             assert (reply.status, error["type"]) == (status, kind), reply.text
             assert upstream_says in error["message"]
+
+    # --- stream: true ---
+
+    def test_streamed_deltas_make_the_unstreamed_answers(self, gym_servers: RunningServers, azure_stub: AzureStub):
+        text = "a longer question, in several pieces"
+        client = openai.OpenAI(base_url=f"{gym_servers.url}/v1", api_key=gym_servers.config.auth_token, max_retries=0)
+        with client:
+            whole = client.chat.completions.create(model="any", messages=[{"role": "user", "content": text}])
+            chunks = list(
+                client.chat.completions.create(model="any", messages=[{"role": "user", "content": text}], stream=True)
+            )
+            response = client.responses.create(model="any", input=text)
+            with client.responses.stream(model="any", input=text) as stream:
+                deltas = [event.delta for event in stream if event.type == "response.output_text.delta"]
+                final = stream.get_final_response()
+        streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert streamed == whole.choices[0].message.content == f"echo: {text}"
+        # Relayed as Azure sent them: the filter results' chunk, the role, 4-character pieces, the finish.
+        assert len(chunks) == 2 + -(-len(streamed) // 4) + 1 and chunks[0].choices == []
+        assert "".join(deltas) == final.output_text == response.output_text
+        assert len(deltas) == -(-len(streamed) // 4)
+        assert final.model == DEPLOYMENT and final.usage is not None and final.usage.total_tokens == 12
+        assert azure_stub.calls[-1]["body"]["stream"] is True
+
+    def test_a_filtered_stream_is_incomplete(self, gym_servers: RunningServers):
+        client = openai.OpenAI(base_url=f"{gym_servers.url}/v1", api_key=gym_servers.config.auth_token, max_retries=0)
+        with client:
+            events = list(client.responses.create(model="any", input="filtered", stream=True))
+        assert events[-1].type == "response.incomplete"
+        assert events[-1].response.incomplete_details.reason == "content_filter"
+
+    @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+    def test_a_stream_that_dies_midway_is_an_error_the_client_raises(self, gym_servers: RunningServers, path):
+        client = openai.OpenAI(base_url=f"{gym_servers.url}/v1", api_key=gym_servers.config.auth_token, max_retries=0)
+        with client, pytest.raises(openai.APIError) as raised:
+            if path == "/v1/chat/completions":
+                list(
+                    client.chat.completions.create(
+                        model="a", messages=[{"role": "user", "content": "die"}], stream=True
+                    )
+                )
+            else:
+                list(client.responses.create(model="any", input="die", stream=True))
+        assert "broke off" in raised.value.message and raised.value.body["type"] == "upstream_error"
+
+    @pytest.mark.parametrize(
+        ("instance", "text", "status", "kind", "upstream_says"),
+        [
+            ("wrong_key", "hi", 424, "upstream_refused", "Access denied"),
+            ("policy", "crash", 502, "upstream_error", "status 500"),
+            ("impatient", "slow", 504, "upstream_timeout", "0.5 s"),
+            ("unreachable", "hi", 502, "upstream_unavailable", "127.0.0.1"),
+        ],
+    )
+    def test_stream_failures_before_the_first_byte_are_typed(
+        self, gym_servers: RunningServers, instance, text, status, kind, upstream_says
+    ):
+        for path, body in (
+            ("/v1/responses", {"input": text, "stream": True}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": text}], "stream": True}),
+        ):
+            reply = gym_servers.caller(instance).post(path, body)
+            error = reply.json()["error"]
+            assert (reply.status, error["type"]) == (status, kind), reply.text
+            assert upstream_says in error["message"] and reply.content_type.startswith("application/json")
 
     def test_busy_answers_are_retried_then_final(self, gym_servers: RunningServers, azure_stub: AzureStub):
         reply = gym_servers.caller().post("/v1/responses", {"input": "busy"})

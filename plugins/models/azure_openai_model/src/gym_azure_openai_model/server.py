@@ -29,9 +29,19 @@ import msgspec
 from litestar import Request
 
 from gym_core import ModelServer
-from gym_core.convert import chat_completion_to_response, create_params_to_chat
+from gym_core.convert import chat_completion_to_response, create_params_to_chat, echo_params
+from gym_core.relay import ChatResponseEvents, chat_error_sse
 from gym_core.schemas import ChatCompletion, ChatCompletionRequest, IncompleteDetails, Response, ResponseCreateParams
-from gym_core.upstream import Upstream, chat_fields, raw_body_routes, without_credentials
+from gym_core.upstream import (
+    Upstream,
+    UpstreamStream,
+    chat_as_response_events,
+    chat_fields,
+    chat_relay,
+    raw_body_routes,
+    relay,
+    without_credentials,
+)
 
 from gym_azure_openai_model.config import AzureOpenAIModelConfig
 
@@ -63,13 +73,38 @@ class AzureOpenAIModel(ModelServer):
 
     def routes(self) -> list[Any]:
         # From the raw body: the fields gym's schemas do not model are forwarded.
-        return raw_body_routes(self, super().routes(), chat=self._chat_route, responses=self._responses_route)
+        return raw_body_routes(
+            self, super().routes(), chat=self._chat_route, responses=self._responses_route, streams=True
+        )
 
     async def _chat_route(self, request: Request, chat: ChatCompletionRequest, fields: dict[str, Any]) -> Any:
+        if chat.stream is True:
+            stream = await self._open(chat, fields)
+            return relay(self, stream, chat_relay(stream), chat_error_sse)
         return await self.chat_completions(chat, fields)
 
     async def _responses_route(self, request: Request, params: ResponseCreateParams, fields: dict[str, Any]) -> Any:
-        return await self.responses(params, fields)
+        if params.stream is not True:
+            return await self.responses(params, fields)
+        # The deployment's chunks as the events of the response they convert to: text and
+        # reasoning as they come, tool calls whole at the end.
+        chat = create_params_to_chat(params)
+        extra = chat_fields(fields, chat, owner=self.name)
+        stream = await self._open(chat, {**extra, "stream_options": {"include_usage": True}})
+        shell = Response(model=self.model_name)
+        echo_params(shell, params)
+        converter = ChatResponseEvents(shell)
+
+        async def finish(completion: dict[str, Any]) -> Response:
+            return self._to_response(msgspec.convert(completion, ChatCompletion, strict=False), params)
+
+        return relay(self, stream, chat_as_response_events(stream, converter, finish), converter.error)
+
+    async def _open(self, request: ChatCompletionRequest, fields: dict[str, Any]) -> UpstreamStream:
+        """The deployment's stream of chat chunks for ``request`` (``stream: true``)."""
+        request = msgspec.structs.replace(request, model=self.config.deployment, return_token_ids=None, stream=True)
+        body = {**msgspec.to_builtins(request), **fields, **self.config.extra_body}
+        return await self.upstream.open_stream(self.endpoint, self.path, body)
 
     async def chat_completions(
         self, request: ChatCompletionRequest, unmodelled: dict[str, Any] | None = None
@@ -89,6 +124,9 @@ class AzureOpenAIModel(ModelServer):
         """Convert to a chat completion of the deployment, and its answer back to a Response."""
         request = create_params_to_chat(params)
         completion = await self.chat_completions(request, chat_fields(unmodelled or {}, request, owner=self.name))
+        return self._to_response(completion, params)
+
+    def _to_response(self, completion: ChatCompletion, params: ResponseCreateParams) -> Response:
         response = chat_completion_to_response(completion, params)
         response.model = self.model_name
         if completion.choices[0].finish_reason == "content_filter":  # Azure's filter cut the answer short

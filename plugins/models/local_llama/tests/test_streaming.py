@@ -12,15 +12,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import numpy as np
 import openai
 import pytest
 
+from gym_core import hookimpl
 from gym_core.testing import ModelServerTests, RunningServers
 
 import gym_local_llama.plugin
-from gym_local_llama.decoding import Decoding
+from gym_local_llama.config import LocalLlamaConfig
+from gym_local_llama.decoding import Decoding, Generation
+from gym_local_llama.server import LocalLlamaModel
 from gym_local_llama.tool_calls import parse_tool_calls, settled_text
 
 # --------------------------------------------------------------------------- scripted decoding
@@ -376,3 +380,56 @@ async def test_a_failure_after_the_stream_began_is_an_error_event_the_client_rai
             chunks = [chunk async for chunk in running]
             assert chunks[-1].choices[0].finish_reason == "length"
             await closing
+
+
+# --------------------------------------------------------------------------- an engine with agenerate only
+
+SCRIPTED_REPLY = "Hello there, friend."
+
+
+class ScriptedEngine:
+    """The engine contract gym-train's trainer policy keeps (``agenerate``, no ``aprepare``/``arun``):
+    a deterministic scripted model that always answers ``SCRIPTED_REPLY``."""
+
+    model_name = "scripted"
+    llm = SimpleNamespace(detokenize=lambda ids: b"")
+
+    def check_token_ids(self, ids: list[int], what: str) -> None:
+        pass
+
+    async def agenerate(self, messages: list[dict], **kwargs: object) -> Generation:
+        return Generation(text=SCRIPTED_REPLY, prompt_tokens=5, completion_tokens=4)
+
+    async def aclose(self) -> None:
+        pass
+
+
+class ScriptedModel(LocalLlamaModel):
+    async def startup(self) -> None:
+        self.engine = ScriptedEngine()
+        self.model_name = "scripted"
+
+
+class scripted_plugin:  # noqa: N801 - a plugin object, as a module would be
+    @staticmethod
+    @hookimpl
+    def gym_register_servers(register):
+        register(name="scripted_llama", kind="model", server=ScriptedModel, config=LocalLlamaConfig)
+
+
+class ScriptedServer(ModelServerTests):
+    server_type = "scripted_llama"
+    plugins = [scripted_plugin]
+
+
+async def test_an_engine_without_token_streaming_streams_the_whole_answer_at_the_end():
+    """gym-train's policy engine has ``agenerate`` only: ``stream: true`` still answers, in one go."""
+    with ScriptedServer.running() as servers:
+        async with openai.AsyncOpenAI(
+            base_url=f"{servers.url}/v1", api_key=servers.config.auth_token, max_retries=0
+        ) as client:
+            chunks = [c async for c in await client.chat.completions.create(model="m", messages=POEM, stream=True)]
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == SCRIPTED_REPLY
+            assert chunks[-1].choices[0].finish_reason == "stop"
+            async with client.responses.stream(model="m", input="Hi") as stream:
+                assert (await stream.get_final_response()).output_text == SCRIPTED_REPLY

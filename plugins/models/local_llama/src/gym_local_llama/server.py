@@ -264,7 +264,7 @@ class LocalLlamaModel(ModelServer):
         history: list[int] | None,
         events: ChatChunkStream | ResponseEventStream,
         answer: Callable[[ChatCompletion], Any],
-    ) -> Stream:
+    ) -> Stream | Response:
         """``request`` answered as server-sent ``events``, its text written as it is decoded.
 
         The request is checked and its prompt tokenized first (a bad one is a 4xx, not a stream).
@@ -272,8 +272,12 @@ class LocalLlamaModel(ModelServer):
         that tool-call parsing cannot change (:func:`~gym_local_llama.tool_calls.settled_text`) is
         a delta; the finished answer (``answer`` of its completion) ends the stream with the text not
         yet sent (all of it for a reply that is a tool call), the calls, the usage. A client that
-        goes away cancels the generation: its batch slot is free at the next step.
+        goes away cancels the generation: its batch slot is free at the next step. An engine that
+        only has ``agenerate`` (gym-train's trainer policy) streams the whole answer at the end.
         """
+        if not hasattr(self.engine, "aprepare"):  # an engine with agenerate only (gym-train's policy)
+            whole = answer(await self._complete(request, history))
+            return Response(content=events.start() + events.finish(whole), media_type=EVENT_STREAM)
         messages, calls = self._generation_args(request, history)
         try:
             decoding = await self.engine.aprepare(messages, **calls[0])

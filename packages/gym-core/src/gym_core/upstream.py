@@ -21,6 +21,15 @@ the one layer that retries its upstream; what reaches its caller is final. This 
   or a proxy before it, may echo the request's headers); credentials in a URL are left out of the
   names errors use (:func:`without_credentials`). The run's own token goes upstream only when a
   ``global_config`` is given and the upstream is one of the run's servers (:class:`ServerClient`).
+- **Streaming.** :meth:`Upstream.open_stream` sends a ``stream: true`` request on a connection of
+  its own and returns once the engine's answer has begun (an :class:`UpstreamStream`): before the
+  first byte, the same slots, retries and typed failures as :meth:`Upstream.post`; after it, every
+  read is bounded by ``timeout_s`` and the caller's deadline, and a stream that breaks off, ends
+  early (no ``[DONE]``) or times out raises :class:`UpstreamError` from its iterator. :func:`relay`
+  is the streaming answer: it ends a stream that failed midway with an error event the ``openai``
+  client raises, and aborts the engine's connection (which cancels its request) and frees the slot
+  when the stream ends or the caller disconnects. :func:`chat_relay` and
+  :func:`chat_as_response_events` are the usual bodies (:mod:`gym_core.relay` has the pieces).
 - **Fields gym does not model.** :func:`raw_body_routes` serves ``/v1/chat/completions`` and
   ``/v1/responses`` from the raw body, so that a request's top-level fields gym's schemas do not
   model (``frequency_penalty``, ``logit_bias``, ``top_k``...) reach the engine as sent
@@ -283,6 +292,9 @@ class Upstream:
             except (OSError, ConnectionError, httptools.HttpParserError) as exc:
                 stream.close(release=False)
                 error, retryable = ServerUnavailableError(name, path, str(exc) or repr(exc), attempts=attempt), True
+            except ValueError as exc:  # a header with a line break: the request itself is wrong
+                stream.close(release=False)
+                error, retryable = ServerCallError(name, path, str(exc), attempts=attempt), False
             except BaseException:
                 stream.close(release=False)
                 raise

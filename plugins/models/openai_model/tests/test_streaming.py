@@ -49,6 +49,9 @@ def servers(stub: Any) -> Iterator[Any]:
         },
         "unreachable": {"plugin": "openai_model", "base_url": "http://127.0.0.1:9/v1", "model": "m",
                         "max_attempts": 1},
+        "impatient": {"plugin": "openai_model", "base_url": stub.url, "model": "stub-model", "timeout_s": 1.0},
+        "single": {"plugin": "openai_model", "base_url": stub.url, "model": "stub-model", "max_concurrency": 1,
+                   "queue_timeout_s": 2.0},
     }  # fmt: skip
     with running_servers(config, plugins=plugin_manager(gym_openai_model.plugin, gym_scripted)) as running:
         yield running
@@ -169,3 +172,35 @@ def test_failures_before_the_first_byte_keep_their_typed_status(servers, stub, i
             caller.chat.completions.create(model="any", messages=MESSAGES, stream=True)
     assert (raised.value.status_code, raised.value.body["type"]) == (status, kind)
     assert raised.value.response.headers["x-gym-final"] == "1"
+
+
+def wait_for_disconnect(stub: Any) -> None:
+    deadline = time.monotonic() + 10
+    while stub.disconnects == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stub.disconnects == 1
+
+
+def test_a_stream_past_timeout_s_ends_with_a_timeout_error_and_is_cancelled_upstream(servers, stub):
+    stub.gate = threading.Event()  # never set: the upstream stalls after its first piece
+    with client(servers, "impatient") as caller:
+        with pytest.raises(openai.APIError) as raised:
+            list(caller.chat.completions.create(model="any", messages=MESSAGES, stream=True))
+    assert raised.value.body["type"] == "upstream_timeout" and "timeout_s" in raised.value.message
+    wait_for_disconnect(stub)
+
+
+def test_broken_and_abandoned_streams_free_their_slot(servers, stub):
+    # One slot: a stream that broke off, or whose caller left, must give it back for the next request.
+    with client(servers, "single") as caller:
+        stub.die_after_chunks = 4
+        with pytest.raises(openai.APIError):
+            list(caller.chat.completions.create(model="any", messages=MESSAGES, stream=True))
+        stub.die_after_chunks, stub.gate = None, threading.Event()
+        abandoned = caller.chat.completions.create(model="any", messages=MESSAGES, stream=True)
+        next(iter(abandoned))
+        abandoned.close()
+        wait_for_disconnect(stub)
+        stub.gate.set()
+        chunks = list(caller.chat.completions.create(model="any", messages=MESSAGES, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == ANSWER

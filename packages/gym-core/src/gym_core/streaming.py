@@ -126,45 +126,58 @@ def _sse(event: dict[str, Any]) -> bytes:
 
 
 class ChatChunkStream:
-    """One chat completion choice streamed as it is generated: the chunks of
-    :func:`chat_completion_chunks`, its text in the deltas given to :meth:`text`.
+    """A chat completion streamed as it is generated: the chunks of :func:`chat_completion_chunks`,
+    each choice's text in the deltas given to :meth:`text`.
 
-    ``start()`` (the role chunk), ``text(delta)`` for each piece of text, ``finish(completion)``
-    with the whole answer (its id and created time become the stream's): the text not yet sent, each
-    tool call, the finish reason and log-probs, the usage chunk when asked for, ``[DONE]``. What
-    :meth:`text` sent must begin the answer's text (``ValueError`` otherwise: the client already
-    has it).
+    ``start()`` (each choice's role chunk), ``text(delta, index)`` for each piece of choice
+    ``index``'s text, ``finish(completion)`` with the whole answer (its id and created time become
+    the stream's): per choice the text not yet sent, each tool call, the finish reason and log-probs;
+    the usage chunk when asked for; ``[DONE]``. What :meth:`text` sent must begin each choice's text
+    (``ValueError`` otherwise: the client already has it).
     """
 
-    def __init__(self, model: str, include_usage: bool = False, completion_id: str | None = None) -> None:
+    def __init__(
+        self, model: str, include_usage: bool = False, completion_id: str | None = None, choices: int = 1
+    ) -> None:
         self.id = completion_id or new_id("chatcmpl")
         self.created = int(time.time())
         self.model = model
         self.include_usage = include_usage
-        self.sent = ""
+        self.sent = [""] * choices  # the text sent of each choice
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
-        chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model}
-        return b"data: " + _encoder.encode({**chunk, "choices": [choice]}) + b"\n\n"
+    def _data(self, chunk: dict[str, Any]) -> bytes:
+        base = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model}
+        return b"data: " + _encoder.encode({**base, **chunk}) + b"\n\n"
+
+    def _chunk(self, index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
+        return self._data(
+            {"choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
+        )
 
     def start(self) -> bytes:
-        return self._chunk({"role": "assistant", "content": ""})
+        return b"".join(self._chunk(index, {"role": "assistant", "content": ""}) for index in range(len(self.sent)))
 
-    def text(self, delta: str) -> bytes:
-        self.sent += delta
-        return self._chunk({"content": delta})
+    def text(self, delta: str, index: int = 0) -> bytes:
+        self.sent[index] += delta
+        return self._chunk(index, {"content": delta})
 
     def finish(self, completion: ChatCompletion) -> bytes:
-        completion = msgspec.structs.replace(completion, id=self.id, created=self.created, model=self.model)
-        chunks = list(chat_completion_chunks(completion, self.include_usage))
-        first = chunks[0]["choices"][0]["delta"]
-        content = first.get("content") or ""
-        if not content.startswith(self.sent):
-            raise ValueError("the answer's text does not begin with the text already streamed")
-        rest = content[len(self.sent) :]
-        out = [self._chunk({"content": rest})] if rest else []
-        out += [b"data: " + _encoder.encode(c) + b"\n\n" for c in chunks[1:]]
+        if len(completion.choices) != len(self.sent):
+            raise ValueError(f"{len(completion.choices)} choices; the stream began {len(self.sent)}")
+        out = []
+        for choice in completion.choices:
+            message = msgspec.to_builtins(choice.message)
+            content = message.get("content") or ""
+            sent = self.sent[choice.index]
+            if not content.startswith(sent):
+                raise ValueError(f"choice {choice.index}'s text does not begin with the text already streamed")
+            if content[len(sent) :]:
+                out.append(self._chunk(choice.index, {"content": content[len(sent) :]}))
+            for position, call in enumerate(message.get("tool_calls") or []):
+                out.append(self._chunk(choice.index, {"tool_calls": [{"index": position, **call}]}))
+            out.append(self._chunk(choice.index, {}, choice.finish_reason, choice.logprobs))
+        if self.include_usage and completion.usage is not None:
+            out.append(self._data({"choices": [], "usage": msgspec.to_builtins(completion.usage)}))
         return b"".join(out) + b"data: [DONE]\n\n"
 
     def error(self, message: str, kind: str = "server_error") -> bytes:
@@ -201,7 +214,10 @@ class ResponseEventStream:
         created = self._event({"type": "response.created", "response": whole})
         return created + self._event({"type": "response.in_progress", "response": whole})
 
-    def text(self, delta: str) -> bytes:
+    def text(self, delta: str, index: int = 0) -> bytes:
+        """``delta``: more of the message's text (``index``: 0, the one output a stream has)."""
+        if index != 0:
+            raise ValueError("a Responses stream has one output: index 0")
         at = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
         out = b""
         if not self.sent:

@@ -237,6 +237,21 @@ async def test_concurrent_streams_get_their_own_text_while_decoded_together(clie
     assert stats(gym_servers).max_sequences >= max(before, 2)
 
 
+async def test_n_choices_stream_token_by_token_each_with_its_own_text(client):
+    ask = {"model": "m", "messages": POEM, "n": 3, "seed": 11, "temperature": 1.0, "max_tokens": 24}
+    plain = await client.chat.completions.create(**ask)
+    chunks = [c async for c in await client.chat.completions.create(stream=True, **ask)]
+    deltas = [(choice.index, choice.delta.content) for c in chunks for choice in c.choices if choice.delta.content]
+    texts = ["".join(text for index, text in deltas if index == i) for i in range(3)]
+    assert texts == [choice.message.content for choice in plain.choices]
+    assert all(sum(index == i for index, _ in deltas) >= 5 for i in range(3))
+    # Decoded together: a choice's deltas come between another's, not after them.
+    order = [index for index, _ in deltas]
+    assert order != sorted(order)
+    finishes = {choice.index: choice.finish_reason for c in chunks for choice in c.choices if choice.finish_reason}
+    assert finishes == {choice.index: choice.finish_reason for choice in plain.choices}
+
+
 async def test_a_client_that_goes_away_frees_its_slot(client, gym_servers):
     plain = await client.chat.completions.create(model="m", messages=POEM, temperature=0, max_tokens=LONG)
     assert plain.choices[0].finish_reason == "length"  # the reply would use every token

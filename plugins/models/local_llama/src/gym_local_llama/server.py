@@ -49,7 +49,7 @@ from gym_core.schemas import (
     new_id,
 )
 from gym_core.schemas import Response as ResponsesResponse
-from gym_core.streaming import EVENT_STREAM, ChatChunkStream, ResponseEventStream, chat_completion_sse
+from gym_core.streaming import EVENT_STREAM, ChatChunkStream, ResponseEventStream
 
 from gym_local_llama.config import LocalLlamaConfig
 from gym_local_llama.errors import GenerationCancelled
@@ -252,11 +252,9 @@ class LocalLlamaModel(ModelServer):
             return await self.chat_completions(body)
         options = obj.get("stream_options") if isinstance(obj, dict) else None
         usage = isinstance(options, dict) and options.get("include_usage") is True
-        if _given(body.n, 1) > 1:  # several choices: written when all are generated
-            sse = chat_completion_sse(await self.chat_completions(body), include_usage=usage)
-            return Response(content=sse, media_type=EVENT_STREAM)
         request, history = self._chat_after_history(body)
-        return await self._stream(request, history, ChatChunkStream(self.model_name, usage), lambda c: c)
+        events = ChatChunkStream(self.model_name, usage, choices=_given(body.n, 1))
+        return await self._stream(request, history, events, lambda c: c)
 
     async def _stream(
         self,
@@ -280,59 +278,69 @@ class LocalLlamaModel(ModelServer):
             return Response(content=events.start() + events.finish(whole), media_type=EVENT_STREAM)
         messages, calls = self._generation_args(request, history)
         try:
-            decoding = await self.engine.aprepare(messages, **calls[0])
+            decodings = await asyncio.gather(*(self.engine.aprepare(messages, **kwargs) for kwargs in calls))
         except ValueError as exc:
             raise HTTPException(status_code=400, detail=f"{self.name}: {exc}") from exc
         except RuntimeError as exc:
             raise self._unavailable(exc) from exc
-        return Stream(self._events(decoding, request, events, answer), media_type=EVENT_STREAM)
+        return Stream(self._events(decodings, request, events, answer), media_type=EVENT_STREAM)
 
     async def _events(
         self,
-        decoding: Any,
+        decodings: list[Any],
         request: ChatCompletionRequest,
         events: ChatChunkStream | ResponseEventStream,
         answer: Callable[[ChatCompletion], Any],
     ) -> AsyncIterator[bytes]:
+        """The stream's bytes: ``decodings`` (one per choice) decoded together, their pieces of text
+        sent as they settle."""
         loop = asyncio.get_running_loop()
-        pieces: asyncio.Queue[str] = asyncio.Queue()
+        pieces: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
 
-        def on_text(piece: str) -> None:  # on the decoding thread
-            try:
-                loop.call_soon_threadsafe(pieces.put_nowait, piece)
-            except RuntimeError:  # the loop is closed: nobody reads any more
-                pass
+        def listener(index: int) -> Callable[[str], None]:
+            def on_text(piece: str) -> None:  # on the decoding thread
+                try:
+                    loop.call_soon_threadsafe(pieces.put_nowait, (index, piece))
+                except RuntimeError:  # the loop is closed: nobody reads any more
+                    pass
 
-        decoding.on_text = on_text
-        generation = asyncio.ensure_future(self.engine.arun(decoding))
+            return on_text
+
+        for index, decoding in enumerate(decodings):
+            decoding.on_text = listener(index)
+        runs = [asyncio.ensure_future(self.engine.arun(decoding)) for decoding in decodings]
+        generations = asyncio.gather(*runs)
         piece: asyncio.Future | None = None
-        raw = sent = ""
+        raw = [""] * len(decodings)
+        sent = [""] * len(decodings)
         try:
             yield events.start()
-            while not generation.done():
+            while not generations.done():
                 piece = asyncio.ensure_future(pieces.get())
-                await asyncio.wait({piece, generation}, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({piece, generations}, return_when=asyncio.FIRST_COMPLETED)
                 if not piece.done():
                     break
-                raw += piece.result()
-                settled = settled_text(raw, decoding.tools)
-                if len(settled) > len(sent):
-                    yield events.text(settled[len(sent) :])
-                    sent = settled
+                index, text = piece.result()
+                raw[index] += text
+                settled = settled_text(raw[index], decodings[index].tools)
+                if len(settled) > len(sent[index]):
+                    yield events.text(settled[len(sent[index]) :], index)
+                    sent[index] = settled
             try:
-                done = await generation
+                done = await generations
             except GenerationCancelled:  # pragma: no cover - only this stream cancels it, by going away
                 return
             except RuntimeError as exc:
                 yield events.error(self._unavailable(exc).detail)
                 return
             try:
-                yield events.finish(answer(self._completion([done], request)))
+                yield events.finish(answer(self._completion(done, request)))
             except ValueError as exc:  # pragma: no cover - settled_text's promise broken: say so, not hang
                 self.log.error("streamed text is not the answer's: %s", exc)
                 yield events.error(f"{self.name}: {exc}")
         finally:
-            generation.cancel()  # a client that went away: the decoding stops at its next step
+            for run in runs:  # a client that went away (or a choice failed): each decoding stops at its next step
+                run.cancel()
             if piece is not None:
                 piece.cancel()
 

@@ -252,6 +252,28 @@ async def test_n_choices_stream_token_by_token_each_with_its_own_text(client):
     assert finishes == {choice.index: choice.finish_reason for choice in plain.choices}
 
 
+async def test_a_token_history_request_streams_the_plain_answer_with_its_training_fields(client):
+    ids = {"return_token_ids": True}
+    first = await client.responses.create(
+        model="m", input="Say hello.", temperature=0, max_output_tokens=8, extra_body=ids
+    )
+    again = [
+        {"role": "user", "content": "Say hello."},
+        *(item.model_dump(exclude_none=True) for item in first.output),
+        {"role": "user", "content": "Now write a short poem about the sea."},
+    ]
+    ask = {"model": "m", "input": again, "temperature": 0, "max_output_tokens": 32, "extra_body": ids}
+    plain = await client.responses.create(**ask)
+    events = [e async for e in await client.responses.create(stream=True, **ask)]
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert "".join(deltas) == plain.output_text and len(deltas) >= 5
+    streamed, expected = events[-1].response.output[-1].model_dump(), plain.output[-1].model_dump()
+    history = first.output[-1].model_dump()
+    assert streamed["prompt_token_ids"] == expected["prompt_token_ids"]
+    assert streamed["prompt_token_ids"][: len(history["prompt_token_ids"])] == history["prompt_token_ids"]
+    assert streamed["generation_token_ids"] == expected["generation_token_ids"]
+
+
 async def test_a_client_that_goes_away_frees_its_slot(client, gym_servers):
     plain = await client.chat.completions.create(model="m", messages=POEM, temperature=0, max_tokens=LONG)
     assert plain.choices[0].finish_reason == "length"  # the reply would use every token

@@ -44,6 +44,7 @@ import random
 import secrets
 import ssl
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -399,7 +400,11 @@ class UpstreamStream:
     async def events(self) -> AsyncIterator[SSE]:
         """The answer's server-sent events, each as soon as it is whole."""
         decoder = SSEDecoder()
+        kind = next((value for key, value in self.headers if key == "content-type"), "")
         try:
+            if kind.startswith("application/json"):  # a whole answer: this engine does not stream
+                start = (await self.read_all())[:200].decode(errors="replace")
+                raise self._failure(UPSTREAM_ERROR, f"stream: true answered with JSON, not events: {start}")
             while True:
                 chunks, self._body = self._body, []
                 for chunk in chunks:
@@ -547,7 +552,11 @@ def relay(
         finally:
             stream.close()
 
-    return Stream(pieces(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+    iterator = pieces()
+    # A stream whose answer is never sent (the caller left before it began) never runs its
+    # `finally`: the connection and the slot are given back when it is collected.
+    weakref.finalize(iterator, stream.close)
+    return Stream(iterator, media_type="text/event-stream", headers={"cache-control": "no-cache"})
 
 
 # --- the request's fields gym does not model ----------------------------------------------------

@@ -63,7 +63,8 @@ class AzureStub:
     Some messages ask for a behaviour instead: ``busy`` (429), ``crash`` (500), ``slow`` (answers
     after 1.5 s), ``hold`` (answers after 0.5 s, to overlap calls), ``filtered`` (the content filter
     stops the answer), ``leak`` (a 401 that echoes the request's api-key header), ``add`` (with
-    ``tools``: calls the first tool), ``die`` (with ``stream``: the connection drops mid-answer).
+    ``tools``: calls the first tool), ``die`` (with ``stream``: the connection drops mid-answer), ``no
+    stream`` (with ``stream``: the whole JSON answer, as a server that does not stream gives).
 
     With ``stream: true`` the answer comes as Azure streams it: a first chunk without choices (the
     prompt's filter results), the role, the text in pieces of 4 characters, the tool calls, the
@@ -132,7 +133,7 @@ class AzureStub:
             }
             message.update(content=None, tool_calls=[call])
             finish_reason = "tool_calls"
-        if body.get("stream"):
+        if body.get("stream") and text != "no stream":
             return Stream(
                 _azure_chunks(message, finish_reason, body, die=text == "die"), media_type="text/event-stream"
             )
@@ -395,18 +396,18 @@ class TestAzureOpenAIModel(ModelServerTests):
         assert events[-1].response.incomplete_details.reason == "content_filter"
 
     @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
-    def test_a_stream_that_dies_midway_is_an_error_the_client_raises(self, gym_servers: RunningServers, path):
+    @pytest.mark.parametrize(("text", "says"), [("die", "broke off"), ("no stream", "with JSON, not events")])
+    def test_a_stream_that_fails_midway_is_an_error_the_client_raises(
+        self, gym_servers: RunningServers, path, text, says
+    ):
         client = openai.OpenAI(base_url=f"{gym_servers.url}/v1", api_key=gym_servers.config.auth_token, max_retries=0)
         with client, pytest.raises(openai.APIError) as raised:
             if path == "/v1/chat/completions":
-                list(
-                    client.chat.completions.create(
-                        model="a", messages=[{"role": "user", "content": "die"}], stream=True
-                    )
-                )
+                messages = [{"role": "user", "content": text}]
+                list(client.chat.completions.create(model="a", messages=messages, stream=True))
             else:
-                list(client.responses.create(model="any", input="die", stream=True))
-        assert "broke off" in raised.value.message and raised.value.body["type"] == "upstream_error"
+                list(client.responses.create(model="any", input=text, stream=True))
+        assert says in raised.value.message and raised.value.body["type"] == "upstream_error"
 
     @pytest.mark.parametrize(
         ("instance", "text", "status", "kind", "upstream_says"),

@@ -10,16 +10,21 @@ request, and failures before the first byte keep their typed statuses.
 
 from __future__ import annotations
 
+import gc
+import logging
 import threading
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import openai
 import pytest
 
 import gym_core.testing
+from gym_core.relay import chat_error_sse
 from gym_core.testing import running_servers
+from gym_core.upstream import Upstream, chat_relay, relay
 
 import gym_vllm_model.plugin
 from gym_vllm_model.server import ThinkSplitter
@@ -260,3 +265,21 @@ def test_think_splitter_holds_back_a_tag_split_across_pieces():
     assert "".join(r for r, _ in out) == "abc"
     assert "".join(t for _, t in out) == "xy<z"
     assert out[0] == ("", "")  # "<thi" could be a tag: held back
+
+
+async def test_a_stream_whose_answer_is_never_sent_frees_its_slot(stubs):
+    # The caller left before the answer began: the streaming body is never iterated, so its own
+    # cleanup never runs; collecting it gives the slot (one here) and the connection back.
+    upstream = Upstream("t", name="stub", timeout_s=5, max_attempts=1, max_concurrency=1, queue_timeout_s=0.5)
+    body = {"model": "m", "messages": MESSAGES, "stream": True}
+    server: Any = SimpleNamespace(name="t", log=logging.getLogger("t"))
+    try:
+        stream = await upstream.open_stream(stubs["main"].url, "/chat/completions", body)
+        answer = relay(server, stream, chat_relay(stream), chat_error_sse)
+        del answer, stream
+        gc.collect()
+        again = await upstream.open_stream(stubs["main"].url, "/chat/completions", body)
+        assert [event.data async for event in again.events()][-1] == "[DONE]"
+        again.close()
+    finally:
+        await upstream.close()

@@ -37,6 +37,8 @@ MEASUREMENTS = (
     "replicas",
     "trainer_overhead",
 )
+# Not in the default run: these need hardware CI does not have (``--only`` names them).
+OPTIONAL = ("vllm_gpu",)
 
 
 def _spread(block: dict[str, Any], key: str) -> str:
@@ -432,6 +434,8 @@ def markdown(results: dict[str, Any]) -> str:
             f"{t['concurrency_32_s']} s (× {t['concurrency_speedup']}).",
             "",
         ]
+    if "vllm_gpu" in results:
+        lines += _vllm_gpu(results["vllm_gpu"])
     if "code_gen_throughput" in results:
         c = results["code_gen_throughput"]
         m = c["64"]
@@ -449,6 +453,58 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _vllm_gpu(v: dict[str, Any]) -> list[str]:
+    lines = [
+        "## vLLM on a GPU (vllm_gpu)",
+        "",
+        f"{v['device']}; model {v['model']} (bfloat16, converted from the shipped GGUF), each of three engines "
+        f"on {v['gpu_share']} of the GPU's memory. Engines ready in {v['engine_ready_s']['b']} s and "
+        f"{v['engine_ready_s']['c']} s (`vllm serve`); "
+        + (
+            f"`gym run` with local_vllm_model's engine in a Ray placement group ready in "
+            f"{v['gym_run_with_ray_engine_ready_s']} s."
+            if "gym_run_with_ray_engine_ready_s" in v
+            else f"local_vllm_model's engine did not start: {v.get('ray_engine_error', '?')[-300:]}"
+        ),
+        "",
+    ]
+    for what, error in (v.get("errors") or {}).items():
+        lines += [f"- {what} failed: {error[-300:]}"]
+    q = v.get("quickstart") or {}
+    done = q.get("done_event") or {}
+    if done:
+        lines += [
+            f"Quickstart through vLLM (`{q['command']}`): {done.get('done')} rollouts, {done.get('failed')} failed, "
+            f"{round(done.get('rollouts_per_s', 0), 1)} rollouts/s, mean reward {round(done.get('mean_reward', 0), 4)}.",
+            "",
+        ]
+    if v.get("levels"):
+        lines += [
+            "| concurrent rollouts | rollouts | gym tokens/s | gym rollouts/s | direct to vLLM tokens/s | gym / direct | errors |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for level, row in v["levels"].items():
+            g, d = row["gym"], row["direct"]
+            lines.append(
+                f"| {level} | {g['rollouts']} | {g['tokens_per_s']} | {g['rollouts_per_s']} | {d['tokens_per_s']} | "
+                f"{row['ratio']} | {g['errors']} + {d['errors']} |"
+            )
+        lines.append("")
+    if v.get("affinity"):
+        lines += [
+            "| replicas routing (2 engines) | chats × turns | tokens/s | p50 ms per call | prefix-cache hit rate | errors |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        for arm, row in v["affinity"].items():
+            name = "session-affine (cookie kept)" if arm == "affine" else "no affinity (a new session per call)"
+            lines.append(
+                f"| {name} | {row['chats']} × {row['turns']} | {row['tokens_per_s']} | {row['p50_ms']} | "
+                f"{row['prefix_hit_rate']} | {row['errors']} |"
+            )
+        lines.append("")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     # Measurements stop gym collect with SIGINT (Ctrl+C): a shell's background job starts with SIGINT
     # ignored, which every child would inherit. Children start with the default instead.
@@ -456,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=("tiny", "small", "full"), default="full")
-    parser.add_argument("--only", nargs="+", choices=MEASUREMENTS, default=list(MEASUREMENTS))
+    parser.add_argument("--only", nargs="+", choices=MEASUREMENTS + OPTIONAL, default=list(MEASUREMENTS))
     parser.add_argument(
         "--environments",
         nargs="+",

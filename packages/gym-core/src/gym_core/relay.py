@@ -47,13 +47,18 @@ class SSEDecoder:
         self._buffer = b""
         self._event: str | None = None
         self._data: list[str] = []
+        self._after_cr = False  # the last chunk ended with \r: a \n that starts the next is its end
 
     def feed(self, chunk: bytes) -> list[SSE]:
         """The events that ``chunk`` completes."""
+        if self._after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        self._after_cr = False
         self._buffer += chunk
         lines = self._buffer.splitlines(keepends=True)
-        # The last line may be incomplete (a lone \r may yet be followed by \n): kept for the next chunk.
-        self._buffer = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        # The last line may be incomplete: kept for the next chunk.
+        self._buffer = lines.pop() if lines and not lines[-1].endswith((b"\n", b"\r")) else b""
+        self._after_cr = bool(lines) and lines[-1].endswith(b"\r")
         events = []
         for raw in lines:
             line = raw.rstrip(b"\r\n").decode("utf-8", errors="replace")

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httptools
 import msgspec
 from litestar.exceptions import HTTPException
+from litestar.response import Stream
 
 from gym_core.client import REQUEST_DEADLINE, ServerClient, _error_fields
 from gym_core.errors import (
@@ -536,7 +537,6 @@ def relay(
     the stream with ``on_error(message, type, status)``, an event the client raises. The upstream
     connection is closed when the stream ends, fails, or the caller disconnects (which cancels it).
     """
-    from litestar.response import Stream
 
     async def pieces() -> AsyncIterator[bytes]:
         try:

@@ -348,6 +348,7 @@ class UpstreamStream:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._closed = False
+        self.expired = False
 
     # httptools' callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -414,17 +415,23 @@ class UpstreamStream:
                 if self.complete:
                     return
                 if not await self._read():
-                    if any(key in ("content-length", "transfer-encoding") for key, _ in self.headers):
+                    if self.expired or any(key in ("content-length", "transfer-encoding") for key, _ in self.headers):
                         raise ConnectionError("the connection closed before the end of the stream")
                     self.complete = True  # an answer without a length ends with its connection
-        except TimeoutError:
-            raise self._failure(UPSTREAM_TIMEOUT, f"the stream did not end within {self.upstream.timeout_s:g} s"
-                                " (timeout_s) or the caller's deadline") from None  # fmt: skip
-        except (OSError, ConnectionError, httptools.HttpParserError) as exc:
+        except (TimeoutError, OSError, ConnectionError, httptools.HttpParserError) as exc:
+            if isinstance(exc, TimeoutError) or self.expired:
+                raise self._failure(UPSTREAM_TIMEOUT, f"the stream did not end within {self.upstream.timeout_s:g} s"
+                                    " (timeout_s) or the caller's deadline") from None  # fmt: skip
             raise self._failure(UPSTREAM_ERROR, f"the stream broke off: {exc}") from None
 
     def _failure(self, failure: Any, what: str) -> UpstreamError:
         return UpstreamError(self.upstream.redact(f"{self.name} {self.path}: {what}"), failure.status, failure.type)
+
+    def expire(self) -> None:
+        """Past the deadline, wherever the stream is (its relay may be stuck sending to a caller who
+        does not read): closed, and what reads it next fails ``upstream_timeout``."""
+        self.expired = True
+        self.close()
 
     def close(self, *, release: bool = True) -> None:
         """Abort the connection (the engine stops generating) and, once, free the slot."""
@@ -538,18 +545,25 @@ def relay(
     connection is closed when the stream ends, fails, or the caller disconnects (which cancels it).
     """
 
+    # Every read of the stream is bounded by its deadline, but not a relay stuck sending to a caller
+    # who stopped reading: at the deadline (and a second) the engine's connection and the slot go.
+    watchdog = asyncio.get_running_loop().call_later(max(stream.deadline - time.monotonic(), 0) + 1, stream.expire)
+
     async def pieces() -> AsyncIterator[bytes]:
         try:
             async for piece in body:
                 yield piece
         except UpstreamError as exc:
+            stream.close()  # before the error event, whose sending may wait on the caller
             server.log.warning("stream failed midway: %s: %s", exc.kind, exc)
             yield on_error(str(exc), exc.kind, exc.status)
         except Exception:
+            stream.close()
             error_id = secrets.token_hex(4)
             server.log.exception("unhandled error %s while streaming", error_id)
             yield on_error(f"internal error in {server.name} (error id {error_id}: see its log)", "internal_error", 500)
         finally:
+            watchdog.cancel()
             stream.close()
 
     iterator = pieces()

@@ -11,6 +11,8 @@ typed status.
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -52,6 +54,8 @@ def servers(stub: Any) -> Iterator[Any]:
         "impatient": {"plugin": "openai_model", "base_url": stub.url, "model": "stub-model", "timeout_s": 1.0},
         "single": {"plugin": "openai_model", "base_url": stub.url, "model": "stub-model", "max_concurrency": 1,
                    "queue_timeout_s": 2.0},
+        "stalled": {"plugin": "openai_model", "base_url": stub.url, "model": "stub-model", "max_concurrency": 1,
+                    "queue_timeout_s": 10.0, "timeout_s": 1.0},
     }  # fmt: skip
     with running_servers(config, plugins=plugin_manager(gym_openai_model.plugin, gym_scripted)) as running:
         yield running
@@ -61,6 +65,7 @@ def servers(stub: Any) -> Iterator[Any]:
 def fresh(stub: Any) -> Iterator[None]:
     stub.clear()
     stub.gate, stub.die_after_chunks, stub.drop_done, stub.fail_status = None, None, False, None
+    stub.piece_chars, stub.script = 3, lambda body: {"content": ANSWER}
     yield
     if stub.gate is not None:
         stub.gate.set()
@@ -204,3 +209,40 @@ def test_broken_and_abandoned_streams_free_their_slot(servers, stub):
         stub.gate.set()
         chunks = list(caller.chat.completions.create(model="any", messages=MESSAGES, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == ANSWER
+
+
+def test_a_caller_who_stops_reading_holds_the_slot_no_longer_than_timeout_s(servers, stub):
+    # A caller that sends its request and never reads: the relay blocks sending to it once the
+    # buffers fill (8 MB of answer), reading the engine no more. At timeout_s (and a second) the
+    # engine's connection and the only slot go, so a later request is served.
+    stub.piece_chars, stub.script = 65_536, lambda body: {"content": "x" * 8_000_000}
+    url = servers.instances["stalled"].url
+    host, port = url.removeprefix("http://").split(":")
+    body = json.dumps({"model": "any", "messages": MESSAGES, "stream": True}).encode()
+    auth = f"authorization: Bearer {servers.auth_token}\r\n" if servers.auth_token else ""
+    with socket.socket() as stalled:
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.connect((host, int(port)))
+        stalled.sendall(
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n{auth}"
+            f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        wait_for_disconnect_or(stub, lambda: stub.chunks_sent > 0)  # the engine is answering it
+        stub.piece_chars, stub.script = 3, lambda body: {"content": ANSWER}
+        chunks: list[Any] = []
+        with client(servers, "stalled") as caller:
+            for _ in range(10):  # each waits for the slot at most timeout_s (1 s)
+                try:
+                    chunks = list(caller.chat.completions.create(model="any", messages=MESSAGES, stream=True))
+                    break
+                except openai.InternalServerError as exc:
+                    assert exc.body["type"] == "model_overloaded"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == ANSWER
+
+
+def wait_for_disconnect_or(stub: Any, condition: Any) -> None:
+    deadline = time.monotonic() + 10
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert condition()

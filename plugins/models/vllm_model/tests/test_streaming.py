@@ -11,6 +11,7 @@ request, and failures before the first byte keep their typed statuses.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import threading
 import time
@@ -23,7 +24,7 @@ import pytest
 
 import gym_core.testing
 from gym_core.relay import chat_error_sse
-from gym_core.testing import running_servers
+from gym_core.testing import HTTPCaller, running_servers
 from gym_core.upstream import Upstream, chat_relay, relay
 
 import gym_vllm_model.plugin
@@ -283,3 +284,29 @@ async def test_a_stream_whose_answer_is_never_sent_frees_its_slot(stubs):
         again.close()
     finally:
         await upstream.close()
+
+
+def streamed_text(body: bytes) -> str:
+    """The text of a streamed chat completion's ``data:`` chunks (``[DONE]`` last)."""
+    lines = [line.removeprefix(b"data: ") for line in body.split(b"\n\n") if line.startswith(b"data: ")]
+    assert lines[-1] == b"[DONE]"
+    return "".join(json.loads(line)["choices"][0]["delta"].get("content") or "" for line in lines[:-1])
+
+
+def test_a_stream_fails_over_to_the_next_replica_before_its_first_byte():
+    stubs = [StubVllm("a").start(), StubVllm("b").start()]
+    options = {"base_url": [stub.url for stub in stubs], "model": "stub-model", "max_attempts": 1}
+    try:
+        config = {"policy": {"plugin": "vllm_model", **options}}
+        with running_servers(config, plugins=gym_core.testing.plugin_manager(gym_vllm_model.plugin)) as running:
+            caller = HTTPCaller(running.instances["policy"].url, auth_token=running.auth_token)
+            body = {"messages": MESSAGES, "stream": True}
+            assert streamed_text(caller.post("/v1/chat/completions", body).body) == "What is 2+2?"
+            (home,) = [index for index, stub in enumerate(stubs) if stub.completions()]  # the session's replica
+            stubs[home].fail_status = 500
+            moved = caller.post("/v1/chat/completions", body)
+            assert moved.status == 200 and streamed_text(moved.body) == "What is 2+2?"
+            assert len(stubs[home].completions()) == 2 and len(stubs[1 - home].completions()) == 1
+    finally:
+        for stub in stubs:
+            stub.stop()

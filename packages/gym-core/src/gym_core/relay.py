@@ -11,13 +11,12 @@ converts to a chat completion), and ends a stream that failed midway with :func:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 
 from gym_core.schemas import Message, OutputText, Reasoning, Response, SummaryText, new_id
-from gym_core.streaming import _item_started, response_events
+from gym_core.streaming import _item_events
 
 __all__ = [
     "SSE",
@@ -306,7 +305,7 @@ class ChatResponseEvents:
             if index < streamed:
                 out += self._event({"type": "response.output_item.done", "output_index": index, "item": data})
                 continue
-            for event in _whole_item(response.output[index], data, index):
+            for event in _item_events(index, response.output[index], data):
                 out += self._event(event)
         last = "response.incomplete" if response.status == "incomplete" else "response.completed"
         return out + self._event({"type": last, "response": whole})
@@ -316,14 +315,3 @@ class ChatResponseEvents:
         event = response_error_sse(message, kind, status, self.number)
         self.number += 1
         return event
-
-
-def _whole_item(item: Any, data: dict[str, Any], index: int) -> Iterator[dict[str, Any]]:
-    """The events of one whole output item, from ``output_item.added`` to ``output_item.done``."""
-    shell = Response(id="", created_at=0, model="", output=[item])
-    events = list(response_events(shell))[2:-1]  # without created, in_progress and completed
-    for event in events:
-        event["output_index"] = index
-        if event["type"].startswith("response.output_item."):
-            event["item"] = data if event["type"].endswith(".done") else _item_started(data)
-    yield from events

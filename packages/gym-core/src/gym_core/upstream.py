@@ -608,11 +608,10 @@ def chat_fields(fields: dict[str, Any], request: ChatCompletionRequest, *, owner
 
 
 def refuse_streaming(stream: bool | None) -> None:
-    """A 400 for ``stream: true``: gym model servers answer whole responses."""
+    """A 400 for ``stream: true``, from a server whose routes do not stream (``raw_body_routes``
+    without ``streams``)."""
     if stream is True:
-        raise HTTPException(
-            status_code=400, detail="streaming is not supported by gym model servers; send stream=false"
-        )
+        raise HTTPException(status_code=400, detail="streaming is not supported by this server; send stream=false")
 
 
 ChatHandler = Callable[["Request", ChatCompletionRequest, dict[str, Any]], Awaitable[Any]]

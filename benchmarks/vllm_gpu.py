@@ -115,7 +115,15 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
         tokenizer.chat_template = CHATML  # SmolLM2-Instruct speaks ChatML
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    # transformers keeps a GGUF-loaded model marked quantized (and refuses to save it); its weights are
+    # dequantized already, so drop the mark: vLLM must see a plain bfloat16 checkpoint.
+    model.hf_quantizer = None
+    model.config.__dict__.pop("quantization_config", None)
     model.save_pretrained(tmp)
+    config_path = tmp / "config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("quantization_config", None)
+    config_path.write_text(json.dumps(config, indent=2))
     tokenizer.save_pretrained(tmp)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

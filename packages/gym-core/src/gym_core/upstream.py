@@ -445,7 +445,7 @@ class UpstreamStream:
 
 # --- relaying a stream ---------------------------------------------------------------------------
 
-_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed", "error"})
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 async def chat_chunks(stream: UpstreamStream) -> AsyncIterator[dict[str, Any]]:
@@ -466,13 +466,17 @@ async def chat_chunks(stream: UpstreamStream) -> AsyncIterator[dict[str, Any]]:
 
 async def response_stream_events(stream: UpstreamStream) -> AsyncIterator[tuple[SSE, dict[str, Any]]]:
     """The events of a streamed Responses API answer (each with its decoded data), up to its last
-    (``response.completed``, ``.incomplete``, ``.failed`` or ``error``, which is yielded too).
+    (``response.completed``, ``.incomplete`` or ``.failed``, which is yielded too).
 
-    Raises :class:`UpstreamError` (``upstream_error``) for data that is not a JSON object and for a
-    stream that ends before its last event.
+    Raises :class:`UpstreamError` (``upstream_error``) for an ``error`` event (relayed as it came,
+    the ``openai`` client would not raise on it: the relay ends the stream with gym's own error
+    event instead), for data that is not a JSON object and for a stream that ends before its last
+    event.
     """
     async for event in stream.events():
         data = _event_object(stream, event)
+        if (event.event or data.get("type")) == "error":
+            raise stream._failure(UPSTREAM_ERROR, f"error event: {event.data[:500]}")
         yield event, data
         if (event.event or data.get("type")) in _TERMINAL:
             return

@@ -11,6 +11,7 @@ typed status.
 
 from __future__ import annotations
 
+import http.server
 import json
 import socket
 import threading
@@ -39,8 +40,44 @@ def stub() -> Iterator[Any]:
         yield running
 
 
+class ErrorEventUpstream(http.server.BaseHTTPRequestHandler):
+    """A Responses endpoint whose stream fails midway as OpenAI's does: a text delta, then an
+    ``error`` event (``code``, ``message``, ``param``; no ``error`` field)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        response = {"id": "resp_1", "object": "response", "created_at": 1, "model": "m", "status": "in_progress",
+                    "output": []}  # fmt: skip
+        events = [
+            {"type": "response.created", "sequence_number": 0, "response": response},
+            {"type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_1", "output_index": 0,
+             "content_index": 0, "delta": "The answer", "logprobs": []},
+            {"type": "error", "sequence_number": 2, "code": "server_error", "message": "the engine fell over",
+             "param": None},
+        ]  # fmt: skip
+        for event in events:
+            self.wfile.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+            self.wfile.flush()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture(scope="module")
-def servers(stub: Any) -> Iterator[Any]:
+def error_upstream() -> Iterator[str]:
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), ErrorEventUpstream) as running:
+        thread = threading.Thread(target=running.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{running.server_address[1]}/v1"
+        running.shutdown()
+
+
+@pytest.fixture(scope="module")
+def servers(stub: Any, error_upstream: str) -> Iterator[Any]:
     port = free_port()
     config = {
         "policy": {"plugin": "openai_model", "base_url": stub.url, "model": "stub-model"},
@@ -49,6 +86,7 @@ def servers(stub: Any) -> Iterator[Any]:
             "plugin": "openai_model", "base_url": f"http://127.0.0.1:{port}/v1", "model": "scripted",
             "api": "responses",
         },
+        "erroring": {"plugin": "openai_model", "base_url": error_upstream, "model": "m", "api": "responses"},
         "unreachable": {"plugin": "openai_model", "base_url": "http://127.0.0.1:9/v1", "model": "m",
                         "max_attempts": 1},
         "impatient": {"plugin": "openai_model", "base_url": stub.url, "model": "stub-model", "timeout_s": 1.0},
@@ -114,6 +152,19 @@ def test_responses_passthrough_relays_the_upstream_events(servers):
             final = stream.get_final_response()
     assert final.output_text == whole.output_text != ""
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+
+
+def test_an_upstream_error_event_is_an_error_the_client_raises(servers):
+    # Relayed as it came, OpenAI's own error event (no "error" field) would be yielded by the
+    # client as one more event, and the stream would end as if whole.
+    deltas: list[str] = []
+    with client(servers, "erroring") as caller:
+        with pytest.raises(openai.APIError) as raised:
+            for event in caller.responses.create(model="any", input="hi", stream=True):
+                if event.type == "response.output_text.delta":
+                    deltas.append(event.delta)
+    assert deltas == ["The answer"]  # what came before the error was relayed
+    assert raised.value.body["type"] == "upstream_error" and "the engine fell over" in raised.value.message
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from litestar import Request
 
-from gym_core.client import ClientConfig, ServerClient, _error_fields
+from gym_core.client import ClientConfig, ServerClient, error_fields
 from gym_core.config import GlobalConfig
 from gym_core.errors import (
     ServerCallError,
@@ -341,4 +341,4 @@ async def test_from_head_on_a_dead_head_is_unavailable():
     ],
 )
 def test_error_message_and_type_extraction(payload, message, kind):
-    assert _error_fields(payload) == (message, kind)
+    assert error_fields(payload) == (message, kind)

@@ -43,7 +43,7 @@ from gym_core.routing import ROLLOUT_COOKIE, Replicas, new_rollout_key, replica_
 if TYPE_CHECKING:
     from gym_core.config import GlobalConfig
 
-__all__ = ["ServerClient", "RETRY_STATUSES", "FINAL_HEADER", "TIMEOUT_HEADER", "REQUEST_DEADLINE"]
+__all__ = ["ServerClient", "RETRY_STATUSES", "FINAL_HEADER", "TIMEOUT_HEADER", "REQUEST_DEADLINE", "error_fields"]
 
 # The failure table's (gym_core.failures), under the names callers have imported from here.
 RETRY_STATUSES = CLIENT_RETRY_STATUSES
@@ -166,6 +166,10 @@ class ServerClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def auth_headers(self, url: str) -> dict[str, str] | None:
+        """The run's token header for a request to ``url`` when it is one of the run's servers, else None."""
+        return self._auth if self._auth is not None and _origin(url) in self._authorized_urls else None
+
     async def request(
         self,
         method: str,
@@ -186,10 +190,9 @@ class ServerClient:
         """
         base, replica = self.route(server, cookies)
         name = server_name or replica
-        if self._auth is not None and (
-            _origin(base) in self._authorized_urls or not server.startswith(("http://", "https://"))
-        ):
-            headers = {**self._auth, **(headers or {})}
+        auth = self._auth if not server.startswith(("http://", "https://")) else self.auth_headers(base)
+        if auth:
+            headers = {**auth, **(headers or {})}
         cfg = self.config
         data = body if body is None or isinstance(body, bytes) else _encoder.encode(body)
         if data is not None:
@@ -230,7 +233,7 @@ class ServerClient:
                     _store_cookies(resp, cookies)
                 if resp.status < 400:
                     return payload
-                message, error_type = _error_fields(payload)
+                message, error_type = error_fields(payload)
                 error: ServerCallError = ServerHTTPError(
                     name, path, message, status=resp.status, attempts=attempt, error_type=error_type
                 )
@@ -312,7 +315,7 @@ def _store_cookies(resp: Response, cookies: dict[str, str]) -> None:
             cookies[name.strip()] = value.strip()
 
 
-def _error_fields(payload: bytes) -> tuple[str, str | None]:
+def error_fields(payload: bytes) -> tuple[str, str | None]:
     """The message and ``type`` of a gym JSON error body, else the start of whatever the server sent."""
     try:
         body = msgspec.json.decode(payload)

@@ -32,7 +32,7 @@ from urllib.parse import quote, urlsplit
 
 import httptools
 
-__all__ = ["Pool", "Response", "ConnectionFailed", "ConnectTimeout", "Origin", "origin_of"]
+__all__ = ["Pool", "Response", "ConnectionFailed", "ConnectTimeout", "Origin", "origin_of", "request_head"]
 
 _SAFE_PATH = "/:@!$&'()*+,;=?%-._~"
 # Some API gateways turn away requests that do not say what sent them.
@@ -106,6 +106,19 @@ def _target(prefix: str, path: str) -> str:
     if target.isascii() and " " not in target and "\r" not in target and "\n" not in target:
         return target or "/"
     return quote(target, safe=_SAFE_PATH) or "/"
+
+
+def request_head(method: str, origin: Origin, path: str, headers: dict[str, str] | None) -> bytes:
+    """The head of a request for ``path`` at ``origin``: its line, ``host``, ``user-agent`` (gym-core's
+    unless ``headers`` has one) and ``headers``; ``ValueError`` for a header with a line break."""
+    agent = "" if headers and "user-agent" in headers else _USER_AGENT
+    lines = [f"{method} {_target(origin.prefix, path)} HTTP/1.1\r\nhost: {origin.host_header}\r\n{agent}"]
+    for name, value in (headers or {}).items():
+        if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
+            raise ValueError(f"header {name!r} contains a line break")
+        lines.append(f"{name}: {value}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
 
 
 class _Connection(asyncio.Protocol):
@@ -265,17 +278,9 @@ class Pool:
     ) -> Response:
         """One exchange on a pooled connection, answered by ``deadline`` (``loop.time()``) or
         ``TimeoutError``."""
-        agent = "" if headers and "user-agent" in headers else _USER_AGENT
-        lines = [f"{method} {_target(origin.prefix, path)} HTTP/1.1\r\nhost: {origin.host_header}\r\n{agent}"]
-        if headers:
-            for name, value in headers.items():
-                if "\n" in value or "\r" in value or "\n" in name or "\r" in name:
-                    raise ValueError(f"header {name!r} contains a line break")
-                lines.append(f"{name}: {value}\r\n")
         if body is not None:
-            lines.append(f"content-length: {len(body)}\r\n")
-        lines.append("\r\n")
-        head = "".join(lines).encode("latin-1")
+            headers = {**(headers or {}), "content-length": str(len(body))}
+        head = request_head(method, origin, path, headers)
         data: bytes | list[bytes] = head if body is None else (head + body if len(body) < 65_536 else [head, body])
         conn = self._idle(origin)
         if conn is None:

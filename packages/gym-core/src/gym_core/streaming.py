@@ -1,9 +1,21 @@
-"""``stream: true``: a finished chat completion or response as the server-sent events OpenAI streams.
+"""``stream: true``: OpenAI's server-sent events, written by gym's model servers.
 
-:class:`gym_core.servers.ModelServer` answers a streaming request with these events, written from
-the whole answer once the server has it (the events arrive together, at the end of generation):
-the official ``openai`` client's streaming API (``chat.completions.create(stream=True)``,
-``responses.create(stream=True)``, ``responses.stream(...)``) reads them as it reads OpenAI's.
+The one writer of streamed chat completions and Responses API events; :mod:`gym_core.relay` reads
+them (an upstream's), :mod:`gym_core.upstream` relays them. Public surface:
+
+- Encoding: :func:`sse_data` (a ``data:`` event, chat completions' format), :func:`sse_event` (an
+  ``event:`` + ``data:`` block, the Responses API's), :data:`EVENT_STREAM` (the media type).
+- Errors after the stream began: :func:`chat_error_sse` and :func:`response_error_sse`, the last
+  event of a stream that failed midway, which the official ``openai`` client raises as
+  ``openai.APIError`` (never a stream that just stops, which it would take for a whole answer).
+- A finished answer, streamed at once: :func:`chat_completion_chunks` / :func:`chat_completion_sse`
+  and :func:`response_events` / :func:`response_sse`. :class:`gym_core.servers.ModelServer` answers
+  a streaming request so, once it has the whole answer.
+- An answer streamed as it is generated: :class:`ChatChunkStream` and :class:`ResponseEventStream`
+  (``start()``, a delta for each piece of text, ``finish(whole answer)``, ``error(...)``): the same
+  events, the text in as many deltas as it arrived in, each with its tokens' log-probs when given.
+
+The events:
 
 - Chat completions: ``data: <chat.completion.chunk>`` lines, one chunk with each choice's role and
   text, one per tool call, then one with its ``finish_reason`` (and ``logprobs``), a last chunk with
@@ -11,15 +23,11 @@ the official ``openai`` client's streaming API (``chat.completions.create(stream
 - Responses: ``event: TYPE`` + ``data: {...}`` for ``response.created``, ``response.in_progress``,
   then per output item ``response.output_item.added``, its content (``response.content_part.added``,
   ``response.output_text.delta``, ``response.output_text.done``, ``response.content_part.done`` for a
-  message; ``response.function_call_arguments.delta`` and ``.done`` for a function call),
-  ``response.output_item.done``, and last ``response.completed`` (``response.incomplete`` when the
-  response is incomplete) with the whole response, training fields included. Every event has its
-  ``sequence_number``.
-
-A server that has the text as it is generated writes it as it comes instead: :class:`ChatChunkStream`
-and :class:`ResponseEventStream` write the same events, the text in as many deltas as it arrived in
-(``start()``, ``text(delta)`` for each piece, ``finish(whole answer)``; ``error(message)`` when
-generation fails after the stream began). The concatenated deltas are the whole answer's text.
+  message; ``response.reasoning_summary_part.added``, ``response.reasoning_summary_text.delta`` and
+  their ``done`` events for reasoning; ``response.function_call_arguments.delta`` and ``.done`` for a
+  function call), ``response.output_item.done``, and last ``response.completed``
+  (``response.incomplete`` when the response is incomplete) with the whole response, training fields
+  included. Every event has its ``sequence_number``.
 """
 
 from __future__ import annotations
@@ -30,37 +38,90 @@ from typing import Any
 
 import msgspec
 
-from gym_core.schemas import ChatCompletion, FunctionCall, Message, OutputText, Response, new_id
+from gym_core.schemas import (
+    ChatCompletion,
+    FunctionCall,
+    Message,
+    OutputText,
+    Reasoning,
+    Response,
+    SummaryText,
+    new_id,
+)
 
-__all__ = ["EVENT_STREAM", "chat_completion_chunks", "chat_completion_sse", "response_events", "response_sse"]
+__all__ = [
+    "EVENT_STREAM",
+    "sse_data",
+    "sse_event",
+    "chat_error_sse",
+    "response_error_sse",
+    "chat_completion_chunks",
+    "chat_completion_sse",
+    "response_events",
+    "response_sse",
+    "ChatChunkStream",
+    "ResponseEventStream",
+]
 
 EVENT_STREAM = "text/event-stream"
 _encoder = msgspec.json.Encoder()
+
+
+def sse_data(payload: Any) -> bytes:
+    """``payload`` as one ``data:`` event (chat completions' format)."""
+    return b"data: " + _encoder.encode(payload) + b"\n\n"
+
+
+def sse_event(event: dict[str, Any]) -> bytes:
+    """A Responses API event (with its ``type``) as an ``event:`` + ``data:`` block."""
+    return b"event: " + event["type"].encode() + b"\ndata: " + _encoder.encode(event) + b"\n\n"
+
+
+def chat_error_sse(message: str, kind: str = "server_error", status: int = 500) -> bytes:
+    """The last event of a chat completion stream that failed midway: ``data: {"error": ...}``,
+    which the official client raises as ``openai.APIError`` (no ``[DONE]`` follows)."""
+    return sse_data({"error": {"message": message, "type": kind, "code": kind, "status": status}})
+
+
+def response_error_sse(message: str, kind: str, status: int, sequence_number: int) -> bytes:
+    """The last event of a Responses stream that failed midway: an ``error`` event (OpenAI's fields:
+    ``code``, ``message``, ``param``) that also carries ``error``, which the official client raises
+    as ``openai.APIError``."""
+    error = {"message": message, "type": kind, "code": kind, "status": status}
+    return sse_event(
+        {"type": "error", "code": kind, "message": message, "param": None, "error": error,
+         "sequence_number": sequence_number}
+    )  # fmt: skip
+
+
+def _chunk(index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
+    """The ``choices`` of a chunk with one choice's ``delta``."""
+    return {"choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
+
+
+def _calls_and_finish(index: int, message: dict[str, Any], finish: str | None, logprobs: Any) -> Iterator[dict]:
+    """The chunks that end choice ``index``: one per tool call of ``message``, then its finish reason."""
+    for position, call in enumerate(message.get("tool_calls") or []):
+        yield _chunk(index, {"tool_calls": [{"index": position, **call}]})
+    yield _chunk(index, {}, finish, logprobs)
 
 
 def chat_completion_chunks(completion: ChatCompletion, include_usage: bool = False) -> Iterator[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of ``completion``, in order."""
     base = {"id": completion.id, "object": "chat.completion.chunk", "created": completion.created}
     base["model"] = completion.model
-
-    def chunk(index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> dict[str, Any]:
-        choice = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
-        return {**base, "choices": [choice]}
-
     for choice in completion.choices:
         message = msgspec.to_builtins(choice.message)
-        yield chunk(choice.index, {"role": "assistant", "content": message.get("content") or ""})
-        for position, call in enumerate(message.get("tool_calls") or []):
-            yield chunk(choice.index, {"tool_calls": [{"index": position, **call}]})
-        yield chunk(choice.index, {}, choice.finish_reason, choice.logprobs)
+        yield {**base, **_chunk(choice.index, {"role": "assistant", "content": message.get("content") or ""})}
+        for chunk in _calls_and_finish(choice.index, message, choice.finish_reason, choice.logprobs):
+            yield {**base, **chunk}
     if include_usage and completion.usage is not None:
         yield {**base, "choices": [], "usage": msgspec.to_builtins(completion.usage)}
 
 
 def chat_completion_sse(completion: ChatCompletion, include_usage: bool = False) -> bytes:
     """``completion`` as the body of a streamed chat completion (``data:`` lines, ``[DONE]`` last)."""
-    lines = [b"data: " + _encoder.encode(c) + b"\n\n" for c in chat_completion_chunks(completion, include_usage)]
-    return b"".join(lines) + b"data: [DONE]\n\n"
+    return b"".join(sse_data(c) for c in chat_completion_chunks(completion, include_usage)) + b"data: [DONE]\n\n"
 
 
 def _item_started(item: dict[str, Any]) -> dict[str, Any]:
@@ -117,23 +178,20 @@ def response_sse(response: Response) -> bytes:
     blocks = []
     for number, event in enumerate(response_events(response)):
         event["sequence_number"] = number
-        blocks.append(b"event: " + event["type"].encode() + b"\ndata: " + _encoder.encode(event) + b"\n\n")
+        blocks.append(sse_event(event))
     return b"".join(blocks)
-
-
-def _sse(event: dict[str, Any]) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + _encoder.encode(event) + b"\n\n"
 
 
 class ChatChunkStream:
     """A chat completion streamed as it is generated: the chunks of :func:`chat_completion_chunks`,
     each choice's text in the deltas given to :meth:`text`.
 
-    ``start()`` (each choice's role chunk), ``text(delta, index)`` for each piece of choice
-    ``index``'s text, ``finish(completion)`` with the whole answer (its id and created time become
-    the stream's): per choice the text not yet sent, each tool call, the finish reason and log-probs;
+    ``start()`` (each choice's role chunk), ``text(delta, index, logprobs)`` for each piece of choice
+    ``index``'s text (``logprobs``: its tokens' entries, sent as the chunk's ``logprobs.content``),
+    ``finish(completion)`` with the whole answer (its id and created time become the stream's): per
+    choice the text not yet sent, each tool call, the finish reason with the log-probs not yet sent;
     the usage chunk when asked for; ``[DONE]``. What :meth:`text` sent must begin each choice's text
-    (``ValueError`` otherwise: the client already has it).
+    and log-probs (``ValueError`` otherwise: the client already has it).
     """
 
     def __init__(
@@ -144,22 +202,23 @@ class ChatChunkStream:
         self.model = model
         self.include_usage = include_usage
         self.sent = [""] * choices  # the text sent of each choice
+        self.logprobs_sent = [0] * choices  # how many of each choice's log-prob entries were sent
 
     def _data(self, chunk: dict[str, Any]) -> bytes:
-        base = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model}
-        return b"data: " + _encoder.encode({**base, **chunk}) + b"\n\n"
-
-    def _chunk(self, index: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None) -> bytes:
-        return self._data(
-            {"choices": [{"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs}]}
-        )
+        return sse_data({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                         "model": self.model, **chunk})  # fmt: skip
 
     def start(self) -> bytes:
-        return b"".join(self._chunk(index, {"role": "assistant", "content": ""}) for index in range(len(self.sent)))
+        return b"".join(
+            self._data(_chunk(index, {"role": "assistant", "content": ""})) for index in range(len(self.sent))
+        )
 
-    def text(self, delta: str, index: int = 0) -> bytes:
+    def text(self, delta: str, index: int = 0, logprobs: list[Any] | None = None) -> bytes:
         self.sent[index] += delta
-        return self._chunk(index, {"content": delta})
+        if logprobs is None:
+            return self._data(_chunk(index, {"content": delta}))
+        self.logprobs_sent[index] += len(logprobs)
+        return self._data(_chunk(index, {"content": delta}, logprobs={"content": logprobs}))
 
     def finish(self, completion: ChatCompletion) -> bytes:
         if len(completion.choices) != len(self.sent):
@@ -172,97 +231,181 @@ class ChatChunkStream:
             if not content.startswith(sent):
                 raise ValueError(f"choice {choice.index}'s text does not begin with the text already streamed")
             if content[len(sent) :]:
-                out.append(self._chunk(choice.index, {"content": content[len(sent) :]}))
-            for position, call in enumerate(message.get("tool_calls") or []):
-                out.append(self._chunk(choice.index, {"tool_calls": [{"index": position, **call}]}))
-            out.append(self._chunk(choice.index, {}, choice.finish_reason, choice.logprobs))
+                out.append(self._data(_chunk(choice.index, {"content": content[len(sent) :]})))
+            logprobs = choice.logprobs
+            if logprobs is not None and self.logprobs_sent[choice.index]:
+                entries = logprobs.get("content") or []
+                if len(entries) < self.logprobs_sent[choice.index]:
+                    raise ValueError(f"choice {choice.index} has fewer log-probs than were streamed")
+                logprobs = {**logprobs, "content": entries[self.logprobs_sent[choice.index] :]}
+            out += [self._data(c) for c in _calls_and_finish(choice.index, message, choice.finish_reason, logprobs)]
         if self.include_usage and completion.usage is not None:
             out.append(self._data({"choices": [], "usage": msgspec.to_builtins(completion.usage)}))
         return b"".join(out) + b"data: [DONE]\n\n"
 
-    def error(self, message: str, kind: str = "server_error") -> bytes:
-        """An error after the stream began (the ``openai`` client raises ``APIError`` on it)."""
-        return b"data: " + _encoder.encode({"error": {"message": message, "type": kind}}) + b"\n\n"
+    def error(self, message: str, kind: str = "server_error", status: int = 500) -> bytes:
+        """The stream's last event when it failed midway (:func:`chat_error_sse`)."""
+        return chat_error_sse(message, kind, status)
 
 
 class ResponseEventStream:
     """A Responses API answer streamed as it is generated: the events of :func:`response_events`,
-    the text of its first output item (a message) in the deltas given to :meth:`text`.
+    reasoning and text in the deltas they came in.
 
-    ``start()`` (``response.created``, ``response.in_progress``), ``text(delta)`` for each piece of
-    text (the first adds the message item and its ``output_text`` part), ``finish(response)`` with
-    the whole answer (its id and creation time become the stream's, its message the streamed
-    item's id): the text not yet sent, that item's ``done`` events, the other items' events, and
-    ``response.completed`` (or ``response.incomplete``). A response whose text was never streamed
-    finishes with all its items' events, as :func:`response_events` writes them.
+    :meth:`start` gives ``response.created`` and ``response.in_progress``; :meth:`feed` (or
+    :meth:`text`) takes one piece of reasoning and/or text, with the text's tokens' log-prob entries:
+    reasoning opens a reasoning item (``response.reasoning_summary_text.delta``), text a message
+    (``response.output_text.delta``); :meth:`finish` takes the whole :class:`Response`, as the
+    server answers it unstreamed: the message's text and log-probs not yet sent, the ``done`` events
+    of the items streamed (with their final ids), the other items (function calls...) whole, and
+    ``response.completed`` (or ``response.incomplete``) carrying it. Items keep the places the stream
+    gave them: the whole response's output is reordered to match when it differs. A response whose
+    text was never streamed finishes with all its items' events, as :func:`response_events` writes
+    them.
     """
 
-    def __init__(self, stub: Response) -> None:
-        """``stub``: the response as it will be, before its output (id, model, echoed settings)."""
-        self.stub = stub
-        self.item_id = new_id("msg")
-        self.sent = ""
+    def __init__(self, shell: Response):
+        """``shell``: the response as it will be, before its output (id, model, echoed settings)."""
+        self.shell = shell
         self.number = 0
+        self.open: list[dict[str, Any]] = []  # the items streamed: type, id, index, text so far, logprobs
+        self._current: dict[str, Any] | None = None
 
     def _event(self, event: dict[str, Any]) -> bytes:
         event["sequence_number"] = self.number
         self.number += 1
-        return _sse(event)
+        return sse_event(event)
 
     def start(self) -> bytes:
-        whole = msgspec.to_builtins(msgspec.structs.replace(self.stub, output=[], status="in_progress"))
-        created = self._event({"type": "response.created", "response": whole})
-        return created + self._event({"type": "response.in_progress", "response": whole})
+        """``response.created`` and ``response.in_progress``."""
+        whole = msgspec.to_builtins(msgspec.structs.replace(self.shell, output=[], status="in_progress"))
+        return self._event({"type": "response.created", "response": whole}) + self._event(
+            {"type": "response.in_progress", "response": whole}
+        )
 
-    def text(self, delta: str, index: int = 0) -> bytes:
+    def text(self, delta: str, index: int = 0, logprobs: list[Any] | None = None) -> bytes:
         """``delta``: more of the message's text (``index``: 0, the one output a stream has)."""
         if index != 0:
             raise ValueError("a Responses stream has one output: index 0")
-        at = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
+        return self.feed(delta, logprobs=logprobs)
+
+    def feed(self, text: str = "", reasoning: str = "", logprobs: list[Any] | None = None) -> bytes:
+        """The events for one piece of reasoning and/or text."""
         out = b""
-        if not self.sent:
-            item = {"type": "message", "id": self.item_id, "role": "assistant", "status": "in_progress", "content": []}
-            part = {**msgspec.to_builtins(OutputText(text="")), "logprobs": []}
-            out += self._event({"type": "response.output_item.added", "output_index": 0, "item": item})
-            out += self._event({"type": "response.content_part.added", **at, "part": part})
-        self.sent += delta
-        return out + self._event({"type": "response.output_text.delta", **at, "delta": delta, "logprobs": []})
+        if reasoning and not any(item["type"] == "message" for item in self.open):
+            # Reasoning after the text is not streamed (its item could not come first): the whole
+            # response, at the end, has it.
+            out += self._delta("reasoning", reasoning, None)
+        if text or logprobs:
+            out += self._delta("message", text, logprobs)
+        return out
+
+    def _delta(self, kind: str, text: str, logprobs: list[Any] | None) -> bytes:
+        out = b""
+        item = self._current
+        if item is None or item["type"] != kind:
+            if item is not None:
+                out += self._close_content(item)
+            item = self._current = {"type": kind, "id": new_id("rs" if kind == "reasoning" else "msg"), "text": []}
+            item["index"] = len(self.open)
+            item["logprobs"] = []
+            self.open.append(item)
+            started = (
+                {"type": "reasoning", "id": item["id"], "summary": [], "status": "in_progress"}
+                if kind == "reasoning"
+                else {"type": "message", "id": item["id"], "role": "assistant", "content": [], "status": "in_progress"}
+            )
+            out += self._event({"type": "response.output_item.added", "output_index": item["index"], "item": started})
+            where = {"item_id": item["id"], "output_index": item["index"]}
+            if kind == "reasoning":
+                part = {"type": "summary_text", "text": ""}
+                out += self._event({"type": "response.reasoning_summary_part.added", **where, "summary_index": 0,
+                                    "part": part})  # fmt: skip
+            else:
+                part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                out += self._event({"type": "response.content_part.added", **where, "content_index": 0, "part": part})
+        item["text"].append(text)
+        item["logprobs"] += logprobs or []
+        where = {"item_id": item["id"], "output_index": item["index"]}
+        if kind == "reasoning":
+            return out + self._event(
+                {"type": "response.reasoning_summary_text.delta", **where, "summary_index": 0, "delta": text}
+            )
+        return out + self._event(
+            {"type": "response.output_text.delta", **where, "content_index": 0, "delta": text,
+             "logprobs": logprobs or []}
+        )  # fmt: skip
+
+    def _close_content(self, item: dict[str, Any]) -> bytes:
+        """The ``done`` events of a streamed item's text (its item's own ``done`` comes with :meth:`finish`)."""
+        text = "".join(item["text"])
+        where = {"item_id": item["id"], "output_index": item["index"]}
+        if item["type"] == "reasoning":
+            part = {"type": "summary_text", "text": text}
+            return self._event(
+                {"type": "response.reasoning_summary_text.done", **where, "summary_index": 0, "text": text}
+            ) + self._event({"type": "response.reasoning_summary_part.done", **where, "summary_index": 0, "part": part})
+        part = {"type": "output_text", "text": text, "annotations": [], "logprobs": item["logprobs"]}
+        return self._event(
+            {"type": "response.output_text.done", **where, "content_index": 0, "text": text,
+             "logprobs": item["logprobs"]}
+        ) + self._event({"type": "response.content_part.done", **where, "content_index": 0, "part": part})  # fmt: skip
+
+    def _rest(self, item: dict[str, Any], final: Any) -> bytes:
+        """The message's text and log-probs that ``final`` (its item in the whole response) has and
+        the stream has not sent yet, as one more delta; nothing when ``final``'s text does not
+        continue what was sent (what was sent stands)."""
+        part = final.content[0] if isinstance(final, Message) and not isinstance(final.content, str) else None
+        if not isinstance(part, OutputText) or not final.content:
+            return b""
+        sent = "".join(item["text"])
+        logprobs = part.logprobs if isinstance(part.logprobs, list) else []
+        if not part.text.startswith(sent) or logprobs[: len(item["logprobs"])] != item["logprobs"]:
+            return b""
+        rest, rest_logprobs = part.text[len(sent) :], logprobs[len(item["logprobs"]) :]
+        return self._delta("message", rest, rest_logprobs) if rest or rest_logprobs else b""
 
     def finish(self, response: Response) -> bytes:
-        response = msgspec.structs.replace(response, id=self.stub.id, created_at=self.stub.created_at)
-        items = list(response.output)
-        streamed = None
-        if self.sent:
-            first = items[0] if items else None
-            if not isinstance(first, Message) or isinstance(first.content, str) or not first.content:
-                raise ValueError("the response does not begin with the message whose text was streamed")
-            part = first.content[0]
-            if not isinstance(part, OutputText) or not part.text.startswith(self.sent):
-                raise ValueError("the response's text does not begin with the text already streamed")
-            streamed = items[0] = msgspec.structs.replace(first, id=self.item_id)
-            response = msgspec.structs.replace(response, output=items)
+        """The rest of the stream, from the whole ``response`` (whose output is reordered and given
+        the streamed items' ids)."""
+        response.id, response.created_at = self.shell.id, self.shell.created_at
+        rest = list(response.output)
+        placed: list[Any] = []
+        out = b""
+        for item in self.open:
+            kind = Reasoning if item["type"] == "reasoning" else Message
+            match = next((candidate for candidate in rest if isinstance(candidate, kind)), None)
+            if match is None:  # not in the whole response: the item as streamed, so that the indices hold
+                text = "".join(item["text"])
+                match = (
+                    Reasoning(summary=[SummaryText(text=text)])
+                    if kind is Reasoning
+                    else Message(role="assistant", status="completed", content=[OutputText(text=text)])
+                )
+            else:
+                rest.remove(match)
+                if item is self._current and kind is Message:
+                    out += self._rest(item, match)
+            match.id = item["id"]
+            placed.append(match)
+        if self._current is not None:
+            out += self._close_content(self._current)
+        self._current = None
+        response.output = placed + rest
         whole = msgspec.to_builtins(response)
-        out = []
-        for index, (item, data) in enumerate(zip(items, whole["output"])):
-            if item is not streamed:
-                out += [self._event(e) for e in _item_events(index, item, data)]
-                continue
+        streamed = len(placed)
+        for index, data in enumerate(whole["output"]):
             data.setdefault("status", "completed")
-            at = {"item_id": self.item_id, "output_index": index, "content_index": 0}
-            part_data = data["content"][0]
-            rest = part_data["text"][len(self.sent) :]
-            if rest:
-                out.append(self._event({"type": "response.output_text.delta", **at, "delta": rest, "logprobs": []}))
-            logprobs = part_data.get("logprobs") or []
-            done = {"type": "response.output_text.done", **at, "text": part_data["text"], "logprobs": logprobs}
-            out.append(self._event(done))
-            out.append(self._event({"type": "response.content_part.done", **at, "part": part_data}))
-            out.append(self._event({"type": "response.output_item.done", "output_index": index, "item": data}))
+            if index < streamed:
+                out += self._event({"type": "response.output_item.done", "output_index": index, "item": data})
+                continue
+            for event in _item_events(index, response.output[index], data):
+                out += self._event(event)
         last = "response.incomplete" if response.status == "incomplete" else "response.completed"
-        out.append(self._event({"type": last, "response": whole}))
-        return b"".join(out)
+        return out + self._event({"type": last, "response": whole})
 
-    def error(self, message: str, code: str = "server_error") -> bytes:
-        """An ``error`` event after the stream began (the ``openai`` client raises ``APIError`` on it)."""
-        error = {"message": message, "type": code, "code": code}
-        return self._event({"type": "error", "code": code, "message": message, "param": None, "error": error})
+    def error(self, message: str, kind: str = "server_error", status: int = 500) -> bytes:
+        """The stream's last event when it failed midway (:func:`response_error_sse`)."""
+        event = response_error_sse(message, kind, status, self.number)
+        self.number += 1
+        return event

@@ -29,7 +29,8 @@ the one layer that retries its upstream; what reaches its caller is final. This 
   is the streaming answer: it ends a stream that failed midway with an error event the ``openai``
   client raises, and aborts the engine's connection (which cancels its request) and frees the slot
   when the stream ends or the caller disconnects. :func:`chat_relay` and
-  :func:`chat_as_response_events` are the usual bodies (:mod:`gym_core.relay` has the pieces).
+  :func:`chat_as_response_events` are the usual bodies (:mod:`gym_core.relay` reads an upstream's
+  events, :mod:`gym_core.streaming` writes the caller's).
 - **Fields gym does not model.** :func:`raw_body_routes` serves ``/v1/chat/completions`` and
   ``/v1/responses`` from the raw body, so that a request's top-level fields gym's schemas do not
   model (``frequency_penalty``, ``logit_bias``, ``top_k``...) reach the engine as sent
@@ -53,7 +54,7 @@ import msgspec
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
-from gym_core.client import REQUEST_DEADLINE, ServerClient, _error_fields
+from gym_core.client import REQUEST_DEADLINE, ServerClient, error_fields
 from gym_core.errors import (
     InfrastructureError,
     ServerCallError,
@@ -69,11 +70,12 @@ from gym_core.failures import (
     UPSTREAM_TIMEOUT,
     UPSTREAM_UNAVAILABLE,
 )
-from gym_core.http1 import Origin, _target, origin_of
+from gym_core.http1 import Origin, origin_of, request_head
 from gym_core.openai_params import check_ranges
 from gym_core.options import ClientConfig
-from gym_core.relay import SSE, ChatAssembler, ChatResponseEvents, SSEDecoder, sse_data
+from gym_core.relay import SSE, ChatAssembler, SSEDecoder
 from gym_core.schemas import ChatCompletionRequest, Response, ResponseCreateParams, decode_create_params
+from gym_core.streaming import EVENT_STREAM, ResponseEventStream, sse_data
 
 if TYPE_CHECKING:
     from litestar import Request
@@ -266,10 +268,8 @@ class Upstream:
             origin = origin_of(base_url)
         except ValueError as exc:
             raise UpstreamError(self.redact(f"{name}: {exc}"), UPSTREAM_ERROR.status, UPSTREAM_ERROR.type) from None
-        headers = {**(self.headers or {})}
-        auth = self.client._auth  # the run's token, for an upstream that is one of the run's servers
-        if auth is not None and "/".join(base_url.split("/", 3)[:3]) in self.client._authorized_urls:
-            headers = {**auth, **headers}
+        # the run's token, for an upstream that is one of the run's servers
+        headers = {**(self.client.auth_headers(base_url) or {}), **(self.headers or {})}
         data = body if isinstance(body, bytes) else msgspec.json.encode(body)
         attempt = 0
         while True:
@@ -281,7 +281,7 @@ class Upstream:
                 )
                 if stream.status < 400:
                     return stream
-                message, error_type = _error_fields(await stream.read_all())
+                message, error_type = error_fields(await stream.read_all())
                 stream.close(release=False)
                 error: ServerCallError = ServerHTTPError(
                     name, path, message, status=stream.status, attempts=attempt, error_type=error_type
@@ -372,13 +372,9 @@ class UpstreamStream:
         context = ssl.create_default_context() if origin.scheme == "https" else None
         async with asyncio.timeout(connect_timeout):
             self._reader, self._writer = await asyncio.open_connection(origin.host, origin.port, ssl=context)
-        lines = [f"POST {_target(origin.prefix, self.path)} HTTP/1.1\r\nhost: {origin.host_header}\r\n"]
-        for key, value in {"user-agent": "gym-core", "accept": "text/event-stream", **headers}.items():
-            if "\n" in value or "\r" in value or "\n" in key or "\r" in key:
-                raise ValueError(f"header {key!r} contains a line break")
-            lines.append(f"{key}: {value}\r\n")
-        lines.append(f"content-type: application/json\r\ncontent-length: {len(data)}\r\nconnection: close\r\n\r\n")
-        self._writer.write("".join(lines).encode("latin-1") + data)
+        head = request_head("POST", origin, self.path, {"accept": EVENT_STREAM, **headers,
+                            "content-type": "application/json", "content-length": str(len(data)), "connection": "close"})  # fmt: skip
+        self._writer.write(head + data)
         while not self._head_done:
             if not await self._read():
                 raise ConnectionError("the server closed the connection before answering")
@@ -492,14 +488,14 @@ async def chat_relay(stream: UpstreamStream) -> AsyncIterator[bytes]:
 
 async def chat_as_response_events(
     stream: UpstreamStream,
-    events: ChatResponseEvents,
+    events: ResponseEventStream,
     finish: Callable[[dict[str, Any]], Awaitable[Response]],
     split: Callable[[str], tuple[str, str]] | None = None,
 ) -> AsyncIterator[bytes]:
     """A streamed chat completion as the Responses events of the response it converts to.
 
     The first choice's reasoning (``reasoning_content`` or ``reasoning``) and text become
-    :class:`~gym_core.relay.ChatResponseEvents` deltas as they come (``split``, when given, takes
+    :class:`~gym_core.streaming.ResponseEventStream` deltas as they come (``split``, when given, takes
     reasoning out of a piece of text: ``(reasoning, text)``); at ``[DONE]``, ``finish`` makes the
     whole response from the assembled completion (a dict), and its events end the stream.
     """
@@ -574,7 +570,7 @@ def relay(
     # A stream whose answer is never sent (the caller left before it began) never runs its
     # `finally`: the connection and the slot are given back when it is collected.
     weakref.finalize(iterator, stream.close)
-    return Stream(iterator, media_type="text/event-stream", headers={"cache-control": "no-cache"})
+    return Stream(iterator, media_type=EVENT_STREAM, headers={"cache-control": "no-cache"})
 
 
 # --- the request's fields gym does not model ----------------------------------------------------

@@ -30,8 +30,8 @@ from litestar import Request
 
 from gym_core import ModelServer
 from gym_core.convert import chat_completion_to_response, create_params_to_chat, echo_params
-from gym_core.relay import ChatResponseEvents, chat_error_sse
 from gym_core.schemas import ChatCompletion, ChatCompletionRequest, IncompleteDetails, Response, ResponseCreateParams
+from gym_core.streaming import ResponseEventStream, chat_error_sse
 from gym_core.upstream import (
     Upstream,
     UpstreamStream,
@@ -93,7 +93,7 @@ class AzureOpenAIModel(ModelServer):
         stream = await self._open(chat, {**extra, "stream_options": {"include_usage": True}})
         shell = Response(model=self.model_name)
         echo_params(shell, params)
-        converter = ChatResponseEvents(shell)
+        converter = ResponseEventStream(shell)
 
         async def finish(completion: dict[str, Any]) -> Response:
             return self._to_response(msgspec.convert(completion, ChatCompletion, strict=False), params)

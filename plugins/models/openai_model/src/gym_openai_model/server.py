@@ -30,8 +30,8 @@ from litestar import Request
 
 from gym_core import ModelServer
 from gym_core.convert import chat_completion_to_response, create_params_to_chat, echo_params
-from gym_core.relay import ChatResponseEvents, chat_error_sse, response_error_sse, sse_data, sse_event
 from gym_core.schemas import ChatCompletion, ChatCompletionRequest, Response, ResponseCreateParams, decode_response
+from gym_core.streaming import ResponseEventStream, chat_error_sse, response_error_sse, sse_data, sse_event
 from gym_core.upstream import (
     Upstream,
     UpstreamStream,
@@ -118,7 +118,7 @@ class OpenAIModel(ModelServer):
         stream = await self._open("/chat/completions", body)
         shell = Response(model=self.config.model)
         echo_params(shell, params)
-        converter = ChatResponseEvents(shell)
+        converter = ResponseEventStream(shell)
 
         async def finish(completion: dict[str, Any]) -> Response:
             return chat_completion_to_response(msgspec.convert(completion, ChatCompletion, strict=False), params)

@@ -46,7 +46,7 @@ from msgspec import UNSET
 
 from gym_core import ModelServer
 from gym_core.convert import chat_completion_to_response, create_params_to_chat, echo_params
-from gym_core.relay import ChatAssembler, ChatResponseEvents, chat_error_sse, response_error_sse, sse_data
+from gym_core.relay import ChatAssembler
 from gym_core.schemas import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -59,7 +59,15 @@ from gym_core.schemas import (
     SummaryText,
     new_id,
 )
-from gym_core.streaming import EVENT_STREAM, chat_completion_sse, response_sse
+from gym_core.streaming import (
+    EVENT_STREAM,
+    ResponseEventStream,
+    chat_completion_sse,
+    chat_error_sse,
+    response_error_sse,
+    response_sse,
+    sse_data,
+)
 from gym_core.upstream import (
     RESPONSES_ONLY,
     Upstream,
@@ -379,7 +387,7 @@ class VllmModel(ModelServer):
         stream, body, replica, deadline, training = opened
         shell = Response(model=cfg.model)
         echo_params(shell, params)
-        events = ChatResponseEvents(shell)
+        events = ResponseEventStream(shell)
 
         async def whole() -> AsyncIterator[bytes]:
             reply = await self._whole_reply(stream, body, replica, deadline, True)

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from gym_core import Session, tool
@@ -371,3 +372,34 @@ def test_serve_starts_the_environment_for_the_run(collected, tmp_path, gym):
     assert len(after) == len(TASKS) * REPEATS
     assert all(r["reward"] == r["previous_reward"] for r in after)
     assert "other tool outputs" not in result.output and "rows re-verified (0 rewards up, 0 down)" in result.output
+
+
+def test_serve_shows_its_start_up_in_the_progress_mode_chosen(collected, tmp_path, gym):
+    """--serve's start-up step by step, as `gym run` shows it: json events on stdout (only the resources
+    server it starts: one of one), the servers' table and the rewards on stderr; plain lines, no escape
+    codes, when piped."""
+    from gym_cli.live import StartupEvent
+
+    config = tmp_path / "counter.yaml"
+    config.write_text(json.dumps(CONFIG))
+    args = ["reverify", str(collected), "--serve", str(config), "--isolation", "none", "--set", "head_server.port=0"]
+    env = {"GYM_HOME": str(tmp_path / "home")}
+    as_json = gym.run(*args, "--output", str(tmp_path / "json.jsonl"), "--progress", "json", env=env)
+    assert as_json.returncode == 0, as_json.stderr
+    events = [msgspec.json.decode(line, type=StartupEvent) for line in as_json.stdout.splitlines()]
+    steps = [(e.phase, e.state, e.name) for e in events]
+    steps = [step for i, step in enumerate(steps) if step not in steps[:i]]  # waiting told again after 10 s
+    assert steps == [
+        ("servers", "starting", None),
+        ("ready", "waiting", "counter"),
+        ("ready", "ready", "counter"),
+        ("ready", "all", None),
+    ]
+    assert all(e.total == 1 for e in events)
+    assert "gym servers" in as_json.stderr and "rewards: the rollouts file → the output" in as_json.stderr
+
+    piped = gym.run(*args, "--output", str(tmp_path / "plain.jsonl"), env=env)
+    assert piped.returncode == 0, piped.stderr
+    order = ["start-up: starting 1 servers", "start-up: counter ready (1/1)", "gym servers", "All servers ready"]
+    at = [piped.stderr.index(step) for step in order]
+    assert at == sorted(at) and "\x1b" not in piped.stderr + piped.stdout

@@ -66,12 +66,26 @@ def test_run_ready_then_ctrl_c_leaves_nothing_behind(tmp_path, isolation, gym):
     time.sleep(0.5)
     assert server_pids(env["GYM_TEST_MARKER"]) == []
     assert port_is_free(head_port)
+    # The start-up step by step (plain: the output is piped), then the table.
+    servers = ["start-up: starting 3 servers", "ready (3/3)", "start-up: all 3 servers ready", "gym servers"]
     if isolation == "venv":
         assert "built venv for counter" in text
+        venvs = ["venv of counter: checking", "building the venv of counter", "venv of counter built", "(3/3 ready)"]
+        assert_in_order(text, [f"start-up: {step}" for step in venvs[:3]] + [venvs[3], *servers])
         # The second run reuses the three venvs: no build.
         lines, _ = run_until_ready_then_sigint(gym, args, env, timeout_s=120)
         text = "".join(lines)
         assert "reused venv for counter" in text and "built venv" not in text
+        assert_in_order(text, ["start-up: venv of counter reused", "(3/3 ready)", *servers])
+        assert "start-up: building" not in text
+    else:
+        assert "start-up: venv" not in text
+        assert_in_order(text, servers)
+
+
+def assert_in_order(text: str, steps: list[str]) -> None:
+    at = [text.index(step) for step in steps]
+    assert at == sorted(at), text
 
 
 def test_sigterm_also_stops_cleanly(tmp_path, gym):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ISOLATION_MODES", "serve_options", "served_overrides", "TRACKERS", "track_options"]
+__all__ = ["ISOLATION_MODES", "serve_options", "served_overrides", "progress_option", "TRACKERS", "track_options"]
 
 ISOLATION_MODES = ("venv", "none")
 """``venv``: each plugin in its own venv; ``none``: every server with the interpreter running gym."""
@@ -54,6 +54,24 @@ def served_overrides(overrides: tuple[str, ...] | list[str]) -> list[str]:
     find it on the default one: the command talks to it, and ``gym status`` finds it through its state
     file; a `gym run` already on 11000 does not stop it), then ``--set`` (which may set another)."""
     return ["head_server.port=0", *overrides]
+
+
+def progress_option(help: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--progress`` (passed as ``progress_mode``): how a command shows what it is doing, one of
+    :data:`gym_cli.live.PROGRESS_MODES` (default ``auto``), rendered by
+    :func:`gym_cli.live.make_reporter`; ``help`` says what the command shows in each mode."""
+    import click
+
+    from gym_cli.live import PROGRESS_MODES
+
+    return click.option(
+        "--progress",
+        "progress_mode",
+        type=click.Choice(PROGRESS_MODES),
+        default="auto",
+        show_default=True,
+        help=help,
+    )
 
 
 TRACKERS = ("mlflow", "wandb")

@@ -26,9 +26,11 @@ This module imports only the standard library and msgspec (rich inside :class:`R
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from array import array
+from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Literal
 
 import msgspec
@@ -45,6 +47,8 @@ __all__ = [
     "ProgressEvent",
     "StartupEvent",
     "StartupPhase",
+    "RunningServer",
+    "RunningEvent",
     "ETA_MIN_FINISHED",
     "eta_s",
     "progress_event",
@@ -56,6 +60,7 @@ __all__ = [
     "PlainReporter",
     "JsonReporter",
     "make_reporter",
+    "progress_reporter",
     "follow",
 ]
 
@@ -177,7 +182,8 @@ class StartupEvent(msgspec.Struct, kw_only=True):
     built, then ``built`` or ``reused``;
     none with ``--isolation none``), ``servers`` (``starting``: the server processes are started),
     ``ready`` (``waiting`` for each server, a model server loading its model included, then ``ready``
-    as each answers ``/ready``, then ``all`` with no name). ``done`` of ``total``: the phase's steps
+    as each answers ``/ready``, then ``all`` with no name; or ``exited``: that server exited before it
+    was ready, and the start-up stops; the error then names its exit status and last lines). ``done`` of ``total``: the phase's steps
     finished; ``kind``: the server's (``model``, ``resources``, ``agent``); ``elapsed_s``: since the
     start-up began."""
 
@@ -189,6 +195,29 @@ class StartupEvent(msgspec.Struct, kw_only=True):
     done: int = 0
     total: int = 0
     elapsed_s: float = 0.0
+
+
+class RunningServer(msgspec.Struct, kw_only=True):
+    """One server process of a run that is up: ``name`` (a replica's, ``counter#1``, or its
+    instance's), ``instance``, ``kind``, ``plugin`` (its server type), ``url``, ``venv`` (``built``,
+    ``reused``, or ``none (gym's)`` with ``--isolation none``)."""
+
+    name: str
+    instance: str
+    kind: str
+    plugin: str
+    url: str
+    venv: str
+
+
+class RunningEvent(msgspec.Struct, kw_only=True):
+    """``gym run``'s last line of ``--progress json`` once every server is ready (after its
+    ``startup`` events): the head server's URL, the seconds the start-up took and each server."""
+
+    event: Literal["running"] = "running"
+    head_url: str
+    ready_after_s: float
+    servers: list[RunningServer]
 
 
 def describe_startup(event: StartupEvent) -> str:
@@ -210,6 +239,8 @@ def describe_startup(event: StartupEvent) -> str:
         return f"start-up: waiting for {event.name} ({event.kind}{loading}) to be ready {count}, {at}"
     if event.state == "all":
         return f"start-up: all {event.total} servers ready after {at}"
+    if event.state == "exited":
+        return f"start-up: {event.name} ({event.kind}) exited before it was ready {count}, {at}"
     return f"start-up: {event.name} ready {count} after {at}"
 
 
@@ -341,6 +372,9 @@ class Reporter:
     def startup(self, event: StartupEvent) -> None:
         """A step of ``--serve``'s start-up (before :meth:`start`)."""
 
+    def running(self, event: RunningEvent) -> None:
+        """``gym run``'s servers are all ready (its command prints their table itself)."""
+
     def start(self, summary: CollectSummary) -> None:
         """The rollouts begin."""
         self.update(summary)
@@ -393,11 +427,14 @@ class JsonReporter(Reporter):
         self.period_s = interval_s
         self._encoder = msgspec.json.Encoder()
 
-    def _emit(self, event: ProgressEvent | StartupEvent) -> None:
+    def _emit(self, event: ProgressEvent | StartupEvent | RunningEvent) -> None:
         self.stream.write(self._encoder.encode(event).decode() + "\n")
         self.stream.flush()
 
     def startup(self, event: StartupEvent) -> None:
+        self._emit(event)
+
+    def running(self, event: RunningEvent) -> None:
         self._emit(event)
 
     def update(self, summary: CollectSummary) -> None:
@@ -514,3 +551,16 @@ def make_reporter(mode: str, console: Console, interval_s: float = 10.0, stdout:
     if mode == "plain":
         return PlainReporter(console, interval_s)
     return JsonReporter(stdout, interval_s)
+
+
+@contextlib.contextmanager
+def progress_reporter(mode: str, console: Console, interval_s: float = 10.0) -> Iterator[Reporter]:
+    """The reporter of a ``--progress`` mode (:func:`make_reporter`). With ``json`` stdout carries its
+    events only: while open, what else would go there (the servers' output, which the supervisor
+    writes to ``sys.stdout``) goes to stderr."""
+    reporter = make_reporter(mode, console, interval_s, stdout=sys.stdout)
+    if mode != "json":
+        yield reporter
+        return
+    with contextlib.redirect_stdout(sys.stderr):
+        yield reporter

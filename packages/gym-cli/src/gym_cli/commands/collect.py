@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gym_cli.cli_options import serve_options, served_overrides, track_options
+from gym_cli.cli_options import progress_option, serve_options, served_overrides, track_options
 from gym_cli.exits import CommandFailed
-from gym_cli.live import PROGRESS_MODES
 
 if TYPE_CHECKING:  # what running the command needs loads when it runs, not for `gym --help`
     from gym_cli.live import Reporter
@@ -116,13 +115,8 @@ async def _collect(
     show_default=True,
     help="At the end, write the reward profile next to OUTPUT (.profile.json) and print it (on stderr with --progress json).",
 )
-@click.option(
-    "--progress",
-    "progress_mode",
-    type=click.Choice(PROGRESS_MODES),
-    default="auto",
-    show_default=True,
-    help="rich: a progress bar and a live panel (rollouts/s, mean reward overall and per environment, failures "
+@progress_option(
+    "rich: a progress bar and a live panel (rollouts/s, mean reward overall and per environment, failures "
     "by reason, p50/p99 rollout latency, in flight); plain: one line per --progress-interval and a final "
     'line; json: one JSON object per line on stdout (with --serve, "startup" events first: venvs, servers '
     'started, each ready; then "progress" at the start and per interval, "done" at the end) and nothing '

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gym_cli.cli_options import serve_options, served_overrides
+from gym_cli.cli_options import progress_option, serve_options, served_overrides
 from gym_cli.exits import CommandFailed
 
 if TYPE_CHECKING:  # what running the command needs loads when it runs, not for `gym --help`
@@ -147,6 +147,13 @@ def _print_diff(diff: dict[str, Any], console: Console) -> None:
     show_default=True,
     help="Seconds one row may take (seed, replayed tool calls, verify), all its attempts together.",
 )
+@progress_option(
+    "How --serve's start-up is shown, step by step (each plugin's venv checked, built or reused; the "
+    "servers started; each waited for and ready), as `gym run` and `gym collect --serve` show it: rich "
+    'and plain, a line each on stderr; json, one "startup" event per line on stdout and nothing else '
+    "there (the servers' output and the table of rewards go to stderr); auto: rich when stderr is a "
+    "terminal, else plain. The rows' progress bar is drawn on stderr in every mode."
+)
 def reverify(
     rollouts_path,
     output_path,
@@ -161,6 +168,7 @@ def reverify(
     retries,
     retry_backoff,
     row_timeout,
+    progress_mode,
 ) -> None:
     """Recompute the rewards of ROLLOUTS (a `gym collect` output) without calling a model.
 
@@ -184,6 +192,7 @@ def reverify(
     from gym_cli.consoles import output_console
     from gym_cli.head import find_head
     from gym_cli.launch.launcher import head_or_served
+    from gym_cli.live import progress_reporter
     from gym_cli.reverify import ReverifyOptions, ReverifySummary, passed, read_rollout_rows, reward_diff
     from gym_cli.rollouts import InputError, check_writable, drop_if_empty, output_lock, read_done, run_async
 
@@ -196,7 +205,8 @@ def reverify(
     # Before anything starts (--serve): an output that cannot be written would fail after the servers did.
     check_writable(output_path, "--output")
     check_writable(failures_path, "--failures")
-    with output_lock(output_path):  # until the command ends, however it ends
+    # With --progress json stdout carries the start-up events only.
+    with output_lock(output_path), progress_reporter(progress_mode, console) as reporter:
         done, duplicates = read_done(output_path)
         if duplicates:
             console.print(
@@ -228,6 +238,7 @@ def reverify(
                 isolation=isolation,
                 console=console,
                 kinds={"resources"},
+                on_startup=reporter.startup,
             ) as head_url:
                 try:
                     run_async(_reverify(head_url, work, copies, resources_server, options, summary, console))
@@ -258,6 +269,6 @@ def reverify(
         if interrupted:
             console.print("[yellow]re-verified rows are kept; re-run the same command to resume[/]")
             raise KeyboardInterrupt
-        _print_diff(reward_diff(rows, output_path), output_console())
+        _print_diff(reward_diff(rows, output_path), console if progress_mode == "json" else output_console())
         if summary.failed:
             raise CommandFailed()

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import signal
+from typing import TYPE_CHECKING
 
 import click
 
-from gym_cli.cli_options import ISOLATION_MODES
+from gym_cli.cli_options import ISOLATION_MODES, progress_option
+
+if TYPE_CHECKING:
+    from gym_cli.launch.launcher import Launch
+    from gym_cli.live import RunningEvent
 
 __all__ = ["run"]
 
@@ -21,7 +26,14 @@ __all__ = ["run"]
     help="venv: each plugin in its own venv; none: every server with the Python running gym.",
 )
 @click.option("--ready-timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for all servers.")
-def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
+@progress_option(
+    "How the start-up is shown, step by step (each plugin's venv checked, built or reused; the servers "
+    "started; each waited for, a model server until its model is loaded, and ready), before the table of "
+    'servers: rich and plain, a line each on stderr; json, one JSON object per line on stdout ("startup" '
+    'events, then one "running" event with the head URL and every server) and nothing else there: the '
+    "servers' output goes to stderr; auto: rich when stderr is a terminal, else plain."
+)
+def run(args: tuple[str, ...], isolation: str, ready_timeout: float, progress_mode: str) -> None:
     """Start the head server and every server instance of CONFIG files, then wait for Ctrl+C.
 
     ARGS are config files (*.yaml) followed by overrides in Hydra's grammar (key=value).
@@ -38,6 +50,7 @@ def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
     from gym_cli.consoles import output_console
     from gym_cli.launch.launcher import default_env_file, launch, split_config_args
     from gym_cli.launch.supervisor import ChildExitedError
+    from gym_cli.live import progress_reporter
 
     paths, overrides = split_config_args(args)
     console = output_console(stderr=True, soft_wrap=True)
@@ -47,19 +60,24 @@ def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        with launch(
-            paths,
-            overrides,
-            isolation=isolation,
-            console=console,
-            ready_timeout_s=ready_timeout,
-            env_file=default_env_file(),
-        ) as state:
+        with (
+            progress_reporter(progress_mode, console) as reporter,
+            launch(
+                paths,
+                overrides,
+                isolation=isolation,
+                console=console,
+                ready_timeout_s=ready_timeout,
+                env_file=default_env_file(),
+                on_startup=reporter.startup,
+            ) as state,
+        ):
             console.print(state.table())
             console.print(
                 f"[bold green]All servers ready[/] in {state.ready_after_s:.1f} s "
                 f"(head: {state.config.head_url}); Ctrl+C to stop"
             )
+            reporter.running(running_event(state))  # --progress json: after the table, the last word
             assert state.supervisor is not None  # launch() yields once the servers run
             exited = state.supervisor.watch(interval_s=0.5)
             if exited:
@@ -71,3 +89,24 @@ def run(args: tuple[str, ...], isolation: str, ready_timeout: float) -> None:
     except KeyboardInterrupt:
         console.print("stopping servers…")
     console.print("all servers stopped")
+
+
+def running_event(state: Launch) -> RunningEvent:
+    """What ``--progress json`` says once the servers of ``state`` are all ready."""
+    from gym_cli.live import RunningEvent, RunningServer
+
+    servers = [
+        RunningServer(
+            name=replica["name"],
+            instance=row["name"],
+            kind=row["kind"],
+            plugin=row["plugin"],
+            url=replica["url"],
+            venv=row["venv"],
+        )
+        for row in state.rows
+        for replica in row.get("replicas") or [row]
+    ]
+    return RunningEvent(
+        head_url=state.config.head_url, ready_after_s=round(state.ready_after_s or 0.0, 3), servers=servers
+    )

@@ -13,6 +13,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import openai
@@ -204,6 +205,48 @@ async def test_responses_deltas_spell_the_plain_answer_and_arrive_while_it_is_ge
     assert hello.status == "completed"
     async with client.responses.stream(model="m", input="Say hello.", temperature=0) as s:
         assert (await s.get_final_response()).output_text == hello.output_text
+
+
+def logprob_key(entry: Any) -> tuple:
+    """A log-prob entry as the SDK reads it (chat, a Responses delta or a whole output text)."""
+    return entry.token, entry.logprob, [(t.token, t.logprob) for t in entry.top_logprobs or []]
+
+
+async def test_chat_chunks_carry_their_own_tokens_log_probs(client):
+    asked = dict(model="m", messages=POEM, temperature=0, max_tokens=48, logprobs=True, top_logprobs=2)
+    plain = await client.chat.completions.create(**asked)
+    whole = [logprob_key(e) for e in plain.choices[0].logprobs.content]
+    streamed: list[tuple] = []
+    text, spelled = "", b""
+    carrying = 0  # chunks with text that carry log-probs
+    async for chunk in await client.chat.completions.create(**asked, stream=True):
+        choice = chunk.choices[0] if chunk.choices else None
+        entries = choice.logprobs.content if choice is not None and choice.logprobs is not None else []
+        streamed += [logprob_key(e) for e in entries or []]
+        spelled += b"".join(bytes(e.bytes) for e in entries or [])
+        if choice is not None and choice.delta.content:
+            text += choice.delta.content
+            carrying += bool(entries)
+            assert text.encode().startswith(spelled)  # a chunk's tokens spell text sent by then, no more
+    assert streamed == whole and len(whole) > 10
+    assert carrying >= 10  # per chunk, not all at the end
+
+
+async def test_responses_deltas_carry_their_own_tokens_log_probs(client):
+    asked = dict(model="m", input="Write a short poem about the sea.", temperature=0, top_logprobs=2,
+                 include=["message.output_text.logprobs"])  # fmt: skip
+    plain = await client.responses.create(**asked)
+    whole = [logprob_key(e) for e in plain.output[0].content[0].logprobs]
+    streamed: list[tuple] = []
+    carrying = 0
+    async for event in await client.responses.create(**asked, stream=True):
+        if event.type == "response.output_text.delta":
+            streamed += [logprob_key(e) for e in event.logprobs]
+            carrying += bool(event.delta and event.logprobs)
+        elif event.type == "response.output_text.done":
+            assert [logprob_key(e) for e in event.logprobs] == whole
+    assert streamed == whole and len(whole) > 10
+    assert carrying >= 10
 
 
 async def test_concurrent_streams_get_their_own_text_while_decoded_together(client, gym_servers):

@@ -9,7 +9,8 @@ A request whose handler is cancelled (its caller's ``x-gym-timeout`` budget ran 
 next step and frees its slot.
 
 ``stream: true`` (both routes): the text is sent as it is decoded (:meth:`LocalLlamaModel._stream`),
-in the events of :mod:`gym_core.streaming`; a client that goes away cancels its generation.
+in the events of :mod:`gym_core.streaming`, each delta with its tokens' log-probs when they were
+asked for; a client that goes away cancels its generation.
 
 Token history (multi-turn training without re-tokenisation). When items of a request's ``input``
 (assistant messages of ``messages`` on the chat route) carry the training fields a model call
@@ -268,7 +269,8 @@ class LocalLlamaModel(ModelServer):
         The request is checked and its prompt tokenized first (a bad one is a 4xx, not a stream).
         Then each piece of text the decoding settles (:class:`~gym_local_llama.decoding.Decoding`)
         that tool-call parsing cannot change (:func:`~gym_local_llama.tool_calls.settled_text`) is
-        a delta; the finished answer (``answer`` of its completion) ends the stream with the text not
+        a delta, with the log-prob entries of the tokens its text completes (``logprobs: true``); the
+        finished answer (``answer`` of its completion) ends the stream with the text and log-probs not
         yet sent (all of it for a reply that is a tool call), the calls, the usage. A client that
         goes away cancels the generation: its batch slot is free at the next step. An engine that
         only has ``agenerate`` (gym-train's trainer policy) streams the whole answer at the end.
@@ -313,6 +315,10 @@ class LocalLlamaModel(ModelServer):
         piece: asyncio.Future | None = None
         raw = [""] * len(decodings)
         sent = [""] * len(decodings)
+        # Each delta carries its tokens' log-probs when they were asked for (OpenAI's per-chunk
+        # logprobs): the tokens sent and the bytes of the text they spell, per choice.
+        tokens_sent = [0] * len(decodings) if request.logprobs is True else None
+        bytes_sent = [0] * len(decodings)
         try:
             yield events.start()
             while not generations.done():
@@ -324,7 +330,13 @@ class LocalLlamaModel(ModelServer):
                 raw[index] += text
                 settled = settled_text(raw[index], decodings[index].tools)
                 if len(settled) > len(sent[index]):
-                    yield events.text(settled[len(sent[index]) :], index)
+                    entries = None
+                    if tokens_sent is not None:
+                        size = len(settled.encode())
+                        entries = self._logprobs_within(decodings[index], tokens_sent[index], size - bytes_sent[index])
+                        tokens_sent[index] += len(entries)
+                        bytes_sent[index] += sum(len(entry["bytes"]) for entry in entries)
+                    yield events.text(settled[len(sent[index]) :], index, entries)
                     sent[index] = settled
             try:
                 done = await generations
@@ -467,6 +479,20 @@ class LocalLlamaModel(ModelServer):
                 )
             }
         return ChatChoice(index=index, message=message, finish_reason=generation.finish_reason, logprobs=logprobs)
+
+    def _logprobs_within(self, decoding: Any, start: int, size: int) -> list[dict[str, Any]]:
+        """The log-prob entries of ``decoding``'s tokens from ``start`` on whose bytes fit in ``size``
+        bytes (of the text a delta sends): the entries that go with that delta. The tokens sampled
+        so far only: the decoding thread appends a token's log-probs before the token."""
+        entries: list[dict[str, Any]] = []
+        for position in range(start, len(decoding.out_ids)):
+            top = [decoding.top[position]] if decoding.top_logprobs else None
+            entry = self._logprob_entries([decoding.out_ids[position]], [decoding.logprobs[position]], top)[0]
+            size -= len(entry["bytes"])
+            if size < 0:
+                break
+            entries.append(entry)
+        return entries
 
     def _logprob_entries(
         self,

@@ -13,7 +13,9 @@ costs the same at 10 or 10,000 rollouts per second.
 
 Before the rollouts, ``--serve``'s start-up reports each step as a :class:`StartupEvent` (a plugin's
 venv prepared, the servers started, each server ready): a line in ``rich`` and ``plain``, an event
-of its own in ``json``. The ETA (:func:`eta_s`) is the rollouts left over the throughput observed
+of its own in ``json``. ``gym run`` and ``gym reverify --serve`` show their start-up with the same
+reporters (:func:`progress_reporter`), ``gym run``'s ``json`` ending with a :class:`RunningEvent`.
+The ETA (:func:`eta_s`) is the rollouts left over the throughput observed
 in this run, shown once :data:`ETA_MIN_FINISHED` rollouts finished; never before.
 
 Rollout latency is the wall time of a scored rollout, its retries included, kept in a

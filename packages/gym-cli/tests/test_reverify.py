@@ -400,6 +400,6 @@ def test_serve_shows_its_start_up_in_the_progress_mode_chosen(collected, tmp_pat
 
     piped = gym.run(*args, "--output", str(tmp_path / "plain.jsonl"), env=env)
     assert piped.returncode == 0, piped.stderr
-    order = ["start-up: starting 1 servers", "start-up: counter ready (1/1)", "gym servers", "All servers ready"]
+    order = ["start-up: starting 1 server,", "start-up: counter ready (1/1)", "gym servers", "All servers ready"]
     at = [piped.stderr.index(step) for step in order]
     assert at == sorted(at) and "\x1b" not in piped.stderr + piped.stdout

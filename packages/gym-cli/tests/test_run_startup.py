@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from gym_cli.live import RunningEvent, StartupEvent
+from gym_cli.live import RunningEvent, StartupEvent, describe_startup
 
 ROOT = Path(__file__).resolve().parents[3]
 COUNTER_SCRIPTED = ROOT / "plugins/resources/counter/configs/counter_scripted.yaml"
@@ -35,16 +35,16 @@ def first_told(events: list[StartupEvent]) -> list[StartupEvent]:
     return kept
 
 
-def exiting_counter(tmp_path: Path) -> dict[str, str]:
-    """The environment of a run whose counter server process exits with status 3 as it starts, after a
-    line on stderr (a sitecustomize module only that process acts on)."""
+def exiting_counter(tmp_path: Path, then: str = "os._exit(3)") -> dict[str, str]:
+    """The environment of a run whose counter server process, as it starts, prints a line on stderr
+    and then does ``then`` (exits with status 3): a sitecustomize module only that process acts on."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
-        "import os, sys\n"
+        "import os, sys, time\n"
         "if os.environ.get('GYM_INSTANCE') == 'counter':\n"
         "    print('counter: no tasks file, giving up', file=sys.stderr, flush=True)\n"
-        "    os._exit(3)\n"
+        f"    {then}\n"
     )
     pythonpath = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p)
     return {"PYTHONPATH": pythonpath, "GYM_HOME": str(tmp_path / "home")}
@@ -141,6 +141,33 @@ def test_a_server_that_exits_while_starting_is_named_with_its_status_and_last_li
     last = events[-1]
     assert (last.phase, last.state, last.name, last.kind) == ("ready", "exited", "counter", "resources")
     assert "exit code 3" in json_run.stderr and "[counter] counter: no tasks file" in json_run.stderr
+
+
+def test_servers_still_not_ready_at_the_timeout_are_each_a_last_step(tmp_path, gym):
+    env = exiting_counter(tmp_path, then="time.sleep(120)")  # a model that takes too long to load, say
+    args = ["run", str(COUNTER_SCRIPTED), "--isolation", "none", "head_server.port=0", "--ready-timeout", "3"]
+    proc = gym.run(*args, "--progress", "json", env=env)
+    assert proc.returncode == 1, proc.stderr
+    events = [msgspec.json.decode(line, type=StartupEvent) for line in proc.stdout.splitlines()]
+    first = next(i for i, e in enumerate(events) if e.state == "timeout")
+    # Every server not ready then (counter at least: the others may be slow on a loaded machine).
+    assert all(e.state == "timeout" for e in events[first:])
+    assert "counter" in {e.name for e in events[first:]} and "all" not in {e.state for e in events}
+    assert "server(s) not ready after 3 s: " in proc.stderr and "counter" in proc.stderr.split("not ready after")[1]
+    assert "[counter] counter: no tasks file, giving up" in proc.stderr
+
+
+def test_each_end_of_a_start_up_reads_as_a_line():
+    def line(state: str, name: str | None = "counter", total: int = 3) -> str:
+        phase = "servers" if state == "starting" else "ready"
+        return describe_startup(
+            StartupEvent(phase=phase, state=state, name=name, kind="resources", done=1, total=total, elapsed_s=2.0)
+        )
+
+    assert line("exited") == "start-up: counter (resources) exited before it was ready (1/3), 2.0 s"
+    assert line("timeout") == "start-up: counter (resources) still not ready, no more waiting (1/3), 2.0 s"
+    assert line("starting", None, 1) == "start-up: starting 1 server, 2.0 s"
+    assert line("starting", None, 3) == "start-up: starting 3 servers, 2.0 s"
 
 
 def test_usage_error_shows_no_startup_step(gym):

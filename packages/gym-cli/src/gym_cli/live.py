@@ -178,16 +178,18 @@ StartupPhase = Literal["venv", "servers", "ready"]
 
 
 class StartupEvent(msgspec.Struct, kw_only=True):
-    """One step of ``gym collect --serve``'s start-up, before any rollout; a line of ``--progress json``.
+    """One step of the start-up of ``gym run``, ``gym collect --serve`` or ``gym reverify --serve``
+    (before any rollout); a line of ``--progress json``.
 
     ``phase`` and ``state``: ``venv`` (a plugin's venv: ``preparing``, ``building`` when it must be
     built, then ``built`` or ``reused``;
     none with ``--isolation none``), ``servers`` (``starting``: the server processes are started),
     ``ready`` (``waiting`` for each server, a model server loading its model included, then ``ready``
     as each answers ``/ready``, then ``all`` with no name; or ``exited``: that server exited before it
-    was ready, and the start-up stops; the error then names its exit status and last lines). ``done`` of ``total``: the phase's steps
-    finished; ``kind``: the server's (``model``, ``resources``, ``agent``); ``elapsed_s``: since the
-    start-up began."""
+    was ready, and the start-up stops, the error naming its exit status and last lines; or ``timeout``,
+    once per server still not ready when the ready timeout passed, and the start-up stops).
+    ``done`` of ``total``: the phase's steps finished; ``kind``: the server's (``model``,
+    ``resources``, ``agent``); ``elapsed_s``: since the start-up began."""
 
     event: Literal["startup"] = "startup"
     phase: StartupPhase
@@ -235,7 +237,7 @@ def describe_startup(event: StartupEvent) -> str:
             return f"start-up: building the venv of {event.name} ({event.done}/{event.total} ready), {at}"
         return f"start-up: venv of {event.name} {event.state} ({event.done}/{event.total} ready), {at}"
     if event.phase == "servers":
-        return f"start-up: starting {event.total} servers, {at}"
+        return f"start-up: starting {event.total} server{'' if event.total == 1 else 's'}, {at}"
     if event.state == "waiting":
         loading = ": ready once its model is loaded" if event.kind == "model" else ""
         return f"start-up: waiting for {event.name} ({event.kind}{loading}) to be ready {count}, {at}"
@@ -243,6 +245,8 @@ def describe_startup(event: StartupEvent) -> str:
         return f"start-up: all {event.total} servers ready after {at}"
     if event.state == "exited":
         return f"start-up: {event.name} ({event.kind}) exited before it was ready {count}, {at}"
+    if event.state == "timeout":
+        return f"start-up: {event.name} ({event.kind}) still not ready, no more waiting {count}, {at}"
     return f"start-up: {event.name} ready {count} after {at}"
 
 

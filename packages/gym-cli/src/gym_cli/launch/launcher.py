@@ -48,7 +48,7 @@ from gym_cli.catalog import Catalog, find_catalog
 from gym_cli.cli_options import ISOLATION_MODES, serve_options  # defined in a leaf, for `gym --help`
 from gym_cli.head import node_label
 from gym_cli.launch.runstate import RunStateFile, clean_stale_runs, runs_dir
-from gym_cli.launch.supervisor import ChildExitedError, ChildSpec, RestartPolicy, Supervisor
+from gym_cli.launch.supervisor import ChildExitedError, ChildSpec, ReadyTimeoutError, RestartPolicy, Supervisor
 from gym_cli.sources import source_of_entry
 
 if TYPE_CHECKING:  # the server stack loads when something is launched, not when `gym --help` runs
@@ -212,7 +212,8 @@ def launch(
     ``on_startup`` is told each step (:class:`~gym_cli.live.StartupEvent`): each plugin's venv
     prepared, the servers started, each server ready (a model server's ``/ready`` answers once its
     model is loaded), then all; or a server exited before it was ready (then the
-    :class:`~gym_cli.launch.supervisor.ChildExitedError` naming it is raised).
+    :class:`~gym_cli.launch.supervisor.ChildExitedError` naming it is raised), or those still not
+    ready when ``ready_timeout_s`` passed (:class:`~gym_cli.launch.supervisor.ReadyTimeoutError`).
 
     ``kinds`` (e.g. ``{"resources"}``): start only the instances of those kinds and those they need
     (:func:`needed_instances`); the others are dropped from the run's config, and a line on ``console``
@@ -381,6 +382,10 @@ def launch(
             supervisor.wait_ready(ready_timeout_s, on_ready=server_ready, on_waiting=still_waiting)
         except ChildExitedError as exc:  # the error names its exit status and last lines
             step("ready", "exited", exc.name, kinds_of.get(exc.name), done=len(ready), total=len(children))
+            raise
+        except ReadyTimeoutError as exc:  # the error names them and their last lines
+            for name in exc.names:
+                step("ready", "timeout", name, kinds_of.get(name), done=len(ready), total=len(children))
             raise
         step("ready", "all", done=len(children), total=len(children))
         state.ready_after_s = time.monotonic() - state.started_at

@@ -4,7 +4,8 @@ The one writer of streamed chat completions and Responses API events; :mod:`gym_
 them (an upstream's), :mod:`gym_core.upstream` relays them. Public surface:
 
 - Encoding: :func:`sse_data` (a ``data:`` event, chat completions' format), :func:`sse_event` (an
-  ``event:`` + ``data:`` block, the Responses API's), :data:`EVENT_STREAM` (the media type).
+  ``event:`` + ``data:`` block, the Responses API's), :data:`SSE_DONE` (a chat stream's end),
+  :data:`EVENT_STREAM` (the media type).
 - Errors after the stream began: :func:`chat_error_sse` and :func:`response_error_sse`, the last
   event of a stream that failed midway, which the official ``openai`` client raises as
   ``openai.APIError`` (never a stream that just stops, which it would take for a whole answer).
@@ -51,6 +52,7 @@ from gym_core.schemas import (
 
 __all__ = [
     "EVENT_STREAM",
+    "SSE_DONE",
     "sse_data",
     "sse_event",
     "chat_error_sse",
@@ -64,6 +66,7 @@ __all__ = [
 ]
 
 EVENT_STREAM = "text/event-stream"
+SSE_DONE = b"data: [DONE]\n\n"  # the last event of a whole chat completion stream
 _encoder = msgspec.json.Encoder()
 
 
@@ -121,7 +124,7 @@ def chat_completion_chunks(completion: ChatCompletion, include_usage: bool = Fal
 
 def chat_completion_sse(completion: ChatCompletion, include_usage: bool = False) -> bytes:
     """``completion`` as the body of a streamed chat completion (``data:`` lines, ``[DONE]`` last)."""
-    return b"".join(sse_data(c) for c in chat_completion_chunks(completion, include_usage)) + b"data: [DONE]\n\n"
+    return b"".join(sse_data(c) for c in chat_completion_chunks(completion, include_usage)) + SSE_DONE
 
 
 def _item_started(item: dict[str, Any]) -> dict[str, Any]:
@@ -241,7 +244,7 @@ class ChatChunkStream:
             out += [self._data(c) for c in _calls_and_finish(choice.index, message, choice.finish_reason, logprobs)]
         if self.include_usage and completion.usage is not None:
             out.append(self._data({"choices": [], "usage": msgspec.to_builtins(completion.usage)}))
-        return b"".join(out) + b"data: [DONE]\n\n"
+        return b"".join(out) + SSE_DONE
 
     def error(self, message: str, kind: str = "server_error", status: int = 500) -> bytes:
         """The stream's last event when it failed midway (:func:`chat_error_sse`)."""

@@ -75,7 +75,7 @@ from gym_core.openai_params import check_ranges
 from gym_core.options import ClientConfig
 from gym_core.relay import SSE, ChatAssembler, SSEDecoder
 from gym_core.schemas import ChatCompletionRequest, Response, ResponseCreateParams, decode_create_params
-from gym_core.streaming import EVENT_STREAM, ResponseEventStream, sse_data
+from gym_core.streaming import EVENT_STREAM, SSE_DONE, ResponseEventStream, sse_data
 
 if TYPE_CHECKING:
     from litestar import Request
@@ -483,7 +483,7 @@ async def chat_relay(stream: UpstreamStream) -> AsyncIterator[bytes]:
     """A streamed chat completion relayed as it comes, chunk by chunk, ``[DONE]`` last."""
     async for chunk in chat_chunks(stream):
         yield sse_data(chunk)
-    yield b"data: [DONE]\n\n"
+    yield SSE_DONE
 
 
 async def chat_as_response_events(

@@ -61,6 +61,7 @@ from gym_core.schemas import (
 )
 from gym_core.streaming import (
     EVENT_STREAM,
+    SSE_DONE,
     ResponseEventStream,
     chat_completion_sse,
     chat_error_sse,
@@ -369,7 +370,7 @@ class VllmModel(ModelServer):
                     if isinstance(choice, dict):
                         _inline_reasoning(choice, thinking)
                 yield sse_data(chunk)
-            yield b"data: [DONE]\n\n"
+            yield SSE_DONE
 
         return relay(self, stream, whole() if training else live(), chat_error_sse)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -176,7 +175,7 @@ def collect(
     from gym_cli.consoles import output_console
     from gym_cli.head import find_head
     from gym_cli.launch.launcher import head_or_served
-    from gym_cli.live import make_reporter
+    from gym_cli.live import progress_reporter
     from gym_cli.reward_profile import print_profile, profile_file
     from gym_cli.rollouts import (
         CollectOptions,
@@ -194,10 +193,9 @@ def collect(
 
     check_trackers(track)  # before anything starts: a missing extra is a usage error
     console = output_console(stderr=True, soft_wrap=True)
-    reporter = make_reporter(progress_mode, console, progress_interval, stdout=sys.stdout)
     # With --progress json stdout carries the events only: the rest (the servers' output, which the
     # supervisor writes to sys.stdout, and the profile) goes to stderr.
-    quiet_stdout = contextlib.redirect_stdout(sys.stderr) if progress_mode == "json" else contextlib.nullcontext()
+    reporting = progress_reporter(progress_mode, console, progress_interval)
     failures_path = failures_path or output_path.with_name(output_path.stem + ".failures.jsonl")
     given = {"temperature": temperature, "top_p": top_p, "max_output_tokens": max_output_tokens}
     sampling = {k: v for k, v in given.items() if v is not None}
@@ -211,7 +209,12 @@ def collect(
     runs = tracking(track, track_dir, run_name, track_tags) if track else contextlib.nullcontext([])
     # The runs open first (a bad store fails before any rollout) and end last: as failed when the
     # collection is interrupted or cannot start.
-    with output_lock(output_path), quiet_stdout, runs as tracked, tasks:  # until the command ends, however it ends
+    with (
+        output_lock(output_path),
+        reporting as reporter,
+        runs as tracked,
+        tasks,
+    ):  # until the command ends, however it ends
         done, duplicates = read_done(output_path, DonePairs(len(tasks), repeats))
         if duplicates:
             console.print(

@@ -16,9 +16,6 @@ from gym_cli.live import RunningEvent, StartupEvent, describe_startup
 
 ROOT = Path(__file__).resolve().parents[3]
 COUNTER_SCRIPTED = ROOT / "plugins/resources/counter/configs/counter_scripted.yaml"
-SERVERS = {"counter": "resources", "policy_model": "model", "counter_agent": "agent"}
-# --isolation none: no venv step. The servers started, each waited for, each ready, all.
-STEPS = [("servers", "starting")] + [("ready", "waiting")] * 3 + [("ready", "ready")] * 3 + [("ready", "all")]
 
 
 def first_told(events: list[StartupEvent]) -> list[StartupEvent]:
@@ -51,6 +48,8 @@ def exiting_counter(tmp_path: Path, then: str = "os._exit(3)") -> dict[str, str]
 
 
 def test_json_startup_events_in_order_then_one_running_event_and_the_table_on_stderr(tmp_path, gym):
+    """Two counter replicas: each is a server of its own, waited for and listed apart. (--isolation
+    none: no venv step; test_run.py's venv test, in the slow tier, checks that they come first.)"""
     stderr = (tmp_path / "stderr.txt").open("w")
     proc = gym.start(
         "run",
@@ -58,6 +57,7 @@ def test_json_startup_events_in_order_then_one_running_event_and_the_table_on_st
         "--isolation",
         "none",
         "head_server.port=0",
+        "counter.replicas=2",
         "--progress",
         "json",
         env={"GYM_HOME": str(tmp_path / "home")},
@@ -76,11 +76,20 @@ def test_json_startup_events_in_order_then_one_running_event_and_the_table_on_st
     events = [json.loads(line) for line in lines]
     assert {e["event"] for e in events[:-1]} == {"startup"} and events[-1]["event"] == "running"
     startup = first_told([msgspec.convert(e, StartupEvent) for e in events[:-1]])
-    assert [(e.phase, e.state) for e in startup] == STEPS
-    assert {e.name: e.kind for e in startup if e.state == "waiting"} == SERVERS
-    assert [e.done for e in startup if e.state == "ready"] == [1, 2, 3]
+    servers = {"counter#0": "resources", "counter#1": "resources", "policy_model": "model", "counter_agent": "agent"}
+    assert [(e.phase, e.state) for e in startup] == [
+        ("servers", "starting"),
+        *[("ready", "waiting")] * 4,
+        *[("ready", "ready")] * 4,
+        ("ready", "all"),
+    ]
+    assert {e.name: e.kind for e in startup if e.state == "waiting"} == servers
+    assert [e.done for e in startup if e.state == "ready"] == [1, 2, 3, 4] and {e.total for e in startup} == {4}
     running = msgspec.convert(events[-1], RunningEvent)
-    assert {s.name: s.kind for s in running.servers} == SERVERS
+    assert {s.name: (s.instance, s.kind) for s in running.servers} == {
+        name: (name.partition("#")[0], kind) for name, kind in servers.items()
+    }
+    assert len({s.url for s in running.servers}) == 4
     assert all(s.venv == "none (gym's)" and s.url.startswith("http://127.0.0.1:") for s in running.servers)
     # What a person reads goes to stderr: the table with the head URL the event gave, then the stop.
     err = (tmp_path / "stderr.txt").read_text()

@@ -47,7 +47,7 @@ import ssl
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import httptools
 import msgspec
@@ -101,6 +101,7 @@ __all__ = [
     "chat_chunks",
     "chat_relay",
     "chat_as_response_events",
+    "TextSplitter",
     "response_stream_events",
     "relay",
 ]
@@ -486,18 +487,31 @@ async def chat_relay(stream: UpstreamStream) -> AsyncIterator[bytes]:
     yield SSE_DONE
 
 
+class TextSplitter(Protocol):
+    """What takes reasoning out of text that arrives in pieces (``<think>`` tags, say)."""
+
+    def feed(self, piece: str) -> tuple[str, str]:
+        """The reasoning and the text of ``piece`` (what may be the start of a tag held back)."""
+        ...
+
+    def flush(self) -> tuple[str, str]:
+        """The reasoning and the text held back, at the end."""
+        ...
+
+
 async def chat_as_response_events(
     stream: UpstreamStream,
     events: ResponseEventStream,
     finish: Callable[[dict[str, Any]], Awaitable[Response]],
-    split: Callable[[str], tuple[str, str]] | None = None,
+    split: TextSplitter | None = None,
 ) -> AsyncIterator[bytes]:
     """A streamed chat completion as the Responses events of the response it converts to.
 
     The first choice's reasoning (``reasoning_content`` or ``reasoning``) and text become
     :class:`~gym_core.streaming.ResponseEventStream` deltas as they come (``split``, when given, takes
-    reasoning out of a piece of text: ``(reasoning, text)``); at ``[DONE]``, ``finish`` makes the
-    whole response from the assembled completion (a dict), and its events end the stream.
+    reasoning out of each piece of text, and gives what it held back at the end); at ``[DONE]``,
+    ``finish`` makes the whole response from the assembled completion (a dict), and its events end
+    the stream.
     """
     yield events.start()
     assembler = ChatAssembler()
@@ -511,11 +525,14 @@ async def chat_as_response_events(
         reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
         text = delta.get("content") or ""
         if split is not None and text:
-            thought, text = split(text)
+            thought, text = split.feed(text)
             reasoning += thought
         logprobs = choice.get("logprobs")
         entries = logprobs.get("content") if isinstance(logprobs, dict) else None
         yield events.feed(text, reasoning, entries if text else None)
+    if split is not None:
+        thought, text = split.flush()
+        yield events.feed(text, thought)
     completion = assembler.completion()
     if not completion["choices"]:
         raise stream._failure(UPSTREAM_ERROR, "a stream without choices")

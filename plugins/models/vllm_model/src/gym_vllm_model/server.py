@@ -74,6 +74,7 @@ from gym_core.upstream import (
     Upstream,
     UpstreamError,
     UpstreamStream,
+    chat_as_response_events,
     chat_chunks,
     chat_fields,
     raw_body_routes,
@@ -394,39 +395,17 @@ class VllmModel(ModelServer):
             reply = await self._whole_reply(stream, body, replica, deadline, True)
             yield response_sse(self._to_response(reply, params))
 
-        async def live() -> AsyncIterator[bytes]:
-            yield events.start()
-            assembler = ChatAssembler()
-            split = ThinkSplitter() if cfg.uses_reasoning_parser else None
-            async for chunk in chat_chunks(stream):
-                assembler.feed(chunk)
-                choices = chunk.get("choices") or []
-                choice = choices[0] if choices and isinstance(choices[0], dict) else {}
-                if choice.get("index", 0) != 0:
-                    continue
-                delta = choice.get("delta") or {}
-                reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
-                text = delta.get("content") or ""
-                if split is not None and text:
-                    thought, text = split.feed(text)
-                    reasoning += thought
-                logprobs = choice.get("logprobs")
-                entries = logprobs.get("content") if isinstance(logprobs, dict) else None
-                yield events.feed(text, reasoning, entries if text else None)
-            if split is not None:
-                thought, text = split.flush()
-                yield events.feed(text, thought)
-            reply = assembler.completion()
-            if not reply["choices"]:
-                raise self.upstream.bad_answer("/chat/completions", "a stream without choices", b"")
+        async def finish(reply: dict[str, Any]) -> Response:
             reply = await self._finish_reply(reply, body, replica, deadline, False)
-            yield events.finish(self._to_response(reply, params))
+            return self._to_response(reply, params)
 
+        split = ThinkSplitter() if cfg.uses_reasoning_parser else None
+        live = chat_as_response_events(stream, events, finish, split)
         if training:
             return relay(
                 self, stream, whole(), lambda message, kind, status: response_error_sse(message, kind, status, 0)
             )
-        return relay(self, stream, live(), events.error)
+        return relay(self, stream, live, events.error)
 
     # --- token ids and log-probs ---
 

@@ -125,3 +125,40 @@ def test_a_scripted_model_applying_each_reference_fix_scores_1_on_20_generated_t
             assert reply.status == 200, reply.json()
             rewards.append(reply.json()["reward"])
         assert rewards == [1.0] * 20
+
+
+def test_the_pytest_runner_makes_the_same_tasks_as_pytest_tests_each_validated(tmp_path, tasks_seed_0):
+    # `--runner pytest`: the same packages, mutations and issues, the hidden tests as parametrized pytest
+    # functions (node ids), deterministic (the example rows), each validated like the unittest tasks.
+    out = tmp_path / "tasks.jsonl"
+    args = ["generate", "-n", "3", "--seed", "0", "--runner", "pytest", "--output", str(out)]
+    result = CliRunner().invoke(repo_tasks, args)
+    assert result.exit_code == 0, result.output
+    tasks = read_rows(out)
+    assert tasks[:2] == read_rows(PACKAGE / "data" / "example_pytest.jsonl")
+    for task, twin in zip(tasks, tasks_seed_0, strict=False):
+        assert task["test_runner"] == "pytest" and task["task_id"] == twin["task_id"].replace("repo-", "repo-pytest-")
+        assert (task["repository"], task["reference_patch"], task["issue"]) == (
+            twin["repository"],
+            twin["reference_patch"],
+            twin["issue"],
+        )
+        assert all(t.startswith("tests/test_") and "::" in t for t in task["tests_to_fix"] + task["tests_to_keep"])
+        assert len(task["tests_to_fix"]) == len(twin["tests_to_fix"])
+
+    async def check() -> None:
+        sandbox = Sandbox("bwrap")
+        await sandbox.start()
+        limits = SandboxLimits(wall_time_s=60, cpu_time_s=30, scratch_mb=64)
+        for task in tasks:
+            ids = task["tests_to_fix"] + task["tests_to_keep"]
+            hidden = list(task["hidden_tests"])
+            broken = load_repository({**task["repository"], **task["hidden_tests"]}, max_bytes=1 << 24)
+            before = await run_hidden_tests(sandbox, broken, ids, RUNNER, limits, test_runner="pytest", hidden=hidden)
+            assert not any(before[t].passed for t in task["tests_to_fix"]), task["task_id"]
+            assert all(before[t].passed for t in task["tests_to_keep"]), task["task_id"]
+            fixed = load_repository({**fixed_files(task), **task["hidden_tests"]}, max_bytes=1 << 24)
+            after = await run_hidden_tests(sandbox, fixed, ids, RUNNER, limits, test_runner="pytest", hidden=hidden)
+            assert all(r.passed for r in after.values()), task["task_id"]
+
+    asyncio.run(check())

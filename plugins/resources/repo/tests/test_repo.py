@@ -370,12 +370,15 @@ class TestRepo(ResourcesServerTests):
         # With the bug fixed as well, the honest tests pass unless the framework was tampered with.
         assert caller.post("/apply_patch", {"patch": row["reference_patch"]}).status == 200
         fixed = verify(caller, row)
-        if probe.name in ("repo_sitecustomize", "repo_forged_results"):  # inert now: the fix alone decides
+        inert = {"repo_sitecustomize", "repo_forged_results", "repo_conftest_pass", "repo_conftest_deselect"}
+        inert.add("repo_patch_pytest_reports")  # no _pytest in a unittest run: the import fails, quietly
+        if probe.name in inert:  # the fix alone decides
             assert fixed["reward"] == 1.0, fixed
         else:
             assert fixed["reward"] == 0.0, fixed
             details = " ".join(r["detail"] for r in fixed["test_results"])
-            assert "changed the test framework" in details or "skipped" in details, fixed
+            reasons = ("changed the test framework", "skipped", "sent no verdict", "SystemExit")
+            assert any(reason in details for reason in reasons), fixed
 
 
 class TestFractionRewardAndSessionBudget:

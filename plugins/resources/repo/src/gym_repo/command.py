@@ -36,25 +36,33 @@ def repo_tasks() -> None:
     show_default=True,
     help="Sandboxed test runs at once (the tasks do not depend on it).",
 )
-def generate(count: int, seed: int, output: Path, concurrency: int) -> None:
+@click.option(
+    "--runner",
+    type=click.Choice(["unittest", "pytest"]),
+    default="unittest",
+    show_default=True,
+    help="The hidden tests' framework: unittest classes, or pytest functions (rows with test_runner: pytest).",
+)
+def generate(count: int, seed: int, output: Path, concurrency: int, runner: str) -> None:
     """Generate COUNT validated bug-fix tasks.
 
     Each task is a small generated Python package with one semantic mutation (an operator swapped,
-    a constant off by one, a condition negated, a statement dropped), kept only when its unittest
-    tests go from all passing to some failing in gym's sandbox. A row carries the broken repository,
+    a constant off by one, a condition negated, a statement dropped), kept only when its tests
+    (unittest, or pytest with --runner pytest) go from all passing to some failing in gym's sandbox. A row carries the broken repository,
     the issue text (from the first failing test), the hidden tests, tests_to_fix (failing, must pass),
     tests_to_keep (passing, must stay so) and the reference fix (reference_patch, a unified diff).
 
     \b
     Example:
       gym repo-tasks generate -n 50 --seed 0 --output repo_tasks.jsonl
+      gym repo-tasks generate -n 50 --runner pytest --output repo_pytest_tasks.jsonl
     """
     import asyncio  # here, not at the top: `gym --help` imports every command's module
 
     from gym_repo.generate import generate_tasks, write_jsonl
 
     started = time.monotonic()
-    tasks = asyncio.run(generate_tasks(count, seed, concurrency=concurrency))
+    tasks = asyncio.run(generate_tasks(count, seed, concurrency=concurrency, runner=runner))
     elapsed = time.monotonic() - started
     output.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(tasks, str(output))

@@ -173,8 +173,11 @@ def _call_text(function: str, args: tuple) -> str:
     return f"{function}({', '.join(repr(a) for a in args)})"
 
 
-def make_repository(rng: random.Random) -> Repository:
-    """A package of two or three modules, two to three functions each, and its unittest tests."""
+def make_repository(rng: random.Random, runner: str = "unittest") -> Repository:
+    """A package of two or three modules, two to three functions each, and its tests: ``unittest``
+    classes (ids ``tests.test_MODULE.TestFUNCTION.test_K``) or, with ``runner="pytest"``, one
+    parametrized pytest function per function (node ids ``tests/test_MODULE.py::test_FUNCTION[K]``).
+    The same ``rng`` gives the same package and cases whichever the runner."""
     package = rng.choice(PACKAGES)
     topics = rng.sample(TOPICS, rng.randint(2, 3))
     modules: dict[str, list[Function]] = {}
@@ -189,6 +192,9 @@ def make_repository(rng: random.Random) -> Repository:
         files[f"{package}/{module}.py"] = ast.unparse(ast.parse(source)) + "\n"
         namespace: dict[str, Any] = {}
         exec(compile(files[f"{package}/{module}.py"], f"{package}/{module}.py", "exec"), namespace)  # our own code
+        if runner == "pytest":
+            tests[f"tests/test_{module}.py"] = _pytest_module(package, module, functions, namespace, test_calls)
+            continue
         lines = ["import unittest", "", f"from {package} import {module}", ""]
         for function in functions:
             cls = "Test" + "".join(part.capitalize() for part in function.name.split("_"))
@@ -203,6 +209,39 @@ def make_repository(rng: random.Random) -> Repository:
     return Repository(package, modules, files, tests, test_calls)
 
 
+def _pytest_module(
+    package: str, module: str, functions: list[Function], namespace: dict[str, Any], test_calls: dict
+) -> str:
+    """A pytest test module: for each function, a test parametrized over its cases (ids 0, 1...)."""
+    lines = ["import pytest", "", f"from {package} import {module}", ""]
+    for function in functions:
+        cases = []
+        for k, args in enumerate(function.cases):
+            expected = namespace[function.name](*copy.deepcopy(args))
+            cases.append(f"        ({args!r}, {expected!r}),")
+            path = f"tests/test_{module}.py"
+            test_calls[f"{path}::test_{function.name}[{k}]"] = (
+                f"{module}.{function.name}",
+                _call_text(function.name, args),
+                expected,
+            )
+        ids = ", ".join(repr(str(k)) for k in range(len(function.cases)))
+        lines += [
+            "",
+            "@pytest.mark.parametrize(",
+            '    ("args", "expected"),',
+            "    [",
+            *cases,
+            "    ],",
+            f"    ids=[{ids}],",
+            ")",
+            f"def test_{function.name}(args, expected):",
+            f"    assert {module}.{function.name}(*args) == expected",
+            "",
+        ]
+    return "\n".join(lines).rstrip() + "\n"
+
+
 # --- tasks ---------------------------------------------------------------------------------------
 
 
@@ -211,6 +250,12 @@ def _symptom(detail: str) -> str:
     match = re.search(r"AssertionError: (?:\w+ differ: )?(.*?) != ", detail)
     if match:
         return f"returns `{match.group(1)}`"
+    match = re.search(r"^E\s+assert (.*?) == ", detail, re.MULTILINE)  # pytest's report
+    if match:
+        return f"returns `{match.group(1)}`"
+    errors = re.findall(r"^E\s+(\w+(?:Error|Exception)\b.*)$", detail, re.MULTILINE)
+    if errors:
+        return f"raises `{errors[-1].strip()}`"
     lines = [line.strip() for line in detail.strip().splitlines() if line.strip()]
     return f"raises `{lines[-1]}`" if lines else "fails"
 
@@ -229,13 +274,26 @@ def _diff(path: str, old: str, new: str) -> str:
 
 
 async def _task(
-    index: int, seed: int, sandbox: Sandbox, runner: bytes, limits: SandboxLimits, max_tries: int
+    index: int,
+    seed: int,
+    sandbox: Sandbox,
+    runner: bytes,
+    limits: SandboxLimits,
+    max_tries: int,
+    test_runner: str = "unittest",
 ) -> dict[str, Any] | None:
     rng = random.Random(f"gym-repo-tasks:{seed}:{index}")
-    repo = make_repository(rng)
+    repo = make_repository(rng, test_runner)
     test_ids = sorted(repo.test_calls)
     workspace = load_repository({**repo.files, **repo.tests}, max_bytes=16 << 20)
-    correct = await run_hidden_tests(sandbox, workspace, test_ids, runner, limits)
+    hidden = list(repo.tests)
+
+    async def run(workspace: Any) -> dict[str, Any]:
+        return await run_hidden_tests(
+            sandbox, workspace, test_ids, runner, limits, test_runner=test_runner, hidden=hidden
+        )
+
+    correct = await run(workspace)
     broken_by_us = [t for t, r in correct.items() if not r.passed]
     if broken_by_us:  # the library's own tests fail: a bug in gym, said loudly
         raise RuntimeError(f"the correct repository fails its tests: {broken_by_us[:3]}: {correct[broken_by_us[0]]}")
@@ -244,15 +302,13 @@ async def _task(
     for module, (mutated, mutation) in candidates[:max_tries]:
         path = f"{repo.package}/{module}.py"
         broken_files = {**repo.files, path: mutated}
-        broken = await run_hidden_tests(
-            sandbox, load_repository({**broken_files, **repo.tests}, max_bytes=16 << 20), test_ids, runner, limits
-        )
+        broken = await run(load_repository({**broken_files, **repo.tests}, max_bytes=16 << 20))
         failing = [t for t in test_ids if not broken[t].passed]
         if not failing or any(broken[t].detail.startswith(("no result", "timed out")) for t in failing):
             continue  # an equivalent mutation, or one that hangs: not a task
         issue = issue_text(repo, failing[0], broken[failing[0]].detail, path)
-        task_id = f"repo-{seed}-{index:05d}"
-        return {
+        task_id = f"repo-{seed}-{index:05d}" if test_runner == "unittest" else f"repo-{test_runner}-{seed}-{index:05d}"
+        row = {
             "task_id": task_id,
             "responses_create_params": {
                 "input": [
@@ -269,26 +325,42 @@ async def _task(
             "mutation": {"path": path, "kind": mutation.kind, "function": mutation.function,
                          "line": mutation.line, "change": mutation.description},
         }  # fmt: skip
+        if test_runner != "unittest":
+            row["test_runner"] = test_runner
+        return row
     return None
 
 
 async def generate_tasks(
-    n: int, seed: int = 0, *, concurrency: int = 2, sandbox: Sandbox | None = None, max_tries: int = 12
+    n: int,
+    seed: int = 0,
+    *,
+    concurrency: int = 2,
+    sandbox: Sandbox | None = None,
+    max_tries: int = 12,
+    runner: str = "unittest",
 ) -> list[dict[str, Any]]:
     """``n`` validated tasks for ``seed``: the same list for the same arguments. A repository whose
-    first ``max_tries`` mutations break no test gives no task; the next index is tried."""
+    first ``max_tries`` mutations break no test gives no task; the next index is tried. ``runner``:
+    the hidden tests' framework (``unittest``, or ``pytest``: the same packages and cases as pytest
+    tests, rows with ``test_runner: "pytest"``)."""
+    if runner not in ("unittest", "pytest"):
+        raise ValueError(f"unknown test runner {runner!r}: unittest or pytest")
     if sandbox is None:
         sandbox = Sandbox("bwrap", max_concurrency=concurrency)
     await sandbox.start()
-    runner = resources.files("gym_repo").joinpath("runner.py").read_bytes()
-    limits = SandboxLimits(wall_time_s=10, cpu_time_s=5, memory_mb=512, processes=16, scratch_mb=64)
+    driver = resources.files("gym_repo").joinpath("runner.py").read_bytes()
+    slow = runner == "pytest"  # pytest's start in each test's fork
+    limits = SandboxLimits(
+        wall_time_s=40 if slow else 10, cpu_time_s=20 if slow else 5, memory_mb=512, processes=16, scratch_mb=64
+    )
     tasks: list[dict[str, Any]] = []
     index = 0
     limit = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> dict[str, Any] | None:
         async with limit:
-            return await _task(i, seed, sandbox, runner, limits, max_tries)
+            return await _task(i, seed, sandbox, driver, limits, max_tries, runner)
 
     while len(tasks) < n:
         batch = range(index, index + max(concurrency, n - len(tasks)))

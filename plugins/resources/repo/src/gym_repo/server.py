@@ -9,20 +9,28 @@ inside the workspace; a refused path, a failed patch or a spent session is a too
 model sees.
 
 ``verify`` runs the row's ``hidden_tests`` (files placed over the final workspace, in a fresh
-sandbox, never shown to the model) with the unittest driver :mod:`gym_repo.runner`, one result per
-test id of ``tests_to_fix`` and ``tests_to_keep``. A failure of the sandbox itself is a
+sandbox, never shown to the model) with the unittest driver :mod:`gym_repo.runner` or, for a row with
+``test_runner: "pytest"``, the pytest driver :mod:`gym_repo.pytest_runner`, one result per test id of
+``tests_to_fix`` and ``tests_to_keep``. A failure of the sandbox itself is a
 ``502 sandbox_failed``, never a reward.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib.util
 import json
+import os
+import py_compile
 import secrets
+import subprocess
+import sys
+import tempfile
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -56,6 +64,7 @@ class RepoVerifyRequest(VerifyRequest, kw_only=True):
     hidden_tests: Repository
     tests_to_fix: list[str]
     tests_to_keep: list[str] = []
+    test_runner: Literal["unittest", "pytest"] = "unittest"
 
 
 class TestResult(msgspec.Struct, kw_only=True):
@@ -275,12 +284,16 @@ class RepoServer(ResourcesServer):
         test_ids = [*body.tests_to_fix, *body.tests_to_keep]
         if not test_ids:
             raise ToolError(f"{self.name}: the row names no test (tests_to_fix and tests_to_keep are empty)", 422)
+        bad = [t for t in test_ids if not t.strip() or t.startswith("-")]
+        if bad:
+            raise ToolError(f"{self.name}: tests_to_fix/tests_to_keep: {bad[0]!r} is not a test id", 422)
         async with state["lock"]:
             final = state["workspace"].copy()
         for path, entry in tests.entries.items():  # the hidden tests win over whatever the model left there
             final.entries.pop(path, None)
             final.entries[path] = entry
-        results = await self.run_tests(final, test_ids)
+        hidden = [path for path, entry in tests.entries.items() if entry.kind == "file"]
+        results = await self.run_tests(final, test_ids, test_runner=body.test_runner, hidden=hidden)
         fix = [results[t] for t in body.tests_to_fix]
         keep = [results[t] for t in body.tests_to_keep]
         passed = sum(r.passed for r in results.values())
@@ -297,7 +310,9 @@ class RepoServer(ResourcesServer):
             test_results=[results[t] for t in dict.fromkeys(test_ids)],
         )
 
-    async def run_tests(self, workspace: Workspace, test_ids: list[str]) -> dict[str, TestResult]:
+    async def run_tests(
+        self, workspace: Workspace, test_ids: list[str], *, test_runner: str = "unittest", hidden: list[str] = ()
+    ) -> dict[str, TestResult]:
         """Run ``test_ids`` over ``workspace`` in a fresh sandbox; a result per id (a test the run
         did not reach, past the time limit, fails)."""
         return await run_hidden_tests(
@@ -307,7 +322,66 @@ class RepoServer(ResourcesServer):
             self.runner,
             self._limits(self.config.verify_timeout_s),
             test_timeout_s=self.config.test_timeout_s,
+            test_runner=test_runner,
+            hidden=hidden,
         )
+
+
+PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging")
+# Modules of other installed packages pytest imports (``py``, pygments for colours the driver never
+# shows), found by importing pytest in a child interpreter: only those are shipped.
+_IMPORTED = """
+import importlib, json, os, pkgutil, site, sys, sysconfig
+import pytest, _pytest
+for info in pkgutil.walk_packages(_pytest.__path__, "_pytest."):
+    try:
+        importlib.import_module(info.name)
+    except Exception:
+        pass
+roots = sorted({os.path.realpath(p) for p in site.getsitepackages() + [sysconfig.get_path("purelib")]}, key=len)
+found = {}
+for name, module in list(sys.modules.items()):
+    path = os.path.realpath(getattr(module, "__file__", None) or "")
+    for root in roots:
+        if path.endswith(".py") and path.startswith(root + os.sep):
+            found[path] = os.path.relpath(path, root)
+print(json.dumps(sorted(found.items())))
+"""
+
+
+@functools.cache
+def pytest_driver() -> dict[str, bytes]:
+    """The pytest driver (``pytest_runner.py``) and, under ``lib/``, the installed pytest and the
+    packages it imports (pure Python, this server's own copies; of pygments only the modules pytest
+    imports), each module with its bytecode compiled here (unchecked-hash ``.pyc``: the sandbox's
+    interpreter, the same as this one, loads it without compiling the source). Made once per process."""
+    files = {"pytest_runner.py": resources.files("gym_repo").joinpath("pytest_runner.py").read_bytes()}
+    sources: list[tuple[Path, str]] = []
+    for package in PYTEST_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError(f"the pytest runner needs the package {package!r}, which is not installed")
+        top = Path(next(iter(spec.submodule_search_locations)))
+        sources += [(path, path.relative_to(top.parent).as_posix()) for path in sorted(top.rglob("*.py"))]
+    found = subprocess.run([sys.executable, "-I", "-c", _IMPORTED], capture_output=True, check=True, timeout=120)
+    shipped = {relative for _, relative in sources}
+    for path, relative in json.loads(found.stdout):
+        if relative.split("/")[0] not in PYTEST_PACKAGES and relative not in shipped:
+            sources.append((Path(path), relative))
+    with tempfile.TemporaryDirectory() as scratch:
+        for source, relative in sources:
+            files[f"lib/{relative}"] = source.read_bytes()
+            cached = importlib.util.cache_from_source(relative)
+            target = os.path.join(scratch, cached)
+            py_compile.compile(
+                str(source),
+                cfile=target,
+                dfile=f"{META}/lib/{relative}",
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
+            files[f"lib/{cached}"] = Path(target).read_bytes()
+    return files
 
 
 async def run_hidden_tests(
@@ -318,17 +392,24 @@ async def run_hidden_tests(
     limits: SandboxLimits,
     *,
     test_timeout_s: float = 10.0,
+    test_runner: str = "unittest",
+    hidden: list[str] | tuple[str, ...] = (),
 ) -> dict[str, TestResult]:
-    """One sandboxed run of :mod:`gym_repo.runner` over ``workspace``: a result per test id (each
-    test stopped, and failed, after ``test_timeout_s``)."""
+    """One sandboxed run of a driver over ``workspace``: :mod:`gym_repo.runner` (``runner``, its
+    source) for unittest ids, :mod:`gym_repo.pytest_runner` for pytest node ids (``hidden``: the
+    hidden test files, which it puts back before each test). A result per test id (each test
+    stopped, and failed, after ``test_timeout_s``)."""
     ids = list(dict.fromkeys(test_ids))
     nonce = secrets.token_hex(16)
-    extra = {
-        "prelude.sh": prelude(workspace, sandbox.interpreter).encode(),
-        "runner.py": runner,
-        "tests.json": json.dumps({"ids": ids, "test_timeout_s": test_timeout_s}).encode(),
-    }
-    script = f"sh {META}/prelude.sh >/dev/null 2>&1; cd {WORK} && exec {META}/bin/python -I -S -B {META}/runner.py"
+    job = {"ids": ids, "test_timeout_s": test_timeout_s, "hidden": list(hidden)}
+    extra = {"prelude.sh": prelude(workspace, sandbox.interpreter).encode(), "tests.json": json.dumps(job).encode()}
+    if test_runner == "pytest":
+        extra.update(await asyncio.to_thread(pytest_driver))
+        driver = "pytest_runner.py"
+    else:
+        extra["runner.py"] = runner
+        driver = "runner.py"
+    script = f"sh {META}/prelude.sh >/dev/null 2>&1; cd {WORK} && exec {META}/bin/python -I -S -B {META}/{driver}"
     run = await sandbox.run(
         ["/bin/sh", "-c", script], stdin=(nonce + "\n").encode(), files=sandbox_files(workspace, extra), limits=limits
     )

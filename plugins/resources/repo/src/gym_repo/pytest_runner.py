@@ -1,0 +1,343 @@
+"""The hidden tests' pytest driver, run as a file in the verification's sandbox (never imported by gym).
+
+Run as ``python -I -S -B pytest_runner.py`` in ``/tmp/work``, with pytest and its dependencies in
+``/tmp/.gym/lib`` (gym ships them; the sandbox's interpreter has its standard library only). As
+:mod:`gym_repo.runner` does for unittest, it reads a nonce from stdin and the job from
+``/tmp/.gym/tests.json`` (the node ids, each test's time limit, the hidden test files' paths), then
+imports every module of pytest, pluggy and their dependencies before any code of the workspace runs,
+and runs each node id in a fork of its own that drops the nonce, sends its standard streams to
+``/dev/null`` and runs ``pytest.main`` on that one id with gym's options only:
+
+- ``-c /dev/null --rootdir /tmp/work --confcutdir /tmp/work``: no ini file of the workspace
+  (``addopts``, ``pythonpath``, ``-p`` plugins) is read, no ``conftest.py`` above the workspace;
+  ``PYTEST_ADDOPTS``/``PYTEST_PLUGINS`` are dropped and plugin autoloading (entry points, which a
+  ``.dist-info`` in the workspace could declare) is off;
+- before each fork the driver puts the hidden test files back as they were, deletes every
+  ``conftest.py`` that is not one of them and kills every process the earlier tests left, so no test
+  changes what the next one runs; the fork reads no bytecode cache (``sys.pycache_prefix`` points
+  where nothing can be written);
+- in the fork, gym's recorder plugin takes a snapshot when collection starts (every attribute of
+  pytest's, pluggy's and ``unittest``'s modules and classes and of ``builtins``, every registered
+  plugin and hook implementation) and the verdict counts only when, after the run, none of them
+  changed (a plugin registered by the code under test, a hook wrapped, ``_pytest``'s reporting
+  patched), no plugin but a hidden ``conftest.py`` joined, exactly the one item asked for was
+  collected and ran, and its setup, call and teardown passed (a skip, an ``xfail``, a deselection,
+  an exit of the session fail);
+- the verdict goes down a pipe with a token of the fork's own; the driver (non-dumpable) accepts
+  it only from a fork that exited 0 after sending exactly one line with that token, and prints
+  ``<nonce> {"test": id, "passed": bool, "detail": str}`` per test on stdout.
+"""
+
+import sys
+
+LIB = "/tmp/.gym/lib"
+sys.path.insert(0, LIB)
+
+import builtins  # noqa: E402
+import contextlib  # noqa: E402
+import ctypes  # noqa: E402
+import importlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import pkgutil  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import unittest  # noqa: E402, F401  (its modules are watched: imported before the workspace)
+
+for _name in [n for n in os.environ if n.startswith("PYTEST_")]:
+    del os.environ[_name]
+os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+
+import pluggy  # noqa: E402
+import pytest  # noqa: E402
+
+WORK = "/tmp/work"
+ROOTS = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "unittest")
+for _package in ("_pytest", "pluggy", "iniconfig", "packaging", "unittest"):
+    _module = importlib.import_module(_package)
+    for _info in pkgutil.walk_packages(_module.__path__, _package + "."):
+        if _info.name.endswith(".__main__") or _info.name.startswith("unittest.test"):
+            continue
+        with contextlib.suppress(Exception):  # a module that needs what the sandbox lacks (pygments...)
+            importlib.import_module(_info.name)
+
+write = os.write
+exit_now = os._exit
+main_pytest = pytest.main
+
+
+def _owners():
+    """The modules and classes of the framework whose attributes must not change, and builtins."""
+    owners = [builtins]
+    for name, module in list(sys.modules.items()):
+        if module is None or name.split(".")[0] not in ROOTS:
+            continue
+        owners.append(module)
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                owners.append(value)
+    return owners
+
+
+OWNERS = _owners()
+FRAMEWORK_MODULES = {m.__name__: m for m in OWNERS if type(m) is type(sys) and m is not builtins}
+
+
+def _snapshot(owners):
+    return [(owner, dict(vars(owner))) for owner in owners]
+
+
+def _changed(snapshot):
+    changed = []
+    for owner, before in snapshot:
+        now = vars(owner)
+        for name, value in before.items():
+            if name not in now or now[name] is not value:
+                changed.append(f"{getattr(owner, '__name__', owner)}.{name}")
+    if sys.gettrace() is not None or sys.getprofile() is not None:
+        changed.append("a trace or profile hook")
+    for name, module in FRAMEWORK_MODULES.items():
+        if sys.modules.get(name) is not module:
+            changed.append(f"sys.modules[{name!r}]")
+    return changed
+
+
+SNAPSHOT = _snapshot(OWNERS)
+
+
+def _hooks(config):
+    """Every registered plugin, and every hook's implementations."""
+    manager = config.pluginmanager
+    plugins = {id(p): p for p in manager.get_plugins()}
+    impls = {}
+    for name, caller in list(vars(manager.hook).items()):
+        if isinstance(caller, pluggy.HookCaller):
+            impls[name] = [
+                (impl.plugin, impl.function, impl.hookwrapper, impl.wrapper) for impl in caller.get_hookimpls()
+            ]
+    return plugins, impls
+
+
+class Recorder:
+    """gym's plugin in the fork: what was collected, each phase's report, and the snapshot."""
+
+    def __init__(self, test_id, hidden):
+        self.test_id = test_id
+        self.hidden = hidden
+        self.config = None
+        self.hooks = None
+        self.collected = None
+        self.reports = []
+        self.problems = []
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session):
+        self.config = session.config
+        self.hooks = _hooks(session.config)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session):
+        self.collected = [item.nodeid for item in session.items]
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.problems.append(f"collecting {report.nodeid or self.test_id} failed: {report.longreprtext}")
+
+    def pytest_runtest_logreport(self, report):
+        self.reports.append(
+            (report.nodeid, report.when, report.outcome, hasattr(report, "wasxfail"), report.longreprtext)
+        )
+
+    def tampering(self):
+        """What the code under test changed in the framework, if anything."""
+        changed = _changed(SNAPSHOT)
+        if self.config is None:
+            return changed
+        plugins, impls = self.hooks
+        now_plugins, now_impls = _hooks(self.config)
+        allowed = dict(plugins)
+        for key, plugin in now_plugins.items():
+            if key in plugins:
+                continue
+            path = os.path.realpath(str(getattr(plugin, "__file__", "") or ""))
+            hidden = {os.path.realpath(p) for p in self.hidden}
+            if getattr(plugin, "__name__", "").rpartition(".")[2] == "conftest" and path in hidden:
+                allowed[key] = plugin  # a hidden conftest.py, registered as its directory is collected
+            else:
+                changed.append(f"a plugin registered: {getattr(plugin, '__name__', type(plugin).__name__)}")
+        for key in plugins:
+            if key not in now_plugins:
+                changed.append("a plugin unregistered")
+        for name, now in now_impls.items():
+            before = impls.get(name, [])
+            extra = [i for i in now if i not in before and id(i[0]) not in allowed]
+            missing = [i for i in before if i not in now]
+            if extra or missing:
+                changed.append(f"the hook {name}")
+        return changed
+
+    def verdict(self, code):
+        changed = self.tampering()
+        if changed:
+            return False, "the code under test changed the test framework: " + ", ".join(changed[:5])
+        if self.problems:
+            return False, self.problems[0]
+        if self.collected != [self.test_id]:
+            return False, f"{self.test_id} collected {self.collected or 'nothing'}, not that one test"
+        phases = {}
+        for nodeid, when, outcome, xfail, text in self.reports:
+            if nodeid != self.test_id or when in phases:
+                return False, f"an unexpected report: {nodeid} {when}"
+            phases[when] = (outcome, xfail, text)
+        for when in ("setup", "call", "teardown"):
+            outcome, xfail, text = phases.get(when, ("missing", False, ""))
+            if xfail:
+                return False, f"xfail ({when}): {text}"
+            if outcome != "passed":
+                return False, f"{when} {outcome}: {text}" if text else f"{when} {outcome}"
+        if code != 0:
+            return False, f"pytest exited {int(code)}"
+        return True, ""
+
+
+def _wipe(buffer):
+    if len(buffer):
+        ctypes.memset((ctypes.c_char * len(buffer)).from_buffer(buffer), 0, len(buffer))
+
+
+def _child(test_id, hidden, nonce, verdict_fd, token):
+    _wipe(nonce)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    sys.pycache_prefix = "/proc/gym-no-bytecode"  # no bytecode of the workspace's is read
+    sys.path.insert(0, WORK)
+    recorder = Recorder(test_id, hidden)
+    args = ["-c", "/dev/null", "--rootdir", WORK, "--confcutdir", WORK, "-q", "-p", "no:cacheprovider", test_id]
+    try:
+        try:
+            code = main_pytest(args, plugins=[recorder])
+        except BaseException:
+            passed, detail = False, traceback.format_exc(limit=3)
+        else:
+            passed, detail = recorder.verdict(code)
+    except BaseException:
+        passed, detail = False, "the driver failed"
+    line = json.dumps({"passed": passed is True, "detail": str(detail)[-2000:]}).encode()
+    write(verdict_fd, token + b" " + line + b"\n")
+    exit_now(0)
+
+
+def _restore(hidden):
+    """The hidden test files as they were, no other ``conftest.py``, and no process of an earlier test."""
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (1, me):
+            with contextlib.suppress(OSError):
+                os.kill(int(name), signal.SIGKILL)
+    for root, dirs, files in os.walk(WORK):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            if name == "conftest.py" and path not in hidden:
+                with contextlib.suppress(OSError):
+                    if os.path.isdir(path) and not os.path.islink(path):
+                        _remove_tree(path)
+                    else:
+                        os.unlink(path)
+    for path, data in hidden.items():
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                _remove_tree(path)
+            elif os.path.lexists(path):
+                os.unlink(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as handle:
+            handle.write(data)
+
+
+def _remove_tree(path):
+    for root, dirs, files in os.walk(path, topdown=False):
+        for name in files + dirs:
+            full = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                os.rmdir(full) if os.path.isdir(full) and not os.path.islink(full) else os.unlink(full)
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
+def _run_one(test_id, hidden, nonce, timeout_s):
+    _restore(hidden)
+    token = os.urandom(16).hex().encode()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        try:
+            os.setsid()
+            _child(test_id, hidden, nonce, write_fd, token)
+        finally:
+            exit_now(1)
+    os.close(write_fd)
+    deadline = time.monotonic() + timeout_s
+    data = bytearray()
+    status = None
+    ended = False
+    while status is None and time.monotonic() < deadline:
+        wait = min(0.05, max(0.0, deadline - time.monotonic()))
+        if not ended and select.select([read_fd], [], [], wait)[0]:
+            chunk = os.read(read_fd, 1 << 16)
+            data += chunk[: max(0, (1 << 16) - len(data))]
+            ended = not chunk
+            if chunk:
+                continue
+        elif ended:
+            time.sleep(0.001)
+        done, code = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = code
+    os.close(read_fd)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    if status is None:
+        os.waitpid(pid, 0)
+        return False, f"timed out after {timeout_s:g} s"
+    lines = bytes(data).splitlines()
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        return False, "the test's process did not exit cleanly"
+    if len(lines) != 1 or not lines[0].startswith(token + b" "):
+        return False, "the test's process sent no verdict, or more than one"
+    try:
+        verdict = json.loads(lines[0][len(token) + 1 :])
+    except ValueError:
+        return False, "the test's process sent no verdict"
+    return verdict.get("passed") is True, str(verdict.get("detail", ""))
+
+
+def main():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+    nonce = bytearray(64)
+    size = 0
+    while not nonce[:size].endswith(b"\n") and size < len(nonce):
+        count = os.readv(0, [memoryview(nonce)[size:]])
+        if not count:
+            break
+        size += count
+    nonce_view = memoryview(nonce)[: max(0, size - 1)]
+    with open("/tmp/.gym/tests.json") as handle:
+        job = json.load(handle)
+    hidden = {}
+    for relative in job.get("hidden", []):
+        path = os.path.normpath(os.path.join(WORK, relative))
+        with contextlib.suppress(OSError), open(path, "rb") as handle:
+            hidden[path] = handle.read()
+    for test_id in job["ids"]:
+        passed, detail = _run_one(test_id, hidden, nonce, job["test_timeout_s"])
+        line = json.dumps({"test": test_id, "passed": passed, "detail": detail[-2000:]}).encode()
+        os.writev(1, [nonce_view, b" ", line, b"\n"])
+
+
+main()

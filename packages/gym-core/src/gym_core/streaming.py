@@ -10,7 +10,7 @@ them (an upstream's), :mod:`gym_core.upstream` relays them. Public surface:
   event of a stream that failed midway, which the official ``openai`` client raises as
   ``openai.APIError`` (never a stream that just stops, which it would take for a whole answer).
 - A finished answer, streamed at once: :func:`chat_completion_chunks` / :func:`chat_completion_sse`
-  and :func:`response_events` / :func:`response_sse`. :class:`gym_core.servers.ModelServer` answers
+  and :func:`response_sse`. :class:`gym_core.servers.ModelServer` answers
   a streaming request so, once it has the whole answer.
 - An answer streamed as it is generated: :class:`ChatChunkStream` and :class:`ResponseEventStream`
   (``start()``, a delta for each piece of text, ``finish(whole answer)``, ``error(...)``): the same
@@ -59,7 +59,6 @@ __all__ = [
     "response_error_sse",
     "chat_completion_chunks",
     "chat_completion_sse",
-    "response_events",
     "response_sse",
     "ChatChunkStream",
     "ResponseEventStream",
@@ -165,24 +164,11 @@ def _item_events(index: int, item: Any, data: dict[str, Any]) -> Iterator[dict[s
     yield {"type": "response.output_item.done", "output_index": index, "item": data}
 
 
-def response_events(response: Response) -> Iterator[dict[str, Any]]:
-    """The Responses API streaming events of ``response``, in order, without ``sequence_number``."""
-    whole = msgspec.to_builtins(response)
-    yield {"type": "response.created", "response": {**whole, "status": "in_progress", "output": []}}
-    yield {"type": "response.in_progress", "response": {**whole, "status": "in_progress", "output": []}}
-    for index, (item, data) in enumerate(zip(response.output, whole["output"])):
-        yield from _item_events(index, item, data)
-    last = "response.incomplete" if response.status == "incomplete" else "response.completed"
-    yield {"type": last, "response": whole}
-
-
 def response_sse(response: Response) -> bytes:
-    """``response`` as the body of a streamed Responses API answer (``event:`` + ``data:`` blocks)."""
-    blocks = []
-    for number, event in enumerate(response_events(response)):
-        event["sequence_number"] = number
-        blocks.append(sse_event(event))
-    return b"".join(blocks)
+    """``response`` as the body of a streamed Responses API answer (``event:`` + ``data:`` blocks):
+    :class:`ResponseEventStream` finished at once."""
+    stream = ResponseEventStream(response)
+    return stream.start() + stream.finish(response)
 
 
 class ChatChunkStream:
@@ -252,7 +238,7 @@ class ChatChunkStream:
 
 
 class ResponseEventStream:
-    """A Responses API answer streamed as it is generated: the events of :func:`response_events`,
+    """A Responses API answer streamed as it is generated (the events of the module's docstring),
     reasoning and text in the deltas they came in.
 
     :meth:`start` gives ``response.created`` and ``response.in_progress``; :meth:`feed` (or
@@ -263,8 +249,7 @@ class ResponseEventStream:
     of the items streamed (with their final ids), the other items (function calls...) whole, and
     ``response.completed`` (or ``response.incomplete``) carrying it. Items keep the places the stream
     gave them: the whole response's output is reordered to match when it differs. A response whose
-    text was never streamed finishes with all its items' events, as :func:`response_events` writes
-    them.
+    text was never streamed finishes with all its items' events (:func:`response_sse`).
     """
 
     def __init__(self, shell: Response):

@@ -5,6 +5,7 @@ model server returned them. The `model` tier (conftest.py TIERS)."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -15,7 +16,18 @@ import gym_repo.plugin
 
 gym_local_llama_plugin = pytest.importorskip("gym_local_llama.plugin")
 
-ROWS = read_rows(Path(gym_repo.plugin.__file__).resolve().parents[2] / "data" / "example.jsonl")
+
+def shipped(module: ModuleType, kind: str, name: str) -> Path:
+    """A plugin's example file ``kind/name`` (``data``, ``configs``): in its source tree (the
+    workspace's editable install) or in its installed wheel's ``examples/`` (a plugin's own venv)."""
+    package = Path(module.__file__ or "").resolve().parent
+    candidates = [package.parents[1] / kind / name, package / "examples" / kind / name]
+    found = next((path for path in candidates if path.is_file()), None)
+    assert found is not None, f"{module.__name__} ships no {kind}/{name}: looked at {', '.join(map(str, candidates))}"
+    return found
+
+
+ROWS = read_rows(shipped(gym_repo.plugin, "data", "example.jsonl"))
 
 
 def test_mini_swe_agent_with_local_llama_runs_end_to_end_with_its_token_ids_captured():

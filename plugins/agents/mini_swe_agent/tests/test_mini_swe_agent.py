@@ -13,6 +13,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -28,8 +29,19 @@ from gym_mini_swe_agent.capture import Call, chain
 from gym_scripted.config import ScriptedModelConfig
 from gym_scripted.server import ScriptedModel
 
-REPO = Path(gym_repo.plugin.__file__).resolve().parents[2]
-ROWS = read_rows(REPO / "data" / "example.jsonl")
+
+def shipped(module: ModuleType, kind: str, name: str) -> Path:
+    """A plugin's example file ``kind/name`` (``data``, ``configs``): in its source tree (the
+    workspace's editable install) or in its installed wheel's ``examples/`` (a plugin's own venv)."""
+    package = Path(module.__file__ or "").resolve().parent
+    candidates = [package.parents[1] / kind / name, package / "examples" / kind / name]
+    found = next((path for path in candidates if path.is_file()), None)
+    assert found is not None, f"{module.__name__} ships no {kind}/{name}: looked at {', '.join(map(str, candidates))}"
+    return found
+
+
+EXAMPLE_DATA = shipped(gym_repo.plugin, "data", "example.jsonl")
+ROWS = read_rows(EXAMPLE_DATA)
 SUBMIT = "I am done.\n```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"
 
 
@@ -97,7 +109,7 @@ class TestMiniSweAgent(AgentServerTests):
     environment = {"plugin": "repo", "command_timeout_s": 5}
     options = {"step_limit": 4, "harness_timeout_s": 60}
     probe_options = {"require_token_ids": False}
-    example_data = REPO / "data" / "example.jsonl"
+    example_data = EXAMPLE_DATA
 
     def run_body(self, row):
         if row["conformance"]["reward"] == 1.0:
@@ -262,7 +274,7 @@ def test_the_example_config_is_valid():
     local_llama = pytest.importorskip("gym_local_llama.plugin")
     manager = plugin_manager(gym_mini_swe_agent.plugin, gym_repo.plugin, local_llama)
     config = load_config(
-        [Path(gym_mini_swe_agent.plugin.__file__).resolve().parents[2] / "configs" / "mini_swe_agent.yaml"],
+        [shipped(gym_mini_swe_agent.plugin, "configs", "mini_swe_agent.yaml")],
         env_file=None,
         server_types=manager.servers(),
         allocate_ports=False,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +21,15 @@ import pytest
 
 from gym_core import hookimpl, load_config
 from gym_core.schemas import Message, Response, ResponseCreateParams, message_text
-from gym_core.testing import AgentServerTests, HTTPCaller, RunningServers, plugin_manager, read_rows, running_servers
+from gym_core.testing import (
+    AgentServerTests,
+    HTTPCaller,
+    RunningServers,
+    plugin_manager,
+    read_rows,
+    running_servers,
+    wait_until,
+)
 
 import gym_mini_swe_agent.plugin
 import gym_repo.plugin
@@ -220,6 +229,8 @@ class TestFailures:
         with running_servers(config, manager) as resolved:
             yield HTTPCaller(resolved.instances["agent"].url, auth_token=resolved.auth_token)
 
+    # The harness thread outlives the server here; when it ends, it must not raise into the closed loop.
+    @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
     def test_a_harness_past_its_deadline_fails_the_rollout_typed(self):
         row = ROWS[0]
         slow = "THOUGHT: wait.\n```mswea_bash_command\nsleep 4\n```"
@@ -227,6 +238,11 @@ class TestFailures:
             answer = caller.post("/run", with_script(row, slow, SUBMIT))
             assert answer.status == 504, answer.text
             assert answer.json()["error"]["type"] == "harness_timeout"
+        wait_until(
+            lambda: not any(t.name == "gym-mini-swe-agent" for t in threading.enumerate()),
+            "the harness thread ending after the server stopped",
+            timeout_s=60,
+        )
 
     def test_a_harness_that_raises_fails_the_rollout_typed(self, tmp_path: Path):
         broken = tmp_path / "broken.yaml"  # a template naming a variable the harness does not have

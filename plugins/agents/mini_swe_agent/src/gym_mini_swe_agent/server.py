@@ -176,13 +176,19 @@ class MiniSweAgent(AgentServer):
         agent = DefaultAgent(model, environment, **agent_settings)
         done: asyncio.Future[dict[str, Any]] = loop.create_future()
 
+        def settle(outcome: Any, error: BaseException | None) -> None:
+            try:
+                loop.call_soon_threadsafe(_settle, done, outcome, error)
+            except RuntimeError:  # the loop is closed: the server stopped while a harness past its deadline ran on
+                pass
+
         def work() -> None:
             try:
                 outcome: Any = agent.run(task_text(params))
             except BaseException as exc:  # noqa: BLE001 - handed to the event loop as it is
-                loop.call_soon_threadsafe(_settle, done, None, exc)
+                settle(None, exc)
             else:
-                loop.call_soon_threadsafe(_settle, done, outcome, None)
+                settle(outcome, None)
 
         started = time.monotonic()
         threading.Thread(target=work, name="gym-mini-swe-agent", daemon=True).start()

@@ -249,6 +249,36 @@ class TestRepo(ResourcesServerTests):
         assert caller.post("/run_command", {"command": "echo alive"}).json()["stdout"] == "alive\n"
         assert verify(caller, ROWS[0])["reward"] == 0.0
 
+    @pytest.mark.parametrize("name", sorted(ESCAPES))
+    def test_the_sandbox_escape_suite_through_verify(self, gym_servers, host_listener, name):
+        # /verify runs as a job of the same pool as commands: the code under test (here the hidden test
+        # runs the escape program) is held as a command is.
+        hostname = socket.gethostname()
+        test = (
+            "import subprocess, sys, unittest\n"
+            "class T(unittest.TestCase):\n"
+            "    def test_contained(self):\n"
+            f"        argv = [sys.executable, 'hostile.py', '{host_listener}', '{os.getpid()}']\n"
+            "        try:\n"
+            "            out = subprocess.run(argv, capture_output=True, timeout=1.5).stdout\n"
+            "        except subprocess.TimeoutExpired as exc:\n"
+            "            out = exc.stdout or b''\n"
+            "        self.assertNotIn(b'ESCAPED', out, out)\n"
+        )
+        row = {
+            **ROWS[0],
+            "repository": {"hostile.py": ESCAPES[name]},
+            "hidden_tests": {"test_escape.py": test},
+            "tests_to_fix": ["test_escape.T.test_contained"],
+            "tests_to_keep": [],
+        }
+        caller = self.seeded(gym_servers, row)
+        reply = caller.post("/verify", {**row, "response": assistant_response("done")})
+        assert reply.status == 200, reply.json()
+        assert "ESCAPED" not in reply.json()["test_results"][0]["detail"], f"{name} escaped: {reply.json()}"
+        assert socket.gethostname() == hostname and not Path("/usr/escaped").exists()
+        assert caller.post("/run_command", {"command": "echo alive"}).json()["stdout"] == "alive\n"
+
     def test_nothing_of_one_command_reaches_the_next_outside_the_workspace(self, gym_servers):
         # Commands run in pooled workers (sandbox_pool, the default): each job's scratch, /dev/shm and
         # processes are cleaned, so neither the next command nor another session finds what one left.

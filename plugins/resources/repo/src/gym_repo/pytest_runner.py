@@ -63,6 +63,21 @@ for _package in ("_pytest", "pluggy", "iniconfig", "packaging", "unittest"):
         with contextlib.suppress(Exception):  # a module that needs what the sandbox lacks (pygments...)
             importlib.import_module(_info.name)
 
+# Built-in plugins a hidden test never needs (reports, caches, debuggers): each costs its registration.
+LEAN = [
+    arg
+    for name in (
+        "cacheprovider",
+        "junitxml",
+        "pastebin",
+        "stepwise",
+        "setuponly",
+        "setupplan",
+        "faulthandler",
+        "debugging",
+    )
+    for arg in ("-p", f"no:{name}")
+]
 write = os.write
 exit_now = os._exit
 main_pytest = pytest.main
@@ -216,7 +231,7 @@ def _child(test_id, hidden, nonce, verdict_fd, token):
     sys.pycache_prefix = "/proc/gym-no-bytecode"  # no bytecode of the workspace's is read
     sys.path.insert(0, WORK)
     recorder = Recorder(test_id, hidden)
-    args = ["-c", "/dev/null", "--rootdir", WORK, "--confcutdir", WORK, "-q", "-p", "no:cacheprovider", test_id]
+    args = ["-c", "/dev/null", "--rootdir", WORK, "--confcutdir", WORK, "-q", *LEAN, test_id]
     try:
         try:
             code = main_pytest(args, plugins=[recorder])
@@ -231,11 +246,25 @@ def _child(test_id, hidden, nonce, verdict_fd, token):
     exit_now(0)
 
 
-def _restore(hidden):
-    """The hidden test files as they were, no other ``conftest.py``, and no process of an earlier test."""
-    me = os.getpid()
+def _ancestors():
+    """This process and the processes it descends from (the sandbox's init, a pool's worker)."""
+    chain = {os.getpid()}
+    pid = os.getpid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                pid = int(handle.read().rpartition(b")")[2].split()[1])  # the field after the state: ppid
+        except (OSError, ValueError, IndexError):
+            break
+        chain.add(pid)
+    return chain
+
+
+def _restore(hidden, keep):
+    """The hidden test files as they were, no other ``conftest.py``, and no process of an earlier test
+    (every process but this one and its ancestors, ``keep``)."""
     for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in (1, me):
+        if name.isdigit() and int(name) not in keep and int(name) != 1:
             with contextlib.suppress(OSError):
                 os.kill(int(name), signal.SIGKILL)
     for root, dirs, files in os.walk(WORK):
@@ -268,8 +297,8 @@ def _remove_tree(path):
         os.rmdir(path)
 
 
-def _run_one(test_id, hidden, nonce, timeout_s):
-    _restore(hidden)
+def _run_one(test_id, hidden, nonce, timeout_s, keep):
+    _restore(hidden, keep)
     token = os.urandom(16).hex().encode()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -334,8 +363,9 @@ def main():
         path = os.path.normpath(os.path.join(WORK, relative))
         with contextlib.suppress(OSError), open(path, "rb") as handle:
             hidden[path] = handle.read()
+    keep = _ancestors()
     for test_id in job["ids"]:
-        passed, detail = _run_one(test_id, hidden, nonce, job["test_timeout_s"])
+        passed, detail = _run_one(test_id, hidden, nonce, job["test_timeout_s"], keep)
         line = json.dumps({"test": test_id, "passed": passed, "detail": detail[-2000:]}).encode()
         os.writev(1, [nonce_view, b" ", line, b"\n"])
 

@@ -313,10 +313,12 @@ class RepoServer(ResourcesServer):
     async def run_tests(
         self, workspace: Workspace, test_ids: list[str], *, test_runner: str = "unittest", hidden: list[str] = ()
     ) -> dict[str, TestResult]:
-        """Run ``test_ids`` over ``workspace`` in a fresh sandbox; a result per id (a test the run
-        did not reach, past the time limit, fails)."""
+        """Run ``test_ids`` over ``workspace`` as a job of the sandbox pool (a fresh process in a worker
+        that empties its scratch and kills what the job left, as for a command), or in a sandbox of its
+        own without ``sandbox_pool``; a result per id (a test the run did not reach, past the time
+        limit, fails)."""
         return await run_hidden_tests(
-            self.sandbox,
+            self.pool or self.sandbox,
             workspace,
             test_ids,
             self.runner,
@@ -385,7 +387,7 @@ def pytest_driver() -> dict[str, bytes]:
 
 
 async def run_hidden_tests(
-    sandbox: Sandbox,
+    sandbox: Sandbox | SandboxPool,
     workspace: Workspace,
     test_ids: list[str],
     runner: bytes,
@@ -397,12 +399,14 @@ async def run_hidden_tests(
 ) -> dict[str, TestResult]:
     """One sandboxed run of a driver over ``workspace``: :mod:`gym_repo.runner` (``runner``, its
     source) for unittest ids, :mod:`gym_repo.pytest_runner` for pytest node ids (``hidden``: the
-    hidden test files, which it puts back before each test). A result per test id (each test
-    stopped, and failed, after ``test_timeout_s``)."""
+    hidden test files, which it puts back before each test). ``sandbox``: a :class:`Sandbox` (a
+    sandbox for the run) or a :class:`SandboxPool` (a job in one of its workers). A result per test
+    id (each test stopped, and failed, after ``test_timeout_s``)."""
     ids = list(dict.fromkeys(test_ids))
     nonce = secrets.token_hex(16)
     job = {"ids": ids, "test_timeout_s": test_timeout_s, "hidden": list(hidden)}
-    extra = {"prelude.sh": prelude(workspace, sandbox.interpreter).encode(), "tests.json": json.dumps(job).encode()}
+    interpreter = sandbox.sandbox.interpreter if isinstance(sandbox, SandboxPool) else sandbox.interpreter
+    extra = {"prelude.sh": prelude(workspace, interpreter).encode(), "tests.json": json.dumps(job).encode()}
     if test_runner == "pytest":
         extra.update(await asyncio.to_thread(pytest_driver))
         driver = "pytest_runner.py"

@@ -359,6 +359,29 @@ class TestRepo(ResourcesServerTests):
         assert results["test_lib.T.test_a_hang"]["detail"] == "timed out after 2 s", results
         assert results["test_lib.T.test_b_value"]["passed"] is True, results
 
+    def test_a_test_cannot_change_what_the_next_one_runs(self, gym_servers):
+        # The code under test rewrites the hidden test file when the first test imports it: the driver puts
+        # the hidden files back before each test, so the second one still runs the real test.
+        tests = (
+            "import unittest\nfrom lib import value\nclass T(unittest.TestCase):\n"
+            "    def test_a(self):\n        self.assertEqual(value(), 1)\n"
+            "    def test_b(self):\n        self.assertEqual(value(), 1)\n"
+        )
+        fake = (
+            "import unittest\nclass T(unittest.TestCase):\n    def test_a(self):\n        pass\n    test_b = test_a\n"
+        )
+        lib = f"open('/tmp/work/test_lib.py', 'w').write({fake!r})\ndef value():\n    return 2\n"
+        row = {
+            **ROWS[0],
+            "repository": {"lib.py": lib},
+            "hidden_tests": {"test_lib.py": tests},
+            "tests_to_fix": ["test_lib.T.test_a", "test_lib.T.test_b"],
+            "tests_to_keep": [],
+        }
+        caller = self.seeded(gym_servers, row)
+        verdict = verify(caller, row)
+        assert verdict["tests_passed"] == 0, verdict
+
     def test_bad_rows_are_a_422_naming_the_field(self, gym_servers):
         caller = gym_servers.caller()
         for repository in ["/no/such/dir", {"../escape.py": "x"}]:

@@ -3,8 +3,11 @@
 Run as ``python -I -S -B runner.py`` in ``/tmp/work`` (``-I``: neither the working directory nor
 ``PYTHONPATH`` nor the user's site directory is searched; ``-S``: no ``site``, so no
 ``sitecustomize``/``usercustomize``/``.pth`` of the workspace runs). It reads a nonce from stdin and
-the test ids and each test's time limit from ``/tmp/.gym/tests.json``, imports the standard library's ``unittest`` and never
-imports the workspace itself. Each test runs in a fork of it (:func:`_child`) that, before importing
+the test ids, each test's time limit and the hidden test files' paths from ``/tmp/.gym/tests.json``,
+imports the standard library's ``unittest`` and never imports the workspace itself. Before each test
+it puts the hidden test files back as they were and kills every process earlier tests left (all but
+itself and its ancestors), so that no test changes what the next one runs; the forks read no
+bytecode cache. Each test runs in a fork of it (:func:`_child`) that, before importing
 any workspace code, drops the nonce from its memory and points its standard streams at
 ``/dev/null``; it then loads the test with the ``unittest`` objects the driver holds, refuses a test
 whose framework was changed (any attribute of ``unittest``'s modules and classes, of ``builtins``,
@@ -22,6 +25,7 @@ import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import sys
 import time
@@ -125,6 +129,7 @@ def _child(test_id, nonce, verdict_fd, token):
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     os.close(null)
+    sys.pycache_prefix = "/proc/gym-no-bytecode"  # no bytecode the code under test wrote is read
     sys.path.insert(0, WORK)
     try:
         passed, detail = _verdict(test_id)
@@ -135,7 +140,41 @@ def _child(test_id, nonce, verdict_fd, token):
     exit_now(0)
 
 
-def _run_one(test_id, nonce, timeout_s):
+def _ancestors():
+    """This process and the processes it descends from (the sandbox's init, a pool's worker)."""
+    chain = {os.getpid()}
+    pid = os.getpid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                pid = int(handle.read().rpartition(b")")[2].split()[1])  # the field after the state: ppid
+        except (OSError, ValueError, IndexError):
+            break
+        chain.add(pid)
+    return chain
+
+
+def _restore(hidden, keep):
+    """No process of an earlier test (every process but ``keep`` and init), and the hidden test files
+    as they were: no test changes what the next one runs."""
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in keep and int(name) != 1:
+            with contextlib.suppress(OSError):
+                os.kill(int(name), signal.SIGKILL)
+    for path, data in hidden.items():
+        with contextlib.suppress(OSError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as handle:
+                handle.write(data)
+
+
+def _run_one(test_id, nonce, timeout_s, hidden, keep):
+    _restore(hidden, keep)
     token = os.urandom(16).hex().encode()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
@@ -195,8 +234,14 @@ def main():
     nonce_view = memoryview(nonce)[: max(0, size - 1)]
     with open("/tmp/.gym/tests.json") as handle:
         job = json.load(handle)
+    hidden = {}
+    for relative in job.get("hidden", []):
+        path = os.path.normpath(os.path.join(WORK, relative))
+        with contextlib.suppress(OSError), open(path, "rb") as handle:
+            hidden[path] = handle.read()
+    keep = _ancestors()
     for test_id in job["ids"]:
-        passed, detail = _run_one(test_id, nonce, job["test_timeout_s"])
+        passed, detail = _run_one(test_id, nonce, job["test_timeout_s"], hidden, keep)
         line = json.dumps({"test": test_id, "passed": passed, "detail": detail[-2000:]}).encode()
         os.writev(1, [nonce_view, b" ", line, b"\n"])
 

@@ -169,3 +169,15 @@ def test_code_that_fakes_the_pytest_verdict_earns_nothing(servers, probe):
     assert caller.post("/apply_patch", {"patch": row["reference_patch"]}).status == 200
     fixed = verify(caller, row)
     assert fixed["reward"] == (1.0 if probe.name in INERT else 0.0), fixed
+
+
+def test_all_pass_reward_with_a_sandbox_per_verification():
+    # reward all_pass (the default) and sandbox_pool off: no fix 0, the reference fix 1.
+    config = {"repo": {"plugin": "repo", "sandbox_pool": False, "verify_timeout_s": 120}}
+    with running_servers(config, plugin_manager(gym_repo.plugin)) as global_config:
+        caller = HTTPCaller(global_config.instances["repo"].url, 180, auth_token=global_config.auth_token)
+        row = ROWS[1]
+        assert caller.post("/seed_session", row).status == 200
+        assert verify(caller, row)["reward"] == 0.0
+        assert caller.post("/apply_patch", {"patch": row["reference_patch"]}).status == 200
+        assert verify(caller, row)["reward"] == 1.0

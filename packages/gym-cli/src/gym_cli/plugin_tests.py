@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -41,6 +42,7 @@ from gym_cli.sources import (
     workspace_distributions,
 )
 from gym_cli.venvs import Venv, VenvManager, find_uv
+from gym_cli.venvs.keys import digest, package_fingerprint
 
 __all__ = [
     "Target",
@@ -58,6 +60,8 @@ __all__ = [
 TEST_REQUIREMENTS = ("pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.3")
 # Written into a venv once its test requirements are installed there: later runs skip uv.
 TEST_MARKER = ".gym-test-requirements"
+# How a workspace plugin's requirement is written in the list: installed editable from its folder.
+LOCAL_PREFIX = "-e "
 # gym's pytest settings, applied where the plugin's own configuration does not set them.
 DEFAULT_INI = {"asyncio_mode": "auto", "asyncio_default_fixture_loop_scope": "function", "timeout": "300"}
 TAIL_LINES = 40
@@ -125,7 +129,8 @@ def requirements_for_tests(directory: Path, catalog: Catalog | None = None) -> l
     """pytest and the plugins gym's tests use, plus the package's own ``test`` dependency group.
 
     A requirement naming another plugin of the catalog (``gym-scripted``, say) is installed from
-    its workspace directory: workspace plugins are not on PyPI.
+    its workspace directory, editable and with the extras it asks for (``-e DIR[extra]``):
+    workspace plugins are not on PyPI.
     """
     try:
         groups = read_pyproject(directory).get("dependency-groups") or {}
@@ -137,8 +142,40 @@ def requirements_for_tests(directory: Path, catalog: Catalog | None = None) -> l
     for requirement in own:
         name = requirement_name(requirement)
         path = local.get(normalize_name(name)) if name else None
-        resolved.append(str(path) if path is not None else requirement)
+        if path is None:
+            resolved.append(requirement)
+            continue
+        try:
+            extras = sorted(Requirement(requirement).extras)
+        except InvalidRequirement:
+            extras = []
+        resolved.append(f"{LOCAL_PREFIX}{path}" + (f"[{','.join(extras)}]" if extras else ""))
     return list(dict.fromkeys([*TEST_REQUIREMENTS, *resolved]))
+
+
+def _local_directory(requirement: str) -> Path | None:
+    """The package directory of a workspace plugin's requirement (``-e DIR[extra]``), else None."""
+    if not requirement.startswith(LOCAL_PREFIX):
+        return None
+    return Path(requirement[len(LOCAL_PREFIX) :].split("[", 1)[0])
+
+
+def _install_state(requirements: list[str]) -> str:
+    """What the marker of a venv's test requirements records: the requirements and, for each workspace
+    plugin among them, what of its pyproject.toml decides what gets installed (the venv key's
+    fingerprint): a sibling that gains a dependency or an entry point is installed again. Its code
+    needs no fingerprint: it is installed editable, so the tests import the sibling's source as it is
+    now. Isolation stays what it was: the venv still holds only what the requirements pull in; editable
+    just means the sibling's modules are read from its folder rather than from a copy taken once."""
+    lines = list(requirements)
+    for requirement in requirements:
+        directory = _local_directory(requirement)
+        if directory is not None:
+            try:
+                lines.append(f"# {directory}: {digest(package_fingerprint(directory))}")
+            except (OSError, ValueError):
+                lines.append(f"# {directory}: unreadable")
+    return "\n".join(lines)
 
 
 def _install_test_requirements(
@@ -147,11 +184,11 @@ def _install_test_requirements(
     console: Console,
     manager: VenvManager,
     root: Path,
-    index_args: list[str] | None = None,
+    source: PluginSource,
 ) -> None:
     """Install ``requirements`` into ``venv`` unless an earlier run installed the same ones."""
     marker = venv.path / TEST_MARKER
-    wanted = "\n".join(requirements)
+    wanted = _install_state(requirements)
     if marker.is_file() and marker.read_text() == wanted:
         return
     uv = find_uv()
@@ -159,12 +196,19 @@ def _install_test_requirements(
         raise GymError("uv is not installed; gym needs it to add pytest to the plugin's venv: pip install uv")
     console.print(f"[dim]installing {escape(', '.join(requirements))} into the venv of {venv.name}…[/]")
     environ = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
-    # From the workspace root, with the wheels gym keeps: compiled packages (llama-cpp-python) get the
-    # root's build variables and are not compiled again.
-    links = ["--find-links", str(manager.wheels_dir)] if manager.wheels_dir.is_dir() else []
-    links += index_args or []  # where the plugin came from: its test group may name its siblings
+    # From the workspace root, with the wheels gym keeps (each in its own subfolder of the wheelhouse,
+    # found as the venv manager finds them): compiled packages (llama-cpp-python) get the root's
+    # build variables and are not compiled again.
+    args = manager.wheel_find_links(source, uv)
+    config = venv.path / "gym-uv.toml"  # build variables of a plugin outside any workspace
+    if config.is_file():
+        args += ["--config-file", str(config)]
+    args += source.index_args()  # where the plugin came from: its test group may name its siblings
+    for requirement in requirements:
+        directory = _local_directory(requirement)
+        args += [requirement] if directory is None else ["-e", requirement[len(LOCAL_PREFIX) :]]
     proc = subprocess.run(
-        [uv, "pip", "install", "--python", str(venv.python), *links, *requirements],
+        [uv, "pip", "install", "--python", str(venv.python), *args],
         capture_output=True,
         text=True,
         env=environ,
@@ -199,7 +243,7 @@ def _python_for(target: Target, isolation: str, console: Console) -> tuple[str, 
         console,
         manager,
         target.catalog.root,
-        source.index_args(),
+        source,
     )
     for var in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME"):
         environ.pop(var, None)

@@ -304,6 +304,16 @@ class VenvManager:
             self.console(f"cannot rebuild gym-core's wheel ({exc}); asking the index for {self.core_requirement}")
             return [self.core_requirement]
 
+    def wheel_find_links(self, source: PluginSource, uv: str) -> list[str]:
+        """``--find-links DIR`` for each kept wheel built with the build variables ``source`` is
+        installed with (one subdirectory of the wheelhouse per package and variables)."""
+        root = self._workspace_root(source)
+        variables, _ = build_variables(source, root)
+        args: list[str] = []
+        for link in self.wheelhouse.find_links(variables, root, uv):
+            args += ["--find-links", str(link)]
+        return args
+
     def _uv_bin(self, plugin: str) -> str:
         uv = self._uv or find_uv()
         if not uv:
@@ -343,8 +353,7 @@ class VenvManager:
                     config = path / "gym-uv.toml"
                     config.write_text(_toml_config(variables))
                     args += ["--config-file", str(config)]
-                for link in self.wheelhouse.find_links(variables, root, uv):
-                    args += ["--find-links", str(link)]
+                args += self.wheel_find_links(source, uv)
                 args += source.index_args()
                 args += self.core_install_args()
                 if plugin_dir is not None:

@@ -70,3 +70,40 @@ def test_requirements_include_the_package_test_group(tmp_path):
         '[dependency-groups]\ntest = ["pytest>=8", "hypothesis>=6", {include-group = "lint"}]\nlint = ["ruff"]\n'
     )
     assert requirements_for_tests(tmp_path) == [*TEST_REQUIREMENTS, "hypothesis>=6"]
+
+
+def test_a_second_gym_test_runs_the_edited_code_of_a_sibling_plugin(tmp_path, gym):
+    """A sibling plugin named by the test group is installed editable: after an edit of its module, the
+    next `gym test` (same requirements, venv reused) runs the edited code, not a copy from the first."""
+    ws = tmp_path / "ws"
+    hatchling = '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n'
+    sibling = ws / "x" / "src" / "gym_x"
+    sibling.mkdir(parents=True)
+    (sibling / "__init__.py").write_text("VALUE = 1\n")
+    (ws / "x" / "pyproject.toml").write_text(f'[project]\nname = "gym-x"\nversion = "0.1.0"\n\n{hatchling}')
+    package = ws / "y"
+    (package / "src" / "gym_y").mkdir(parents=True)
+    (package / "src" / "gym_y" / "__init__.py").write_text("")
+    (package / "pyproject.toml").write_text(
+        f'[project]\nname = "gym-y"\nversion = "0.1.0"\n\n[project.entry-points.gym]\ny = "gym_y.plugin"\n\n'
+        f'[dependency-groups]\ntest = ["gym-x"]\n\n{hatchling}'
+    )
+    (package / "tests").mkdir()
+    (package / "tests" / "expected.txt").write_text("1")
+    (package / "tests" / "test_y.py").write_text(
+        "from pathlib import Path\n\nimport gym_x\n\n\ndef test_sibling_value():\n"
+        "    assert gym_x.VALUE == int(Path(__file__).with_name('expected.txt').read_text())\n"
+    )
+    (ws / "workspace.toml").write_text('[plugins.x]\nkind = "resource"\npath = "x"\n')
+    env = {"GYM_WORKSPACE": str(ws), "GYM_HOME": str(tmp_path / "home"), "UV_OFFLINE": "1"}
+
+    first = gym("test", str(package), "--skip-docs", env=env)
+    assert first.exit_code == 0, first.output
+    assert summary_row(first, "y")[:4] == ["y", "passed", "1", "0"]
+
+    (sibling / "__init__.py").write_text("VALUE = 2\n")
+    (package / "tests" / "expected.txt").write_text("2")
+    second = gym("test", str(package), "--skip-docs", env=env)
+    assert second.exit_code == 0, second.output
+    assert "installing" not in second.output  # the same requirements: uv is not run again
+    assert summary_row(second, "y")[:4] == ["y", "passed", "1", "0"]

@@ -2,7 +2,8 @@
 (:mod:`gym_cli.commands.test`) does.
 
 A plugin is tested where it runs: in its venv (gym-core and the plugin, to which pytest, the pytest
-plugins gym's tests use and the package's own ``test`` dependency group are added once), or with
+plugins gym's tests use and the package's own ``test`` dependency group are added once; workspace
+siblings that group names editable, so their edits count without a reinstall), or with
 ``--isolation none`` with the Python running gym. A plugin installed from a requirement is tested
 with the tests of its sdist, the same version as its venv has (:mod:`gym_cli.distributions`).
 pytest is configured the same way wherever the plugin lives: the plugin's own pytest settings (from its

@@ -26,6 +26,9 @@ and runs each node id in a fork of its own that drops the nonce, sends its stand
 - the verdict goes down a pipe with a token of the fork's own; the driver (non-dumpable) accepts
   it only from a fork that exited 0 after sending exactly one line with that token, and prints
   ``<nonce> {"test": id, "passed": bool, "detail": str}`` per test on stdout.
+
+The parts it shares with the unittest driver (the nonce, the job, the processes killed, the fork and
+its verdict's pipe) are in ``_driver.py``, shipped beside it.
 """
 
 import sys
@@ -35,16 +38,17 @@ sys.path.insert(0, LIB)
 
 import builtins  # noqa: E402
 import contextlib  # noqa: E402
-import ctypes  # noqa: E402
 import importlib  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import pkgutil  # noqa: E402
-import select  # noqa: E402
-import signal  # noqa: E402
-import time  # noqa: E402
 import traceback  # noqa: E402
+import types  # noqa: E402
 import unittest  # noqa: E402, F401  (its modules are watched: imported before the workspace)
+
+# The part both drivers share (gym_repo/_driver.py), run from its source: not imported (see its docstring).
+DRIVER = types.ModuleType("_driver")
+with open("/tmp/.gym/_driver.py", "rb") as _handle:
+    exec(compile(_handle.read(), "/tmp/.gym/_driver.py", "exec"), vars(DRIVER))
 
 for _name in [n for n in os.environ if n.startswith("PYTEST_")]:
     del os.environ[_name]
@@ -53,7 +57,7 @@ os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 import pluggy  # noqa: E402
 import pytest  # noqa: E402
 
-WORK = "/tmp/work"
+WORK = DRIVER.WORK
 ROOTS = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "unittest")
 for _package in ("_pytest", "pluggy", "iniconfig", "packaging", "unittest"):
     _module = importlib.import_module(_package)
@@ -78,8 +82,6 @@ LEAN = [
     )
     for arg in ("-p", f"no:{name}")
 ]
-write = os.write
-exit_now = os._exit
 main_pytest = pytest.main
 
 
@@ -111,12 +113,7 @@ def _changed(snapshot):
         for name, value in before.items():
             if name not in now or now[name] is not value:
                 changed.append(f"{getattr(owner, '__name__', owner)}.{name}")
-    if sys.gettrace() is not None or sys.getprofile() is not None:
-        changed.append("a trace or profile hook")
-    for name, module in FRAMEWORK_MODULES.items():
-        if sys.modules.get(name) is not module:
-            changed.append(f"sys.modules[{name!r}]")
-    return changed
+    return changed + DRIVER.hooked(FRAMEWORK_MODULES)
 
 
 SNAPSHOT = _snapshot(OWNERS)
@@ -217,19 +214,8 @@ class Recorder:
         return True, ""
 
 
-def _wipe(buffer):
-    if len(buffer):
-        ctypes.memset((ctypes.c_char * len(buffer)).from_buffer(buffer), 0, len(buffer))
-
-
 def _child(test_id, hidden, nonce, verdict_fd, token):
-    _wipe(nonce)
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.close(null)
-    sys.pycache_prefix = "/proc/gym-no-bytecode"  # no bytecode of the workspace's is read
-    sys.path.insert(0, WORK)
+    DRIVER.isolate(nonce)
     recorder = Recorder(test_id, hidden)
     args = ["-c", "/dev/null", "--rootdir", WORK, "--confcutdir", WORK, "-q", *LEAN, test_id]
     try:
@@ -241,32 +227,13 @@ def _child(test_id, hidden, nonce, verdict_fd, token):
             passed, detail = recorder.verdict(code)
     except BaseException:
         passed, detail = False, "the driver failed"
-    line = json.dumps({"passed": passed is True, "detail": str(detail)[-2000:]}).encode()
-    write(verdict_fd, token + b" " + line + b"\n")
-    exit_now(0)
-
-
-def _ancestors():
-    """This process and the processes it descends from (the sandbox's init, a pool's worker)."""
-    chain = {os.getpid()}
-    pid = os.getpid()
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                pid = int(handle.read().rpartition(b")")[2].split()[1])  # the field after the state: ppid
-        except (OSError, ValueError, IndexError):
-            break
-        chain.add(pid)
-    return chain
+    DRIVER.send(verdict_fd, token, passed, detail)
 
 
 def _restore(hidden, keep):
     """The hidden test files as they were, no other ``conftest.py``, and no process of an earlier test
     (every process but this one and its ancestors, ``keep``)."""
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in keep and int(name) != 1:
-            with contextlib.suppress(OSError):
-                os.kill(int(name), signal.SIGKILL)
+    DRIVER.kill_others(keep)
     for root, dirs, files in os.walk(WORK):
         for name in dirs + files:
             path = os.path.join(root, name)
@@ -297,77 +264,9 @@ def _remove_tree(path):
         os.rmdir(path)
 
 
-def _run_one(test_id, hidden, nonce, timeout_s, keep):
+def _run_one(test_id, nonce, timeout_s, hidden, keep):
     _restore(hidden, keep)
-    token = os.urandom(16).hex().encode()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        try:
-            os.setsid()
-            _child(test_id, hidden, nonce, write_fd, token)
-        finally:
-            exit_now(1)
-    os.close(write_fd)
-    deadline = time.monotonic() + timeout_s
-    data = bytearray()
-    status = None
-    ended = False
-    while status is None and time.monotonic() < deadline:
-        wait = min(0.05, max(0.0, deadline - time.monotonic()))
-        if not ended and select.select([read_fd], [], [], wait)[0]:
-            chunk = os.read(read_fd, 1 << 16)
-            data += chunk[: max(0, (1 << 16) - len(data))]
-            ended = not chunk
-            if chunk:
-                continue
-        elif ended:
-            time.sleep(0.001)
-        done, code = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = code
-    os.close(read_fd)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-    if status is None:
-        os.waitpid(pid, 0)
-        return False, f"timed out after {timeout_s:g} s"
-    lines = bytes(data).splitlines()
-    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
-        return False, "the test's process did not exit cleanly"
-    if len(lines) != 1 or not lines[0].startswith(token + b" "):
-        return False, "the test's process sent no verdict, or more than one"
-    try:
-        verdict = json.loads(lines[0][len(token) + 1 :])
-    except ValueError:
-        return False, "the test's process sent no verdict"
-    return verdict.get("passed") is True, str(verdict.get("detail", ""))
+    return DRIVER.run_forked(lambda verdict_fd, token: _child(test_id, hidden, nonce, verdict_fd, token), timeout_s)
 
 
-def main():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
-    nonce = bytearray(64)
-    size = 0
-    while not nonce[:size].endswith(b"\n") and size < len(nonce):
-        count = os.readv(0, [memoryview(nonce)[size:]])
-        if not count:
-            break
-        size += count
-    nonce_view = memoryview(nonce)[: max(0, size - 1)]
-    with open("/tmp/.gym/tests.json") as handle:
-        job = json.load(handle)
-    hidden = {}
-    for relative in job.get("hidden", []):
-        path = os.path.normpath(os.path.join(WORK, relative))
-        with contextlib.suppress(OSError), open(path, "rb") as handle:
-            hidden[path] = handle.read()
-    keep = _ancestors()
-    for test_id in job["ids"]:
-        passed, detail = _run_one(test_id, hidden, nonce, job["test_timeout_s"], keep)
-        line = json.dumps({"test": test_id, "passed": passed, "detail": detail[-2000:]}).encode()
-        os.writev(1, [nonce_view, b" ", line, b"\n"])
-
-
-main()
+DRIVER.main(_run_one)

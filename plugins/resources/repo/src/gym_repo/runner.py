@@ -16,20 +16,16 @@ counts a skipped test as failed, and sends its verdict down a pipe with a token 
 driver (non-dumpable: the forks cannot read its ``/proc`` entries) accepts a verdict only from a
 child that exited 0 and sent exactly one line with its token, and prints one line per test on
 stdout: ``<nonce> {"test": id, "passed": bool, "detail": str}``, flushed as they come, so the tests
-run before a timeout keep their results.
+run before a timeout keep their results. The parts the pytest driver shares (the nonce, the job, the
+processes killed, the fork and its verdict's pipe) are in ``_driver.py``, shipped beside it.
 """
 
 import builtins
 import contextlib
-import ctypes
-import json
 import os
-import select
 import shutil
-import signal
-import sys
-import time
 import traceback
+import types
 import unittest
 import unittest.case
 import unittest.loader
@@ -37,7 +33,10 @@ import unittest.result
 import unittest.suite
 import unittest.util
 
-WORK = "/tmp/work"
+# The part both drivers share (gym_repo/_driver.py), run from its source: not imported (see its docstring).
+DRIVER = types.ModuleType("_driver")
+with open("/tmp/.gym/_driver.py", "rb") as _handle:
+    exec(compile(_handle.read(), "/tmp/.gym/_driver.py", "exec"), vars(DRIVER))
 WATCHED_MODULES = (unittest, unittest.case, unittest.loader, unittest.result, unittest.suite, unittest.util, builtins)
 WATCHED_CLASSES = (unittest.TestCase, unittest.TestResult, unittest.TestSuite, unittest.TestLoader)
 TestCase = unittest.TestCase
@@ -45,8 +44,6 @@ TestResult = unittest.TestResult
 TestLoader = unittest.TestLoader
 TestSuite = unittest.TestSuite
 run_suite = unittest.TestSuite.run
-write = os.write
-exit_now = os._exit
 
 
 def _snapshot(owners):
@@ -61,21 +58,11 @@ def _changed(snapshot, owners):
         for (owner_id, name), value in snapshot.items():
             if owner_id == id(owner) and (name not in now or now[name] is not value):
                 changed.append(f"{getattr(owner, '__name__', owner)}.{name}")
-    if sys.gettrace() is not None or sys.getprofile() is not None:
-        changed.append("a trace or profile hook")
-    for name, module in FRAMEWORK_MODULES.items():
-        if sys.modules.get(name) is not module:
-            changed.append(f"sys.modules[{name!r}]")
-    return changed
+    return changed + DRIVER.hooked(FRAMEWORK_MODULES)
 
 
 FRAMEWORK_MODULES = {m.__name__: m for m in WATCHED_MODULES if m is not builtins}
 SNAPSHOT = _snapshot(WATCHED_MODULES + WATCHED_CLASSES)
-
-
-def _wipe(buffer):
-    if len(buffer):
-        ctypes.memset((ctypes.c_char * len(buffer)).from_buffer(buffer), 0, len(buffer))
 
 
 def _flatten(suite):
@@ -124,43 +111,18 @@ def _verdict(test_id):
 
 
 def _child(test_id, nonce, verdict_fd, token):
-    _wipe(nonce)  # this fork never holds the driver's nonce
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.close(null)
-    sys.pycache_prefix = "/proc/gym-no-bytecode"  # no bytecode the code under test wrote is read
-    sys.path.insert(0, WORK)
+    DRIVER.isolate(nonce)
     try:
         passed, detail = _verdict(test_id)
     except BaseException:
         passed, detail = False, "the driver failed"
-    line = json.dumps({"passed": passed is True, "detail": str(detail)[-2000:]}).encode()
-    write(verdict_fd, token + b" " + line + b"\n")
-    exit_now(0)
-
-
-def _ancestors():
-    """This process and the processes it descends from (the sandbox's init, a pool's worker)."""
-    chain = {os.getpid()}
-    pid = os.getpid()
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                pid = int(handle.read().rpartition(b")")[2].split()[1])  # the field after the state: ppid
-        except (OSError, ValueError, IndexError):
-            break
-        chain.add(pid)
-    return chain
+    DRIVER.send(verdict_fd, token, passed, detail)
 
 
 def _restore(hidden, keep):
     """No process of an earlier test (every process but ``keep`` and init), and the hidden test files
     as they were: no test changes what the next one runs."""
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) not in keep and int(name) != 1:
-            with contextlib.suppress(OSError):
-                os.kill(int(name), signal.SIGKILL)
+    DRIVER.kill_others(keep)
     for path, data in hidden.items():
         with contextlib.suppress(OSError):
             if os.path.isdir(path) and not os.path.islink(path):
@@ -175,75 +137,7 @@ def _restore(hidden, keep):
 
 def _run_one(test_id, nonce, timeout_s, hidden, keep):
     _restore(hidden, keep)
-    token = os.urandom(16).hex().encode()
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        try:
-            os.setsid()  # its own group: whatever it leaves is killed with it
-            _child(test_id, nonce, write_fd, token)
-        finally:
-            exit_now(1)
-    os.close(write_fd)
-    deadline = time.monotonic() + timeout_s
-    data = bytearray()
-    status = None
-    ended = False  # the pipe's end (every writer closed it)
-    while status is None and time.monotonic() < deadline:
-        wait = min(0.05, max(0.0, deadline - time.monotonic()))
-        if not ended and select.select([read_fd], [], [], wait)[0]:
-            chunk = os.read(read_fd, 1 << 16)
-            data += chunk[: max(0, (1 << 16) - len(data))]
-            ended = not chunk
-            if chunk:
-                continue
-        elif ended:
-            time.sleep(0.001)
-        done, code = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = code
-    os.close(read_fd)
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-    if status is None:
-        os.waitpid(pid, 0)
-        return False, f"timed out after {timeout_s:g} s"
-    lines = bytes(data).splitlines()
-    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
-        return False, "the test's process did not exit cleanly"
-    if len(lines) != 1 or not lines[0].startswith(token + b" "):
-        return False, "the test's process sent no verdict, or more than one"
-    try:
-        verdict = json.loads(lines[0][len(token) + 1 :])
-    except ValueError:
-        return False, "the test's process sent no verdict"
-    return verdict.get("passed") is True, str(verdict.get("detail", ""))
+    return DRIVER.run_forked(lambda verdict_fd, token: _child(test_id, nonce, verdict_fd, token), timeout_s)
 
 
-def main():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the forks cannot open this process's /proc files
-    nonce = bytearray(64)  # read straight into it (no other copy), and wiped in every fork
-    size = 0
-    while not nonce[:size].endswith(b"\n") and size < len(nonce):
-        count = os.readv(0, [memoryview(nonce)[size:]])
-        if not count:
-            break
-        size += count
-    nonce_view = memoryview(nonce)[: max(0, size - 1)]
-    with open("/tmp/.gym/tests.json") as handle:
-        job = json.load(handle)
-    hidden = {}
-    for relative in job.get("hidden", []):
-        path = os.path.normpath(os.path.join(WORK, relative))
-        with contextlib.suppress(OSError), open(path, "rb") as handle:
-            hidden[path] = handle.read()
-    keep = _ancestors()
-    for test_id in job["ids"]:
-        passed, detail = _run_one(test_id, nonce, job["test_timeout_s"], hidden, keep)
-        line = json.dumps({"test": test_id, "passed": passed, "detail": detail[-2000:]}).encode()
-        os.writev(1, [nonce_view, b" ", line, b"\n"])
-
-
-main()
+DRIVER.main(_run_one)

@@ -329,6 +329,7 @@ class RepoServer(ResourcesServer):
         )
 
 
+SHARED = "_driver.py"  # what both drivers run (from its source) before their own code; shipped beside them
 PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging")
 # Modules of other installed packages pytest imports (``py``, pygments for colours the driver never
 # shows), found by importing pytest in a child interpreter: only those are shipped.
@@ -353,11 +354,12 @@ print(json.dumps(sorted(found.items())))
 
 @functools.cache
 def pytest_driver() -> dict[str, bytes]:
-    """The pytest driver (``pytest_runner.py``) and, under ``lib/``, the installed pytest and the
-    packages it imports (pure Python, this server's own copies; of pygments only the modules pytest
-    imports), each module with its bytecode compiled here (unchecked-hash ``.pyc``: the sandbox's
-    interpreter, the same as this one, loads it without compiling the source). Made once per process."""
-    files = {"pytest_runner.py": resources.files("gym_repo").joinpath("pytest_runner.py").read_bytes()}
+    """The pytest driver (``pytest_runner.py``, and ``_driver.py``, the part it shares with the
+    unittest driver) and, under ``lib/``, the installed pytest and the packages it imports (pure
+    Python, this server's own copies; of pygments only the modules pytest imports), each module with
+    its bytecode compiled here (unchecked-hash ``.pyc``: the sandbox's interpreter, the same as this
+    one, loads it without compiling the source). Made once per process."""
+    files = {name: resources.files("gym_repo").joinpath(name).read_bytes() for name in ("pytest_runner.py", SHARED)}
     sources: list[tuple[Path, str]] = []
     for package in PYTEST_PACKAGES:
         spec = importlib.util.find_spec(package)
@@ -398,10 +400,11 @@ async def run_hidden_tests(
     hidden: list[str] | tuple[str, ...] = (),
 ) -> dict[str, TestResult]:
     """One sandboxed run of a driver over ``workspace``: :mod:`gym_repo.runner` (``runner``, its
-    source) for unittest ids, :mod:`gym_repo.pytest_runner` for pytest node ids (``hidden``: the
-    hidden test files, which it puts back before each test). ``sandbox``: a :class:`Sandbox` (a
-    sandbox for the run) or a :class:`SandboxPool` (a job in one of its workers). A result per test
-    id (each test stopped, and failed, after ``test_timeout_s``)."""
+    source; ``_driver.py``, the drivers' shared part, goes beside it) for unittest ids,
+    :mod:`gym_repo.pytest_runner` for pytest node ids (``hidden``: the hidden test files, which it
+    puts back before each test). ``sandbox``: a :class:`Sandbox` (a sandbox for the run) or a
+    :class:`SandboxPool` (a job in one of its workers). A result per test id (each test stopped, and
+    failed, after ``test_timeout_s``)."""
     ids = list(dict.fromkeys(test_ids))
     nonce = secrets.token_hex(16)
     job = {"ids": ids, "test_timeout_s": test_timeout_s, "hidden": list(hidden)}
@@ -412,6 +415,7 @@ async def run_hidden_tests(
         driver = "pytest_runner.py"
     else:
         extra["runner.py"] = runner
+        extra[SHARED] = resources.files("gym_repo").joinpath(SHARED).read_bytes()
         driver = "runner.py"
     script = f"sh {META}/prelude.sh >/dev/null 2>&1; cd {WORK} && exec {META}/bin/python -I -S -B {META}/{driver}"
     run = await sandbox.run(

@@ -137,8 +137,12 @@ def test_children_die_with_their_parent_even_by_kill_9(tmp_path: Path, server_sc
 
 
 def sleeper() -> subprocess.Popen:
-    """A process in a session of its own, reaped as soon as it dies (as init reaps orphans)."""
-    proc = subprocess.Popen([PY, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    """A process in a session of its own, reaped as soon as it dies (as init reaps orphans); returned
+    once its Python runs (it says so), so its command line is the final one: under CI's load a read
+    of /proc/PID/cmdline right after Popen once found it empty."""
+    code = "import time; print('ready', flush=True); time.sleep(120)"
+    proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     threading.Thread(target=proc.wait, daemon=True).start()
     return proc
 
@@ -207,7 +211,7 @@ def test_the_state_file_records_identities_and_goes_away(tmp_path: Path) -> None
         data = json.loads(state.path.read_text())
         assert data["pid"] == os.getpid() and data["started"] == process_identity(os.getpid())[0]
         assert data["servers"]["env"]["pid"] == proc.pid
-        assert data["servers"]["env"]["cmdline"][-1] == "import time; time.sleep(120)"
+        assert data["servers"]["env"]["cmdline"][-1] == "import time; print('ready', flush=True); time.sleep(120)"
         # The file of a launcher that runs (this one) is never cleaned.
         assert clean_stale_runs(tmp_path / "runs", lambda m: None) == [] and proc.poll() is None
         state.remove()

@@ -209,14 +209,7 @@ class Upstream:
         wait = (
             self.queue_timeout_s if deadline is None else max(min(self.queue_timeout_s, deadline - time.monotonic()), 0)
         )
-        try:
-            async with asyncio.timeout(wait):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise UpstreamError(
-                f"{self.owner}: no upstream slot free within {wait:.3g} s (max_concurrency {self.max_concurrency},"
-                " all busy)", MODEL_OVERLOADED.status, MODEL_OVERLOADED.type,
-            ) from None  # fmt: skip
+        await self._acquire_slot(wait)
         # The client bounds its attempts and backoff by REQUEST_DEADLINE: ours, when it comes first.
         own = deadline if deadline is not None and deadline != caller else None
         token = REQUEST_DEADLINE.set(own) if own is not None else None
@@ -231,6 +224,17 @@ class Upstream:
             if token is not None:
                 REQUEST_DEADLINE.reset(token)
             self._slots.release()
+
+    async def _acquire_slot(self, wait: float) -> None:
+        """One of ``max_concurrency`` slots within ``wait`` seconds, else a typed 503 ``model_overloaded``."""
+        try:
+            async with asyncio.timeout(wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise UpstreamError(
+                f"{self.owner}: no upstream slot free within {wait:.3g} s (max_concurrency {self.max_concurrency},"
+                " all busy)", MODEL_OVERLOADED.status, MODEL_OVERLOADED.type,
+            ) from None  # fmt: skip
 
     async def open_stream(self, base_url: str, path: str, body: Any, *, deadline: float | None = None,
                           name: str | None = None) -> UpstreamStream:  # fmt: skip
@@ -248,14 +252,7 @@ class Upstream:
         caller = REQUEST_DEADLINE.get()
         deadline = min(d for d in (deadline, caller, time.monotonic() + self.timeout_s) if d is not None)
         wait = max(min(self.queue_timeout_s, deadline - time.monotonic()), 0)
-        try:
-            async with asyncio.timeout(wait):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise UpstreamError(
-                f"{self.owner}: no upstream slot free within {wait:.3g} s (max_concurrency {self.max_concurrency},"
-                " all busy)", MODEL_OVERLOADED.status, MODEL_OVERLOADED.type,
-            ) from None  # fmt: skip
+        await self._acquire_slot(wait)
         name = name or self.name
         try:
             return await self._open_stream(base_url, path, body, deadline, name)
